@@ -1,0 +1,27 @@
+"""GET /healthz: is each dependency reachable. 200 when all are, 503 naming the ones that are not."""
+
+from __future__ import annotations
+
+from flask import Blueprint, current_app
+
+from precompute.db import ping
+from precompute.errors import Unavailable
+from precompute.services import ping_redis
+
+from .errors import json_response
+
+bp = Blueprint("health", __name__)
+
+
+@bp.get("/healthz")
+def healthz():
+    ctx = current_app.extensions["prefeed"]
+    status = {}
+    for name, check in (("redis", lambda: ping_redis(ctx["redis"])), ("database", lambda: ping(ctx["engine"]))):
+        try:
+            check()
+            status[name] = "ok"
+        except Unavailable:
+            status[name] = "unavailable"
+    ok = all(v == "ok" for v in status.values())
+    return json_response({"status": "ok" if ok else "degraded", **status}, 200 if ok else 503)

@@ -1,0 +1,100 @@
+"""``manage.py demo``: the newcomer's path, every part real: embedded Valkey + SQLite, a seeded marketplace, a
+trained bundle, every feed precomputed by real RQ workers, the API under gunicorn."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import click
+
+from precompute import db, seed as seeding
+
+from . import command
+from .embedded import ensure_redis
+
+
+@command()
+@click.option("--users", type=click.IntRange(10, 1_000_000), default=2000, show_default=True)
+@click.option("--items", type=click.IntRange(50, 1_000_000), default=3000, show_default=True)
+@click.option("--events", type=click.IntRange(100, 10_000_000), default=100_000, show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
+              help="API port (0: any free port).")
+@click.option("--once", is_flag=True, help="Print the sample feed and exit instead of serving until Ctrl-C.")
+@click.pass_obj
+def demo(obj, users: int, items: int, events: int, port: int, once: bool) -> None:
+    """Seed, train, precompute through real workers, serve, print a sample feed."""
+    settings = ensure_redis(obj.settings)
+    token = settings.admin_token or secrets.token_urlsafe(18)
+    env = dict(os.environ, REDIS_URL=settings.redis_url, PREFEED_ADMIN_TOKEN=token)
+    manage = [sys.executable, os.path.abspath(sys.argv[0])]
+    engine = db.make_engine(settings.database_url)
+    db.init_db(engine)
+    step = lambda *args: subprocess.run(manage + list(args), env=env, check=True)  # noqa: E731
+    step("seed", "--users", str(users), "--items", str(items), "--events", str(events), "--reset")
+    step("train", "--iterations", "150", "--users", str(min(users, 1500)))
+    step("precompute", "--all")
+    click.echo("draining the queue with 2 forking RQ workers ...")
+    t0 = time.perf_counter()
+    step("worker", "--workers", "2", "--burst")
+    click.echo(f"all {users} feeds precomputed in {time.perf_counter() - t0:.1f}s")
+
+    port = port or _free_port()
+    children = [
+        subprocess.Popen(manage + ["worker", "--workers", "1"], env=env),
+        subprocess.Popen(manage + ["serve", "--port", str(port)], env=env),
+    ]
+    try:
+        base = f"http://127.0.0.1:{port}"
+        _wait_for(base + "/healthz")
+        user = int(seeding.event_count(engine) and 1)
+        sample = json.loads(urllib.request.urlopen(f"{base}/feed/{user}?limit=5").read())
+        click.echo("\nsample feed:\n" + json.dumps(sample, indent=2))
+        click.echo(f"""
+try it:
+  curl '{base}/feed/{user}?limit=10'
+  curl -X POST {base}/events -H 'Content-Type: application/json' \\
+       -d '{{"user_id": {user}, "item_id": {sample['items'][0]['item_id'] if sample['items'] else 1}, "type": "click"}}'
+  curl -X PUT {base}/boosts/42 -H 'Authorization: Bearer {token}' -H 'Content-Type: application/json' \\
+       -d '{{"weight": 2.0, "ttl_seconds": 3600}}'
+  curl -X PUT {base}/items/42 -H 'Authorization: Bearer {token}' -H 'Content-Type: application/json' \\
+       -d '{{"active": false}}'
+  curl {base}/healthz
+admin token: {token}
+""")
+        if not once:
+            click.echo("serving; Ctrl-C to stop")
+            signal.sigwait({signal.SIGINT, signal.SIGTERM})
+    finally:
+        for child in children:
+            child.terminate()
+        for child in children:
+            try:
+                child.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for(url: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=2).read()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise click.ClickException(f"the API did not come up at {url}") from None
+            time.sleep(0.3)

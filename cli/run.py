@@ -1,0 +1,119 @@
+"""Running commands: precompute, worker, serve, demo, requeue-failed."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+from sqlalchemy import select
+
+from precompute import db
+from precompute.errors import InvalidInput
+from precompute.models import User
+
+from . import command
+from .embedded import ensure_redis
+
+
+def _all_user_ids(engine) -> list[int]:
+    with engine.connect() as conn:
+        return list(conn.execute(select(User.id).order_by(User.id)).scalars())
+
+
+@command()
+@click.option("--all", "all_users", is_flag=True, help="Every user in the database.")
+@click.option("--user", "user_ids", type=click.IntRange(1, 2**31 - 1), multiple=True, help="A user id (repeatable).")
+@click.option("--inline", is_flag=True, help="Compute in this process instead of enqueueing jobs.")
+@click.option("--batch-size", type=click.IntRange(1, 10_000), default=None, help="Users per job.")
+@click.pass_obj
+def precompute(obj, all_users: bool, user_ids: tuple[int, ...], inline: bool, batch_size: int | None) -> None:
+    """Recompute feeds: enqueue batches for the workers (default) or run them here."""
+    if all_users == bool(user_ids):
+        raise InvalidInput("give either --all or one or more --user ID")
+    settings = ensure_redis(obj.settings)
+    engine = db.make_engine(settings.database_url)
+    db.ping(engine)
+    ids = _all_user_ids(engine) if all_users else sorted(set(user_ids))
+    size = batch_size or settings.batch_size
+    from precompute.services import ping_redis, redis_client
+
+    r = redis_client(settings.redis_url)
+    ping_redis(r)
+    if inline:
+        from jobs import context
+
+        pipeline = context.init(settings)
+        written = kept = 0
+        with click.progressbar(length=len(ids), label="precomputing") as bar:
+            for i in range(0, len(ids), size):
+                res = pipeline.recompute(ids[i:i + size])
+                written, kept = written + res.written, kept + res.kept_newer
+                bar.update(res.users)
+        click.echo(f"{written} feeds written, {kept} kept (a newer feed was already stored)")
+        return
+    from jobs.queues import enqueue_batches, make_queue
+
+    n_jobs = enqueue_batches(make_queue(settings, r), ids, size)
+    click.echo(f"enqueued {n_jobs} jobs for {len(ids)} users on queue {settings.queue_name!r}")
+
+
+@command()
+@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True)
+@click.option("--burst", is_flag=True, help="Exit when the queue is empty.")
+@click.pass_obj
+def worker(obj, workers: int, burst: bool) -> None:
+    """Run RQ workers. Mappers, model bundle and item matrices load once here, before any fork."""
+    settings = ensure_redis(obj.settings)
+    from rq.serializers import JSONSerializer
+
+    from jobs import context
+    from jobs.queues import make_queue
+    from jobs.worker import PrefeedWorker
+
+    pipeline = context.init(settings)
+    r = pipeline.store.r
+    queue = make_queue(settings, r)
+    if workers == 1:
+        PrefeedWorker([queue], connection=r, serializer=JSONSerializer).work(burst=burst, with_scheduler=True)
+        return
+    from rq.worker_pool import WorkerPool
+
+    WorkerPool([queue], connection=r, num_workers=workers, worker_class=PrefeedWorker,
+               serializer=JSONSerializer).start(burst=burst)
+
+
+@command(name="requeue-failed")
+@click.pass_obj
+def requeue_failed(obj) -> None:
+    """Move every job in RQ's failed registry back onto the queue."""
+    settings = ensure_redis(obj.settings)
+    from precompute.services import redis_client
+    from jobs.queues import make_queue
+
+    queue = make_queue(settings, redis_client(settings.redis_url))
+    registry = queue.failed_job_registry
+    ids = registry.get_job_ids()
+    for job_id in ids:
+        registry.requeue(job_id)
+    click.echo(f"requeued {len(ids)} failed jobs")
+
+
+@command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
+@click.option("--workers", "http_workers", type=click.IntRange(1, 64), default=2, show_default=True)
+@click.pass_obj
+def serve(obj, host: str, port: int, http_workers: int) -> None:
+    """Serve the API under gunicorn."""
+    ensure_redis(obj.settings)
+    _gunicorn(host, port, http_workers)
+
+
+def _gunicorn(host: str, port: int, http_workers: int) -> None:
+    os.execvp(sys.executable, [sys.executable, "-m", "gunicorn", "--workers", str(http_workers),
+                               "--bind", f"{host}:{port}", "--access-logfile", "-", "--log-level", "warning",
+                               "api.wsgi:app"])
+
+
+from .demo import demo  # noqa: E402,F401

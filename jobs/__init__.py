@@ -1,0 +1,1 @@
+"""The RQ side of prefeed: queues, job functions (ids in, summaries out) and the pre-fork worker."""

@@ -1,0 +1,77 @@
+"""The process-wide pipeline a worker builds once, before forking, and every work horse inherits.
+
+``init`` runs in the worker parent: it configures the SQLAlchemy mappers, loads the model bundle and the item
+matrices. ``after_fork`` runs first thing in each child and drops (without closing) the database connections
+inherited from the parent, so parent and child never share a socket. A job that runs where ``init`` was never
+called (a plain ``rq worker``) initialises on first use: correct, but it pays the whole cost in every horse.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from sqlalchemy import event
+from sqlalchemy.orm import Mapper, configure_mappers
+
+from precompute.config import Settings
+from precompute.db import make_engine
+from precompute.pipeline import Pipeline
+from precompute.services import redis_client
+
+log = logging.getLogger(__name__)
+
+_pipeline: Pipeline | None = None
+_init_pid: int | None = None
+#: How many times mapper configuration actually ran in this process's lineage (inherited across fork).
+mapper_configurations = 0
+
+
+@event.listens_for(Mapper, "after_configured")
+def _count_configuration() -> None:
+    global mapper_configurations
+    mapper_configurations += 1
+
+
+def init(settings: Settings | None = None) -> Pipeline:
+    global _pipeline, _init_pid
+    settings = settings or Settings.from_env()
+    configure_mappers()
+    engine = make_engine(settings.database_url)
+    pipeline = Pipeline(settings, engine, redis_client(settings.redis_url))
+    pipeline.load()
+    _pipeline, _init_pid = pipeline, os.getpid()
+    log.info("pipeline ready in pid %s: bundle %s, %d items", os.getpid(), pipeline.bundle.version,
+             len(pipeline.items))
+    return pipeline
+
+
+def get() -> Pipeline:
+    return _pipeline if _pipeline is not None else init()
+
+
+def after_fork() -> None:
+    if _pipeline is not None:
+        _pipeline.engine.dispose(close=False)
+
+
+def refresh() -> None:
+    if _pipeline is not None:
+        _pipeline.refresh()
+
+
+def stats() -> dict:
+    """What a job reports about the process it ran in (used to prove init happened before the fork)."""
+    return {
+        "pid": os.getpid(),
+        "init_pid": _init_pid,
+        "bundle_loads": _pipeline.loads if _pipeline else 0,
+        "mapper_configurations": mapper_configurations,
+        "bundle_version": _pipeline.bundle.version if _pipeline and _pipeline.bundle else None,
+    }
+
+
+def reset() -> None:
+    """Forget the pipeline (tests)."""
+    global _pipeline, _init_pid
+    _pipeline, _init_pid = None, None

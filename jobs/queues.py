@@ -1,0 +1,51 @@
+"""Queues and enqueueing. Job payloads are JSON (RQ's JSONSerializer): plain ids and numbers, never pickles."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import redis
+from rq import Queue, Retry
+from rq.serializers import JSONSerializer
+
+from precompute import defaults
+from precompute.config import Settings
+from precompute.dirty import DirtyUsers
+from precompute.store import Keys
+
+RECOMPUTE = "jobs.tasks.recompute_users"
+DRAIN = "jobs.tasks.drain_dirty"
+
+
+def make_queue(settings: Settings, r: redis.Redis) -> Queue:
+    return Queue(settings.queue_name, connection=r, serializer=JSONSerializer,
+                 default_timeout=defaults.JOB_TIMEOUT_SECONDS)
+
+
+def retry() -> Retry:
+    return Retry(max=len(defaults.JOB_RETRY_INTERVALS), interval=list(defaults.JOB_RETRY_INTERVALS))
+
+
+def enqueue_batches(queue: Queue, user_ids: Iterable[int], batch_size: int) -> int:
+    """One job per ``batch_size`` users, enqueued in pipelined chunks; returns the number of jobs."""
+    ids = [int(u) for u in user_ids]
+    specs = [Queue.prepare_data(RECOMPUTE, args=(ids[i:i + batch_size],), retry=retry(), result_ttl=3600,
+                                failure_ttl=7 * 86400)
+             for i in range(0, len(ids), batch_size)]
+    for i in range(0, len(specs), 500):
+        queue.enqueue_many(specs[i:i + 500])
+    return len(specs)
+
+
+def notify_changed(settings: Settings, r: redis.Redis, user_ids: Iterable[int]) -> bool:
+    """Mark users dirty and make sure a drain job is waiting. True if this call enqueued it."""
+    dirty = DirtyUsers(r, Keys(settings.key_prefix))
+    dirty.mark(list(user_ids))
+    if dirty.try_flag_drain():
+        try:
+            make_queue(settings, r).enqueue(DRAIN, retry=retry(), result_ttl=600, failure_ttl=7 * 86400)
+        except BaseException:
+            dirty.clear_drain_flag()
+            raise
+        return True
+    return False

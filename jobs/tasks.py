@@ -1,0 +1,46 @@
+"""Job functions. Arguments are plain ids; failures raise (RQ records them and retries with backoff)."""
+
+from __future__ import annotations
+
+from rq import get_current_job
+
+from precompute.dirty import DirtyUsers
+from precompute.errors import InvalidInput
+
+from . import context, queues
+
+#: Batches one drain job processes before handing the rest to a fresh job, so a job stays short.
+DRAIN_MAX_BATCHES = 20
+
+
+def recompute_users(user_ids: list[int]) -> dict:
+    if not isinstance(user_ids, list) or not all(isinstance(u, int) and u > 0 for u in user_ids):
+        raise InvalidInput("recompute_users takes a list of positive integer user ids")
+    pipeline = context.get()
+    result = pipeline.recompute(user_ids).as_dict()
+    result["process"] = context.stats()
+    return result
+
+
+def drain_dirty() -> dict:
+    """Recompute users marked dirty by new events, a batch at a time, until none is due."""
+    pipeline = context.get()
+    settings = pipeline.settings
+    r = pipeline.store.r
+    dirty = DirtyUsers(r, pipeline.store.keys)
+    dirty.clear_drain_flag()          # events from now on enqueue another drain job: no wake-up is lost
+    users = batches = written = 0
+    while batches < DRAIN_MAX_BATCHES:
+        claimed, stamp = dirty.claim(settings.batch_size)
+        if not claimed:
+            break
+        result = pipeline.recompute(claimed)
+        dirty.complete(claimed, stamp)
+        users += result.users
+        written += result.written
+        batches += 1
+    else:
+        queues.notify_changed(settings, r, [])   # more due: hand over to a fresh job
+    job = get_current_job()
+    return {"users": users, "written": written, "batches": batches, "job": job.id if job else None,
+            "process": context.stats()}

@@ -1,0 +1,129 @@
+"""Versioned model bundles: the CatBoost model, the co-visitation neighbours and metadata, in one directory.
+
+    MODEL_DIR/CURRENT              the version in use (replaced atomically)
+    MODEL_DIR/<version>/model.cbm
+    MODEL_DIR/<version>/covisit.npz
+    MODEL_DIR/<version>/meta.json  format, feature names, checksums, training metrics
+
+A bundle is written to a temporary directory and renamed into place, and is checked (format, feature names and
+count, file checksums, model loads) before it is made current and whenever it is loaded. A bad bundle is refused
+with a ``BundleError``; workers keep the bundle they have.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .errors import BundleError
+from .features import FEATURE_NAMES
+
+BUNDLE_FORMAT = 1
+FILES = ("model.cbm", "covisit.npz")
+
+
+@dataclasses.dataclass
+class Bundle:
+    version: int
+    model: object            # catboost.CatBoost
+    pairs: dict[str, np.ndarray]
+    meta: dict
+
+
+def current_version(model_dir: Path) -> int | None:
+    """The version named by CURRENT, or None; a cheap read workers do between jobs."""
+    try:
+        return int((Path(model_dir) / "CURRENT").read_text().strip())
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise BundleError(f"{model_dir}/CURRENT is not a bundle version") from exc
+
+
+def write(model_dir: Path, model, pairs: dict[str, np.ndarray], meta: dict) -> int:
+    """Write a new bundle and return its version (not yet current)."""
+    model_dir = Path(model_dir)
+    model_dir.mkdir(parents=True, exist_ok=True)
+    version = int(time.strftime("%Y%m%d%H%M%S", time.gmtime()))
+    while (model_dir / str(version)).exists():
+        version += 1
+    tmp = Path(tempfile.mkdtemp(prefix=".incoming-", dir=model_dir))
+    try:
+        model.save_model(str(tmp / "model.cbm"))
+        np.savez(tmp / "covisit.npz", **pairs)
+        full = dict(meta, format=BUNDLE_FORMAT, version=version, feature_names=list(FEATURE_NAMES),
+                    n_features=len(FEATURE_NAMES), created_at=time.time(),
+                    sha256={name: _sha256(tmp / name) for name in FILES})
+        (tmp / "meta.json").write_text(json.dumps(full, indent=2))
+        os.replace(tmp, model_dir / str(version))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return version
+
+
+def promote(model_dir: Path, version: int) -> Bundle:
+    """Check bundle ``version`` fully, then make it current. Returns the loaded bundle."""
+    bundle = load(model_dir, version)
+    pointer = Path(model_dir) / "CURRENT"
+    tmp = pointer.with_suffix(".tmp")
+    tmp.write_text(f"{version}\n")
+    os.replace(tmp, pointer)
+    return bundle
+
+
+def load(model_dir: Path, version: int | None = None) -> Bundle:
+    from catboost import CatBoost, CatBoostError
+
+    model_dir = Path(model_dir)
+    if version is None:
+        version = current_version(model_dir)
+        if version is None:
+            raise BundleError(f"no current model bundle in {model_dir}; run `manage.py train` first")
+    path = model_dir / str(version)
+    try:
+        meta = json.loads((path / "meta.json").read_text())
+    except FileNotFoundError:
+        raise BundleError(f"model bundle {version} not found in {model_dir}") from None
+    except (OSError, ValueError) as exc:
+        raise BundleError(f"model bundle {version}: unreadable meta.json ({exc})") from None
+    if meta.get("format") != BUNDLE_FORMAT:
+        raise BundleError(f"model bundle {version}: format {meta.get('format')!r}, this prefeed reads "
+                          f"{BUNDLE_FORMAT}")
+    if meta.get("feature_names") != list(FEATURE_NAMES):
+        raise BundleError(f"model bundle {version}: built for {meta.get('n_features')} features "
+                          f"that differ from this prefeed's {len(FEATURE_NAMES)}; retrain")
+    for name in FILES:
+        try:
+            digest = _sha256(path / name)
+        except FileNotFoundError:
+            raise BundleError(f"model bundle {version}: {name} is missing") from None
+        if digest != meta.get("sha256", {}).get(name):
+            raise BundleError(f"model bundle {version}: {name} is truncated or altered (checksum mismatch)")
+    model = CatBoost()
+    try:
+        model.load_model(str(path / "model.cbm"))
+    except CatBoostError as exc:
+        raise BundleError(f"model bundle {version}: model.cbm does not load ({str(exc)[:120]})") from None
+    if model.feature_names_ is not None and len(model.feature_names_) != len(FEATURE_NAMES):
+        raise BundleError(f"model bundle {version}: model expects {len(model.feature_names_)} features, "
+                          f"features.py builds {len(FEATURE_NAMES)}")
+    with np.load(path / "covisit.npz") as npz:
+        pairs = {k: npz[k] for k in ("src", "dst", "weight")}
+    return Bundle(version=version, model=model, pairs=pairs, meta=meta)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

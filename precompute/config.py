@@ -1,0 +1,72 @@
+"""Settings: one object, built from the environment when the CLI, app or worker starts (never at import)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from . import defaults
+from .errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    database_url: str
+    redis_url: str | None            # None: the CLI starts an embedded Valkey server
+    model_dir: Path
+    admin_token: str | None = None
+    var_dir: Path = Path(defaults.VAR_DIR)
+    key_prefix: str = defaults.KEY_PREFIX
+    queue_name: str = defaults.QUEUE_NAME
+    max_candidates: int = defaults.MAX_CANDIDATES
+    feed_length: int = defaults.FEED_LENGTH
+    feed_ttl: int = defaults.FEED_TTL_SECONDS
+    batch_size: int = defaults.BATCH_SIZE
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides) -> Settings:
+        env = os.environ if env is None else env
+        var_dir = Path(env.get("PREFEED_VAR_DIR", defaults.VAR_DIR))
+        values = dict(
+            database_url=normalize_database_url(
+                env.get("DATABASE_URL") or f"sqlite:///{(var_dir / 'prefeed.db').as_posix()}"
+            ),
+            redis_url=env.get("REDIS_URL") or None,
+            model_dir=Path(env.get("MODEL_DIR") or var_dir / "models"),
+            admin_token=env.get("PREFEED_ADMIN_TOKEN") or None,
+            var_dir=var_dir,
+            key_prefix=env.get("PREFEED_KEY_PREFIX", defaults.KEY_PREFIX),
+            queue_name=env.get("PREFEED_QUEUE", defaults.QUEUE_NAME),
+            max_candidates=_int(env, "PREFEED_MAX_CANDIDATES", defaults.MAX_CANDIDATES),
+            feed_length=_int(env, "PREFEED_FEED_LENGTH", defaults.FEED_LENGTH),
+            feed_ttl=_int(env, "PREFEED_FEED_TTL", defaults.FEED_TTL_SECONDS),
+            batch_size=_int(env, "PREFEED_BATCH_SIZE", defaults.BATCH_SIZE),
+        )
+        values.update(overrides)
+        return cls(**values)
+
+    def with_redis(self, url: str) -> Settings:
+        return dataclasses.replace(self, redis_url=url)
+
+
+def normalize_database_url(url: str) -> str:
+    """Accept the usual ``postgresql://`` spelling and use psycopg 3 for it."""
+    for prefix in ("postgres://", "postgresql://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    return url
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+    if value <= 0:
+        raise ConfigError(f"{name} must be positive, got {value}")
+    return value

@@ -1,0 +1,58 @@
+"""Engine and session factories. Connections are created here and passed in; nothing connects at import."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from .errors import Unavailable
+from .models import Base
+
+
+def make_engine(url: str) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"timeout": 30})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
+
+
+def _sqlite_pragmas(dbapi_conn, _record) -> None:
+    # WAL lets the API read while a worker or the seeder writes; NORMAL sync is safe with WAL.
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.close()
+
+
+def session_factory(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+def init_db(engine: Engine) -> None:
+    try:
+        Base.metadata.create_all(engine)
+    except SQLAlchemyError as exc:
+        raise Unavailable("database", _short(exc)) from exc
+
+
+def ping(engine: Engine) -> None:
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except SQLAlchemyError as exc:
+        raise Unavailable("database", _short(exc)) from exc
+
+
+def _short(exc: BaseException) -> str:
+    """First line of a driver error, without the SQL or parameters it may carry."""
+    orig = getattr(exc, "orig", None) or exc
+    return str(orig).strip().splitlines()[0][:200] if str(orig).strip() else type(orig).__name__

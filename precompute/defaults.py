@@ -1,0 +1,54 @@
+"""Every tunable default in one place, with its unit. ``config.Settings`` reads overrides from the environment."""
+
+#: Where SQLite, model bundles and the embedded server's files live when nothing else is configured.
+VAR_DIR = "var"
+#: Prefix for every Redis key prefeed writes, so it can share a server with other applications.
+KEY_PREFIX = "prefeed:"
+#: RQ queue name.
+QUEUE_NAME = "prefeed"
+
+#: Candidates kept per user after union and filtering.
+MAX_CANDIDATES = 3000
+#: Ranked items stored per user in the feed value (8 bytes each).
+FEED_LENGTH = 1000
+#: Feed value time-to-live, seconds (7 days).
+FEED_TTL_SECONDS = 7 * 24 * 3600
+#: Users scored per RQ job (and per CatBoost predict call).
+BATCH_SIZE = 50
+#: Most recent events per user read for candidates and features.
+HISTORY_LIMIT = 500
+
+#: Candidate generation.
+COVISIT_RECENT_ITEMS = 20       # distinct most-recent items whose neighbours are pulled
+COVISIT_NEIGHBOURS = 50         # neighbours kept per item in the co-visitation index
+COVISIT_WINDOW = 5              # events apart within a session that count as co-visited
+SESSION_GAP_SECONDS = 30 * 60   # a gap longer than this starts a new session
+CATEGORY_POPULAR = 600          # popular items taken from each of the user's top categories
+USER_TOP_CATEGORIES = 3
+GLOBAL_POPULAR = 500
+
+#: Serving.
+PAGE_LIMIT_DEFAULT = 20
+PAGE_LIMIT_MAX = 100
+BOOST_EVERY = 4                 # at most one boosted item per this many feed slots
+BOOST_LOOKAHEAD = 100           # boosted items this far below the page may be lifted into it
+SEEN_RECENT_MAX = 500           # recent interactions kept per user for the live seen filter
+EVENTS_BATCH_MAX = 500          # events accepted in one POST /events
+REQUEST_BODY_MAX_BYTES = 1 << 20
+
+#: Dirty-user draining (event-driven recompute).
+DIRTY_LEASE_SECONDS = 60        # a claimed user becomes claimable again after this long
+DRAIN_FLAG_TTL_SECONDS = 30
+
+#: Jobs.
+JOB_TIMEOUT_SECONDS = 600
+JOB_RETRY_INTERVALS = (5, 30, 120)   # RQ Retry backoff, seconds
+ITEM_TABLE_MAX_AGE_SECONDS = 300     # workers reload item matrices between jobs after this long
+
+#: Training.
+TRAIN_ITERATIONS = 400
+TRAIN_DEPTH = 6
+TRAIN_LEARNING_RATE = 0.08
+TRAIN_USERS = 3000
+TRAIN_NEGATIVES = 100
+TRAIN_CUT_QUANTILE = 0.85

@@ -1,0 +1,72 @@
+"""Dirty users: who needs a recompute because their history changed.
+
+A sorted set maps user id → the time (ms) from which the user may be claimed. An event sets it to "now", so a
+burst of events for one user leaves one entry, i.e. one pending recompute. A drain job claims up to N users by
+pushing their time a lease into the future, recomputes them, then removes each one *only if* its time is still
+the one it claimed: a user who got a new event meanwhile stays dirty and is recomputed again. A job that dies
+loses nothing: its users become claimable again when the lease ends.
+"""
+
+from __future__ import annotations
+
+import time
+
+import redis
+
+from . import defaults
+from .store import Keys
+
+_CLAIM = """
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
+for _, uid in ipairs(due) do redis.call('ZADD', KEYS[1], ARGV[2], uid) end
+return due
+"""
+
+_COMPLETE = """
+local removed = 0
+for i = 2, #ARGV do
+  if redis.call('ZSCORE', KEYS[1], ARGV[i]) == ARGV[1] then
+    redis.call('ZREM', KEYS[1], ARGV[i]); removed = removed + 1
+  end
+end
+return removed
+"""
+
+
+def _ms() -> int:
+    return int(time.time() * 1000)
+
+
+class DirtyUsers:
+    def __init__(self, r: redis.Redis, keys: Keys, lease_seconds: int = defaults.DIRTY_LEASE_SECONDS) -> None:
+        self.r = r
+        self.keys = keys
+        self.lease_ms = lease_seconds * 1000
+        self._claim = r.register_script(_CLAIM)
+        self._complete = r.register_script(_COMPLETE)
+
+    def mark(self, user_ids, pipe=None) -> None:
+        if user_ids:
+            (pipe or self.r).zadd(self.keys.dirty, {str(int(u)): _ms() for u in user_ids})
+
+    def claim(self, n: int) -> tuple[list[int], int]:
+        """Up to ``n`` due users and the lease stamp to hand back to ``complete``."""
+        now = _ms()
+        stamp = now + self.lease_ms
+        due = self._claim(keys=[self.keys.dirty], args=[now, stamp, n])
+        return [int(u) for u in due], stamp
+
+    def complete(self, user_ids: list[int], stamp: int) -> int:
+        if not user_ids:
+            return 0
+        return int(self._complete(keys=[self.keys.dirty], args=[str(stamp), *[str(u) for u in user_ids]]))
+
+    def pending(self) -> int:
+        return int(self.r.zcard(self.keys.dirty))
+
+    def try_flag_drain(self) -> bool:
+        """True if the caller should enqueue a drain job: at most one is waiting in the queue at a time."""
+        return bool(self.r.set(self.keys.drain_flag, 1, nx=True, ex=defaults.DRAIN_FLAG_TTL_SECONDS))
+
+    def clear_drain_flag(self) -> None:
+        self.r.delete(self.keys.drain_flag)

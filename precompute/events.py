@@ -1,0 +1,66 @@
+"""Recording interaction events: one transaction that stores them and bumps each user's history version."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from sqlalchemy import Engine, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import SQLAlchemyError
+
+from .db import _short
+from .errors import NotFound, Unavailable
+from .models import Event, Item, User
+
+
+@dataclasses.dataclass(frozen=True)
+class NewEvent:
+    user_id: int
+    item_id: int
+    type: int
+    ts: float
+    client_event_id: str | None = None
+
+
+@dataclasses.dataclass
+class Recorded:
+    accepted: int                    # events stored now
+    duplicates: int                  # events skipped because their client_event_id was already stored
+    versions: dict[int, int]         # user id -> history version after this batch (users with new events)
+    seen: list[tuple[int, int, int]]  # (user_id, item_id, version) of the stored events
+
+
+def record(engine: Engine, events: list[NewEvent]) -> Recorded:
+    """Store ``events`` atomically; unknown item ids reject the whole batch (nothing is written)."""
+    insert = pg_insert if engine.dialect.name == "postgresql" else sqlite_insert
+    item_ids = sorted({e.item_id for e in events})
+    user_ids = sorted({e.user_id for e in events})
+    try:
+        with engine.begin() as conn:
+            found = set(conn.execute(select(Item.id).where(Item.id.in_(item_ids))).scalars())
+            missing = [i for i in item_ids if i not in found]
+            if missing:
+                raise NotFound(f"unknown item id(s): {', '.join(map(str, missing[:10]))}")
+            conn.execute(insert(User).values([{"id": u, "created_at": min(e.ts for e in events),
+                                               "history_version": 0} for u in user_ids])
+                         .on_conflict_do_nothing(index_elements=["id"]))
+            stored = conn.execute(
+                insert(Event).values([dataclasses.asdict(e) for e in events])
+                .on_conflict_do_nothing(index_elements=["client_event_id"])
+                .returning(Event.user_id, Event.item_id)
+            ).all()
+            per_user: dict[int, list[int]] = {}
+            for uid, iid in stored:
+                per_user.setdefault(uid, []).append(iid)
+            versions, seen = {}, []
+            for uid in sorted(per_user):      # fixed order: concurrent batches lock users alike, no deadlock
+                v = conn.execute(update(User).where(User.id == uid)
+                                 .values(history_version=User.history_version + len(per_user[uid]))
+                                 .returning(User.history_version)).scalar_one()
+                versions[uid] = int(v)
+                seen += [(uid, iid, int(v)) for iid in per_user[uid]]
+    except SQLAlchemyError as exc:
+        raise Unavailable("database", _short(exc)) from exc
+    return Recorded(accepted=len(stored), duplicates=len(events) - len(stored), versions=versions, seen=seen)
+

@@ -1,0 +1,135 @@
+"""The one feature function, used by both training and precompute.
+
+``build(items, hist, cand, now)`` returns a float32 matrix with one row per candidate and the columns named in
+``FEATURE_NAMES``. User-level quantities are computed once per user (length-B arrays) and broadcast to
+candidates by fancy-indexing; nothing loops over candidates in Python.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .candidates import FROM_CATEGORY, FROM_COVISIT, FROM_GLOBAL, TYPE_WEIGHT, Candidates
+from .history import Histories
+from .items import ItemTable
+
+DAY = 86400.0
+
+FEATURE_NAMES: tuple[str, ...] = (
+    # item (18)
+    "item_log_price", "item_price_vs_category", "item_age_days", "item_quality", "item_photos",
+    "item_seller_rating", "item_log_views", "item_log_clicks", "item_log_contacts", "item_log_purchases",
+    "item_click_rate", "item_contact_rate", "item_purchase_rate", "item_log_recent_views", "item_log_pop_rank",
+    "item_log_category_rank", "item_log_category_size", "item_category_global_share",
+    # user (14)
+    "user_log_events", "user_log_views", "user_log_clicks", "user_log_contacts", "user_log_purchases",
+    "user_log_distinct_items", "user_distinct_categories", "user_days_since_last", "user_days_since_first",
+    "user_events_24h", "user_events_7d", "user_click_rate", "user_mean_log_price", "user_std_log_price",
+    # user x item (16)
+    "ux_category_share", "ux_category_rank", "ux_days_since_category", "ux_log_category_contacts",
+    "ux_category_events_7d", "ux_price_diff", "ux_price_z", "ux_price_ratio", "ux_covisit_score",
+    "ux_log_covisit_score", "ux_covisit_count", "ux_covisit_norm", "ux_from_covisit", "ux_from_category",
+    "ux_from_global", "ux_n_sources",
+)
+N_FEATURES = len(FEATURE_NAMES)
+
+
+def build(items: ItemTable, hist: Histories, cand: Candidates, now: float) -> np.ndarray:
+    r = cand.rows
+    o = cand.owner
+    n_users, n_cat = len(hist), items.n_categories
+    out = np.empty((len(r), N_FEATURES), dtype=np.float32)
+    col = iter(range(N_FEATURES))
+
+    def put(values) -> None:
+        out[:, next(col)] = values
+
+    # ---- item -------------------------------------------------------------------------------------------
+    log_price = np.log1p(items.price[r])
+    views, clicks, contacts, purchases = (items.counts[r, t] for t in (1, 2, 3, 4))
+    cat = items.category[r]
+    put(log_price)
+    put(log_price - items.cat_log_price_mean[cat])
+    put((now - items.created_at[r]) / DAY)
+    put(items.quality[r])
+    put(items.photos[r])
+    put(items.seller_rating[r])
+    put(np.log1p(views))
+    put(np.log1p(clicks))
+    put(np.log1p(contacts))
+    put(np.log1p(purchases))
+    put((clicks + 1.0) / (views + 10.0))
+    put((contacts + 0.5) / (views + 10.0))
+    put((purchases + 0.2) / (views + 10.0))
+    put(np.log1p(items.recent_views[r]))
+    put(np.log1p(items.pop_rank[r]))
+    put(np.log1p(items.cat_rank[r]))
+    put(np.log1p(items.cat_size[cat]))
+    put(items.cat_share[cat])
+
+    # ---- user (length n_users, broadcast with [o]) ------------------------------------------------------
+    h_owner = hist.owner
+    known = hist.item_rows >= 0
+    h_rows = np.where(known, hist.item_rows, 0)
+    h_types = hist.types
+    by_type = [np.bincount(h_owner[h_types == t], minlength=n_users).astype(np.float64) for t in (1, 2, 3, 4)]
+    n_events = np.diff(hist.offsets).astype(np.float64)
+    pair = np.unique(h_owner[known] * len(items) + h_rows[known])
+    distinct_items = np.bincount(pair // len(items), minlength=n_users)
+    h_cat = items.category[h_rows]
+    cat_pair = np.unique(h_owner[known] * n_cat + h_cat[known])
+    distinct_cats = np.bincount(cat_pair // n_cat, minlength=n_users)
+    last_ts = np.full(n_users, -np.inf)
+    first_ts = np.full(n_users, np.inf)
+    np.maximum.at(last_ts, h_owner, hist.ts)
+    np.minimum.at(first_ts, h_owner, hist.ts)
+    has = n_events > 0
+    days_last = np.where(has, (now - last_ts) / DAY, 365.0)
+    days_first = np.where(has, (now - first_ts) / DAY, 0.0)
+    ev24 = np.bincount(h_owner[hist.ts >= now - DAY], minlength=n_users)
+    ev7 = np.bincount(h_owner[hist.ts >= now - 7 * DAY], minlength=n_users)
+    h_lp = np.log1p(items.price[h_rows])
+    k = np.maximum(np.bincount(h_owner[known], minlength=n_users), 1)
+    u_mean = np.bincount(h_owner[known], weights=h_lp[known], minlength=n_users) / k
+    u_sq = np.bincount(h_owner[known], weights=h_lp[known] ** 2, minlength=n_users) / k
+    u_std = np.sqrt(np.maximum(u_sq - u_mean ** 2, 0.0))
+    for values in (np.log1p(n_events), *(np.log1p(v) for v in by_type), np.log1p(distinct_items),
+                   distinct_cats, days_last, days_first, ev24, ev7,
+                   (by_type[1] + 1.0) / (by_type[0] + 10.0), u_mean, u_std):
+        put(values[o])
+
+    # ---- user x item ------------------------------------------------------------------------------------
+    w = TYPE_WEIGHT[h_types] * known
+    uc = np.bincount(h_owner * n_cat + h_cat, weights=w, minlength=n_users * n_cat).reshape(n_users, n_cat)
+    share = uc / np.maximum(uc.sum(axis=1, keepdims=True), 1e-9)
+    rank = np.argsort(np.argsort(-uc, axis=1, kind="stable"), axis=1, kind="stable")
+    rank = np.where(uc > 0, rank, n_cat)
+    uc_last = np.full(n_users * n_cat, -np.inf)
+    np.maximum.at(uc_last, (h_owner * n_cat + h_cat)[known], hist.ts[known])
+    uc_contacts = np.bincount((h_owner * n_cat + h_cat)[known & (h_types >= 3)], minlength=n_users * n_cat)
+    uc_week = np.bincount((h_owner * n_cat + h_cat)[known & (hist.ts >= now - 7 * DAY)],
+                          minlength=n_users * n_cat)
+    oc = o * n_cat + cat
+    put(share.ravel()[oc])
+    put(rank.ravel()[oc])
+    last_cat = uc_last[oc]
+    put(np.where(np.isfinite(last_cat), (now - last_cat) / DAY, 365.0))
+    put(np.log1p(uc_contacts[oc]))
+    put(uc_week[oc])
+    diff = log_price - u_mean[o]
+    put(np.where(has[o], diff, 0.0))
+    put(np.where(has[o], np.abs(diff) / (u_std[o] + 0.1), 0.0))
+    put(np.where(has[o], np.exp(diff), 1.0))
+    put(cand.cov_score)
+    put(np.log1p(cand.cov_score))
+    put(cand.cov_count)
+    top = np.zeros(n_users)
+    np.maximum.at(top, o, cand.cov_score)
+    put(cand.cov_score / np.maximum(top[o], 1e-9))
+    f = cand.flags
+    put((f & FROM_COVISIT) > 0)
+    put((f & FROM_CATEGORY) > 0)
+    put((f & FROM_GLOBAL) > 0)
+    put(((f & FROM_COVISIT) > 0).astype(np.int8) + ((f & FROM_CATEGORY) > 0) + ((f & FROM_GLOBAL) > 0))
+    assert next(col, None) is None, "FEATURE_NAMES and build() disagree"
+    return out

@@ -1,0 +1,126 @@
+"""Item matrices: every per-item quantity the candidate and feature code needs, as aligned numpy arrays.
+
+Built once per worker process (before fork) and shared copy-on-write by the work horses. Item ids map to rows
+through a dense lookup array, so translating thousands of ids is one fancy-index.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+from sqlalchemy import Engine, case, func, select
+
+from . import defaults
+from .models import Event, Item
+
+DAY = 86400.0
+#: Interaction weights used for popularity: views count least, purchases most.
+POPULARITY_WEIGHTS = np.array([0.0, 1.0, 3.0, 8.0, 12.0])
+
+
+@dataclasses.dataclass
+class ItemTable:
+    ids: np.ndarray            # int64, sorted
+    category: np.ndarray       # int64
+    price: np.ndarray          # float64
+    created_at: np.ndarray     # epoch s
+    active: np.ndarray         # bool
+    quality: np.ndarray
+    photos: np.ndarray
+    seller_rating: np.ndarray
+    counts: np.ndarray         # (n, 5) interactions by EventType value (column 0 unused)
+    recent_views: np.ndarray   # views in the 7 days before ``as_of``
+    as_of: float               # epoch s the statistics were taken at
+    loaded_at: float = dataclasses.field(default_factory=time.time)
+
+    def __post_init__(self) -> None:
+        n = len(self.ids)
+        self.row_of = np.full(int(self.ids.max(initial=0)) + 2, -1, dtype=np.int64)
+        self.row_of[self.ids] = np.arange(n)
+        self.n_categories = int(self.category.max(initial=0)) + 1
+        self.popularity = self.counts @ POPULARITY_WEIGHTS + 0.1 * self.recent_views
+        # Rank 0 = most popular; global and within-category.
+        order = np.lexsort((self.ids, -self.popularity))
+        self.pop_rank = np.empty(n, dtype=np.int64)
+        self.pop_rank[order] = np.arange(n)
+        cat_order = np.lexsort((self.ids, -self.popularity, self.category))
+        starts = np.searchsorted(self.category[cat_order], np.arange(self.n_categories))
+        self.cat_rank = np.empty(n, dtype=np.int64)
+        self.cat_rank[cat_order] = np.arange(n) - np.repeat(starts, np.bincount(self.category,
+                                                                                minlength=self.n_categories))
+        self.cat_size = np.bincount(self.category, minlength=self.n_categories).astype(np.float64)
+        cat_pop = np.bincount(self.category, weights=self.popularity, minlength=self.n_categories)
+        self.cat_share = cat_pop / max(cat_pop.sum(), 1e-9)
+        log_price = np.log1p(self.price)
+        self.cat_log_price_mean = np.bincount(self.category, weights=log_price, minlength=self.n_categories) \
+            / np.maximum(self.cat_size, 1)
+        # Popular active items: global list and per category, most popular first (rows, not ids).
+        active_order = order[self.active[order]]
+        self.global_popular = active_order[: defaults.GLOBAL_POPULAR]
+        cat_active = cat_order[self.active[cat_order]]
+        bounds = np.searchsorted(self.category[cat_active], np.arange(self.n_categories + 1))
+        self.category_popular = [cat_active[bounds[c]: bounds[c] + defaults.CATEGORY_POPULAR]
+                                 for c in range(self.n_categories)]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def rows(self, item_ids: np.ndarray) -> np.ndarray:
+        """Rows of ``item_ids``; -1 for ids this table does not know (e.g. listed after it was loaded)."""
+        item_ids = np.asarray(item_ids, dtype=np.int64)
+        out = np.full(len(item_ids), -1, dtype=np.int64)
+        ok = (item_ids >= 0) & (item_ids < len(self.row_of))
+        out[ok] = self.row_of[item_ids[ok]]
+        return out
+
+
+def load_item_table(engine: Engine, as_of: float | None = None) -> ItemTable:
+    """Items plus interaction statistics from events strictly before ``as_of`` (default: now).
+
+    Training passes its time cut as ``as_of`` so the statistics hold no future information; precompute uses now.
+    """
+    as_of = time.time() if as_of is None else as_of
+    with engine.connect() as conn:
+        items = conn.execute(
+            select(Item.id, Item.category, Item.price, Item.created_at, Item.active, Item.quality, Item.photos,
+                   Item.seller_rating).order_by(Item.id)
+        ).all()
+        stats = conn.execute(
+            select(
+                Event.item_id,
+                Event.type,
+                func.count(),
+                func.sum(case((Event.ts >= as_of - 7 * DAY, 1), else_=0)),
+            )
+            .where(Event.ts < as_of)
+            .group_by(Event.item_id, Event.type)
+        ).all()
+    cols = list(zip(*items)) if items else [[]] * 8
+    ids = np.asarray(cols[0], dtype=np.int64)
+    n = len(ids)
+    counts = np.zeros((n, 5), dtype=np.float64)
+    recent_views = np.zeros(n, dtype=np.float64)
+    if stats and n:
+        s = np.asarray(stats, dtype=np.float64)
+        row_of = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
+        row_of[ids] = np.arange(n)
+        rows = row_of[s[:, 0].astype(np.int64)]
+        types = s[:, 1].astype(np.int64)
+        np.add.at(counts, (rows, types), s[:, 2])
+        is_view = types == 1
+        np.add.at(recent_views, rows[is_view], s[is_view, 3])
+    return ItemTable(
+        ids=ids,
+        category=np.asarray(cols[1], dtype=np.int64),
+        price=np.asarray(cols[2], dtype=np.float64),
+        created_at=np.asarray(cols[3], dtype=np.float64),
+        active=np.asarray(cols[4], dtype=bool),
+        quality=np.asarray(cols[5], dtype=np.float64),
+        photos=np.asarray(cols[6], dtype=np.float64),
+        seller_rating=np.asarray(cols[7], dtype=np.float64),
+        counts=counts,
+        recent_views=recent_views,
+        as_of=as_of,
+    )

@@ -1,0 +1,136 @@
+"""The precompute pipeline: histories → candidates → features → CatBoost → feed values in Redis.
+
+A ``Pipeline`` holds what is expensive to build (model bundle, item matrices, co-visitation index). Workers build
+it once in the parent process before forking; ``refresh()`` picks up a newly promoted bundle or stale item
+matrices between jobs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+
+import numpy as np
+import redis
+from sqlalchemy import Engine
+
+from . import bundle as bundles
+from . import candidates, defaults, features, ranker
+from .config import Settings
+from .covisit import CoVisit, index_for
+from .errors import BundleError
+from .history import Histories, load_histories
+from .items import ItemTable, load_item_table
+from .store import FeedStore, Keys, encode
+
+log = logging.getLogger(__name__)
+STAGES = ("history", "candidates", "features", "model", "store")
+
+
+@dataclasses.dataclass
+class BatchResult:
+    users: int
+    written: int
+    kept_newer: int
+    scored_items: int
+    seconds: dict[str, float]
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class Pipeline:
+    def __init__(self, settings: Settings, engine: Engine, r: redis.Redis) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.store = FeedStore(r, Keys(settings.key_prefix), settings.feed_ttl)
+        self.bundle: bundles.Bundle | None = None
+        self.items: ItemTable | None = None
+        self.cov: CoVisit | None = None
+        self.loads = 0          # bundle + matrices loads in this process (a forked horse inherits the count)
+
+    # -- loading ----------------------------------------------------------------------------------------
+    def load(self) -> None:
+        """Load the current bundle and fresh item matrices, and publish the fallback popular lists."""
+        new_bundle = bundles.load(self.settings.model_dir)
+        self._install(new_bundle, load_item_table(self.engine))
+
+    def _install(self, new_bundle: bundles.Bundle, items: ItemTable) -> None:
+        self.cov = index_for(items, new_bundle.pairs)
+        self.bundle, self.items = new_bundle, items
+        self.loads += 1
+        self.store.publish_popular(items.ids[items.global_popular],
+                                   [items.ids[rows] for rows in items.category_popular])
+
+    def refresh(self) -> bool:
+        """Reload if a different bundle is current or the item matrices are older than their max age.
+
+        A bundle that fails its checks is logged and skipped: the pipeline keeps serving with the one it has.
+        Returns True when something was reloaded.
+        """
+        try:
+            version = bundles.current_version(self.settings.model_dir)
+        except BundleError as exc:
+            log.error("keeping bundle %s: %s", self.bundle and self.bundle.version, exc)
+            return False
+        stale = self.items is None or time.time() - self.items.loaded_at > defaults.ITEM_TABLE_MAX_AGE_SECONDS
+        if self.bundle is not None and version == self.bundle.version and not stale:
+            return False
+        try:
+            new_bundle = self.bundle if self.bundle and version == self.bundle.version else \
+                bundles.load(self.settings.model_dir, version)
+        except BundleError as exc:
+            if self.bundle is None:
+                raise
+            log.error("keeping bundle %s: %s", self.bundle.version, exc)
+            new_bundle = self.bundle
+            if not stale:
+                return False
+        self._install(new_bundle, load_item_table(self.engine))
+        log.info("loaded bundle %s and %d items", new_bundle.version, len(self.items))
+        return True
+
+    @property
+    def ready(self) -> bool:
+        return self.bundle is not None
+
+    # -- ranking ----------------------------------------------------------------------------------------
+    def rank(self, hist: Histories, now: float, seconds: dict[str, float]) -> tuple[candidates.Candidates,
+                                                                                    np.ndarray]:
+        """Candidates and their scores for a batch of histories, timing each stage into ``seconds``."""
+        if self.bundle is None:
+            raise BundleError("pipeline has no model bundle loaded")
+        t0 = time.perf_counter()
+        cand = candidates.for_batch(self.items, self.cov, hist, self.settings.max_candidates)
+        t1 = time.perf_counter()
+        X = features.build(self.items, hist, cand, now)
+        t2 = time.perf_counter()
+        scores = ranker.score(self.bundle.model, X) if len(X) else np.empty(0, dtype=np.float32)
+        t3 = time.perf_counter()
+        seconds["candidates"] += t1 - t0
+        seconds["features"] += t2 - t1
+        seconds["model"] += t3 - t2
+        return cand, scores
+
+    def recompute(self, user_ids: list[int]) -> BatchResult:
+        """Rank ``user_ids`` and write their feeds (version-guarded). One history query for the batch."""
+        seconds = dict.fromkeys(STAGES, 0.0)
+        t0 = time.perf_counter()
+        hist = load_histories(self.engine, user_ids, self.items)
+        seconds["history"] = time.perf_counter() - t0
+        now = time.time()
+        cand, scores = self.rank(hist, now, seconds)
+        t0 = time.perf_counter()
+        values = []
+        keep = self.settings.feed_length
+        for k, uid in enumerate(hist.user_ids):
+            a, b = cand.offsets[k], cand.offsets[k + 1]
+            s = scores[a:b]
+            top = np.argsort(-s, kind="stable")[:keep] if b - a > keep else np.argsort(-s, kind="stable")
+            values.append((int(uid), encode(self.items.ids[cand.rows[a:b][top]], s[top], int(hist.versions[k]),
+                                            now, self.bundle.version), int(hist.versions[k])))
+        written = self.store.write_many(values)
+        seconds["store"] = time.perf_counter() - t0
+        return BatchResult(users=len(values), written=sum(written), kept_newer=len(written) - sum(written),
+                           scored_items=int(len(scores)), seconds=seconds)

@@ -1,0 +1,147 @@
+"""Training the CatBoost ranker on a time split of the event log, and scoring with it.
+
+Labels: a candidate generated from a user's history before the cut is relevant if the user interacted with it
+after the cut, graded by the strongest interaction (view 1 … purchase 4). Validation users are held out entirely;
+NDCG@10 is reported for the model and for a popularity baseline on the same users, truth and cut.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+from sqlalchemy import Engine, select
+
+from . import candidates, covisit, defaults, features
+from .history import histories_from_arrays
+from .items import load_item_table
+from .models import Event
+
+
+@dataclasses.dataclass
+class TrainResult:
+    model: object
+    pairs: dict[str, np.ndarray]
+    metrics: dict
+
+
+def score(model, X: np.ndarray, thread_count: int = 1) -> np.ndarray:
+    """Raw ranking scores, higher is better. One thread: workers scale by process, not by thread."""
+    return np.asarray(model.predict(X, prediction_type="RawFormulaVal", thread_count=thread_count),
+                      dtype=np.float32)
+
+
+def load_events(engine: Engine) -> tuple[np.ndarray, ...]:
+    with engine.connect() as conn:
+        rows = conn.execute(select(Event.user_id, Event.item_id, Event.type, Event.ts)
+                            .order_by(Event.ts, Event.id)).all()
+    ev = np.asarray(rows, dtype=np.float64).reshape(-1, 4)
+    return ev[:, 0].astype(np.int64), ev[:, 1].astype(np.int64), ev[:, 2].astype(np.int64), ev[:, 3]
+
+
+def ndcg_at(k: int, ranked_rel: np.ndarray, ideal_rel: np.ndarray) -> float:
+    disc = 1.0 / np.log2(np.arange(2, k + 2))
+    gain = (2.0 ** ranked_rel[:k] - 1) @ disc[: len(ranked_rel[:k])]
+    ideal = np.sort(ideal_rel)[::-1][:k]
+    best = (2.0 ** ideal - 1) @ disc[: len(ideal)]
+    return float(gain / best) if best > 0 else 0.0
+
+
+def train(engine: Engine, *, iterations: int = defaults.TRAIN_ITERATIONS, depth: int = defaults.TRAIN_DEPTH,
+          users: int = defaults.TRAIN_USERS, negatives: int = defaults.TRAIN_NEGATIVES,
+          max_candidates: int = defaults.MAX_CANDIDATES, seed: int = 0,
+          progress: Callable[[str], None] = lambda msg: None) -> TrainResult:
+    from catboost import CatBoost, Pool
+
+    from .errors import InvalidInput
+
+    ev_user, ev_item, ev_type, ev_ts = load_events(engine)
+    if len(ev_user) < 100:
+        raise InvalidInput(f"only {len(ev_user)} events in the database; seed or collect more before training")
+    cut = float(np.quantile(ev_ts, defaults.TRAIN_CUT_QUANTILE))
+    pre = ev_ts < cut
+    progress(f"time split at {cut:.0f}: {pre.sum()} events before, {(~pre).sum()} after")
+    items = load_item_table(engine, as_of=cut)
+    pre_pairs = covisit.build_pairs(ev_user[pre], ev_item[pre], ev_ts[pre])
+    cov = covisit.index_for(items, pre_pairs)
+
+    # Truth: strongest post-cut interaction per (user, item row), excluding items seen before the cut.
+    span = len(items) + 1
+    post_code = ev_user[~pre] * span + items.rows(ev_item[~pre])
+    pre_code = np.unique(ev_user[pre] * span + items.rows(ev_item[pre]))
+    truth_code, inv = np.unique(post_code, return_inverse=True)
+    truth_rel = np.zeros(len(truth_code))
+    np.maximum.at(truth_rel, inv, ev_type[~pre].astype(np.float64))
+    fresh = ~np.isin(truth_code, pre_code)
+    truth_code, truth_rel = truth_code[fresh], truth_rel[fresh]
+
+    eligible = np.intersect1d(np.unique(ev_user[pre]), np.unique(truth_code // span))
+    if len(eligible) < 10:
+        raise InvalidInput("too few users with history on both sides of the time split to train")
+    rng = np.random.default_rng(seed)
+    chosen = rng.permutation(eligible)[:users]
+    n_valid = max(5, len(chosen) // 5)
+    valid_users, train_users = np.sort(chosen[:n_valid]), np.sort(chosen[n_valid:])
+
+    def examples(user_ids: np.ndarray):
+        hist = histories_from_arrays(user_ids, ev_user[pre], ev_item[pre], ev_type[pre], ev_ts[pre], items)
+        cand = candidates.for_batch(items, cov, hist, max_candidates)
+        X = features.build(items, hist, cand, now=cut)
+        code = hist.user_ids[cand.owner] * span + cand.rows
+        pos = np.searchsorted(truth_code, code)
+        pos = np.minimum(pos, len(truth_code) - 1)
+        rel = np.where(truth_code[pos] == code, truth_rel[pos], 0.0)
+        return hist, cand, X, rel
+
+    progress(f"building features for {len(train_users)} training users")
+    Xs, ys, gs = [], [], []
+    for start in range(0, len(train_users), 200):
+        hist, cand, X, rel = examples(train_users[start:start + 200])
+        owner = cand.owner
+        # All positives and a random sample of negatives per user keep the training set small.
+        noise = rng.random(len(rel))
+        neg_rank = np.zeros(len(rel))
+        for k in range(len(hist)):
+            a, b = cand.offsets[k], cand.offsets[k + 1]
+            neg_rank[a:b] = np.argsort(np.argsort(noise[a:b]))
+        keep = (rel > 0) | (neg_rank < negatives)
+        has_pos = np.bincount(owner[rel > 0], minlength=len(hist)) > 0
+        keep &= has_pos[owner]
+        Xs.append(X[keep]), ys.append(rel[keep]), gs.append(hist.user_ids[owner[keep]])
+    X_train, y_train, g_train = np.concatenate(Xs), np.concatenate(ys), np.concatenate(gs)
+    if not (y_train > 0).any():
+        raise InvalidInput("no training user has a relevant candidate; the log has too little structure to learn")
+    progress(f"training CatBoost YetiRank on {len(y_train)} rows x {X_train.shape[1]} features")
+    model = CatBoost(dict(loss_function="YetiRank", iterations=iterations, depth=depth,
+                          learning_rate=defaults.TRAIN_LEARNING_RATE, random_seed=seed, verbose=False,
+                          thread_count=-1, allow_writing_files=False))
+    model.fit(Pool(X_train, y_train, group_id=g_train, feature_names=list(features.FEATURE_NAMES)))
+
+    progress(f"validating on {len(valid_users)} held-out users")
+    hist, cand, X, rel = examples(valid_users)
+    pred = score(model, X, thread_count=-1)
+    model_ndcg, pop_ndcg = [], []
+    popular_active = np.argsort(-items.popularity, kind="stable")
+    popular_active = popular_active[items.active[popular_active]]
+    for k, uid in enumerate(hist.user_ids):
+        lo, hi = np.searchsorted(truth_code, [uid * span, (uid + 1) * span])
+        ideal = truth_rel[lo:hi]
+        a, b = cand.offsets[k], cand.offsets[k + 1]
+        order = np.argsort(-pred[a:b], kind="stable")
+        model_ndcg.append(ndcg_at(10, rel[a:b][order], ideal))
+        seen = hist.item_rows[hist.offsets[k]:hist.offsets[k + 1]]
+        head = popular_active[:10 + len(seen)]
+        top = head[~np.isin(head, seen)][:10]
+        tcode = uid * span + top
+        p = np.minimum(np.searchsorted(truth_code, tcode), len(truth_code) - 1)
+        pop_ndcg.append(ndcg_at(10, np.where(truth_code[p] == tcode, truth_rel[p], 0.0), ideal))
+
+    all_pairs = covisit.build_pairs(ev_user, ev_item, ev_ts)     # serving index uses the whole log
+    metrics = dict(ndcg10=float(np.mean(model_ndcg)), ndcg10_popular=float(np.mean(pop_ndcg)),
+                   valid_users=int(len(valid_users)), train_users=int(len(train_users)),
+                   train_rows=int(len(y_train)), iterations=iterations, depth=depth, cut=cut,
+                   events=int(len(ev_user)))
+    return TrainResult(model=model, pairs=all_pairs, metrics=metrics)
+
+

@@ -1,0 +1,146 @@
+"""A synthetic marketplace with real structure, so that ranking has signal to learn.
+
+- categories with power-law popularity and their own price level;
+- items in small clusters of related listings inside a category, with power-law appeal;
+- users with 1-3 interest categories, a favourite cluster in each, and a personal price level;
+- sessions that stay inside a cluster most of the time, which is what produces co-visitation;
+- clicks, contacts and purchases more likely when the price fits the user and the listing is good.
+
+Everything is generated with numpy in whole arrays; ``seed`` makes it reproducible.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+DAY = 86400.0
+
+
+@dataclasses.dataclass
+class Marketplace:
+    item_id: np.ndarray
+    item_category: np.ndarray
+    item_price: np.ndarray
+    item_created_at: np.ndarray
+    item_active: np.ndarray
+    item_quality: np.ndarray
+    item_photos: np.ndarray
+    item_seller_rating: np.ndarray
+    user_id: np.ndarray
+    user_created_at: np.ndarray
+    user_history_version: np.ndarray
+    event_user: np.ndarray      # sorted by ts
+    event_item: np.ndarray
+    event_type: np.ndarray
+    event_ts: np.ndarray
+
+
+class _Sampler:
+    """Draw items proportionally to ``weight`` within groups, vectorized: one searchsorted for all draws."""
+
+    def __init__(self, group: np.ndarray, weight: np.ndarray) -> None:
+        order = np.lexsort((np.arange(len(group)), group))
+        g, w = group[order], weight[order]
+        starts = np.r_[0, np.flatnonzero(np.diff(g)) + 1]
+        csum = np.cumsum(w)
+        base = np.repeat(np.r_[0.0, csum[starts[1:] - 1]], np.diff(np.r_[starts, len(g)]))
+        total = np.repeat(csum[np.r_[starts[1:] - 1, len(g) - 1]] - np.r_[0.0, csum[starts[1:] - 1]],
+                          np.diff(np.r_[starts, len(g)]))
+        # Position of each item on a line where group k occupies [k, k+1).
+        self._line = g.astype(np.float64) + (csum - base) / total
+        self._order = order
+        self.groups = np.unique(g)
+
+    def draw(self, group: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        target = group.astype(np.float64) + rng.random(len(group)) * (1 - 1e-12)
+        idx = np.searchsorted(self._line, target, side="right")
+        return self._order[np.minimum(idx, len(self._order) - 1)]
+
+
+def generate(n_users: int, n_items: int, n_events: int, seed: int = 0, now: float = 1.7e9) -> Marketplace:
+    rng = np.random.default_rng(seed)
+    n_cat = int(np.clip(n_items // 150, 4, 40))
+    cat_pop = 1.0 / np.arange(1, n_cat + 1) ** 1.1
+    cat_pop /= cat_pop.sum()
+    cat_log_price = rng.uniform(2.5, 7.5, n_cat)
+
+    # Items: every category gets at least one, the rest follow category popularity.
+    item_cat = np.r_[np.arange(min(n_cat, n_items)), rng.choice(n_cat, max(0, n_items - n_cat), p=cat_pop)]
+    item_cat = item_cat[:n_items].astype(np.int64)
+    quality = rng.beta(2.0, 2.0, n_items)
+    log_price = cat_log_price[item_cat] + rng.normal(0, 0.6, n_items)
+    appeal = (rng.pareto(1.3, n_items) + 1.0) * (0.4 + quality)
+    per_cat = np.bincount(item_cat, minlength=n_cat)
+    n_clusters = np.maximum(1, per_cat // 25)
+    cluster = item_cat * 10_000 + (rng.random(n_items) * n_clusters[item_cat]).astype(np.int64)
+    by_cat = _Sampler(item_cat, appeal)
+    by_cluster = _Sampler(cluster, appeal)
+
+    # Users: interests (weights 0.6/0.3/0.1 over up to three categories), a favourite cluster in each, price level.
+    n_interest = rng.integers(1, 4, n_users)
+    interests = rng.choice(n_cat, (n_users, 3), p=cat_pop)
+    fav_cluster = cluster[by_cat.draw(interests.ravel(), rng)].reshape(n_users, 3)
+    price_offset = rng.normal(0, 0.45, n_users)
+    activity = rng.lognormal(0, 1.0, n_users)
+
+    # Sessions, then events inside them.
+    lengths = rng.geometric(1 / 8, size=max(1, n_events // 4))
+    ends = np.cumsum(lengths)
+    n_sessions = int(np.searchsorted(ends, n_events) + 1)
+    lengths = lengths[:n_sessions].copy()
+    lengths[-1] -= ends[n_sessions - 1] - n_events
+    s_user = rng.choice(n_users, n_sessions, p=activity / activity.sum())
+    slot_w = np.array([0.6, 0.3, 0.1])
+    u = rng.random(n_sessions)
+    slot = np.where(u < slot_w[0], 0, np.where(u < slot_w[:2].sum(), 1, 2))
+    slot = np.minimum(slot, n_interest[s_user] - 1)
+    explore = rng.random(n_sessions) < 0.1
+    s_cat = np.where(explore, rng.choice(n_cat, n_sessions, p=cat_pop), interests[s_user, slot])
+    s_cluster = np.where(
+        (~explore) & (rng.random(n_sessions) < 0.5),
+        fav_cluster[s_user, slot],
+        cluster[by_cat.draw(s_cat, rng)],
+    )
+    s_start = now - rng.uniform(0, 30 * DAY, n_sessions)
+
+    sess = np.repeat(np.arange(n_sessions), lengths)
+    stay = rng.random(n_events) < 0.75
+    ev_item = np.empty(n_events, dtype=np.int64)
+    ev_item[stay] = by_cluster.draw(s_cluster[sess[stay]], rng)
+    ev_item[~stay] = by_cat.draw(s_cat[sess[~stay]], rng)
+    ev_user = s_user[sess]
+
+    fit = np.exp(-((log_price[ev_item] - cat_log_price[item_cat[ev_item]] - price_offset[ev_user]) ** 2) / 0.5)
+    strength = fit * (0.3 + quality[ev_item])
+    r = rng.random(n_events)
+    ev_type = np.ones(n_events, dtype=np.int64)
+    ev_type[r < 0.22 * strength] = 2
+    ev_type[r < 0.08 * strength] = 3
+    ev_type[r < 0.025 * strength] = 4
+
+    gaps = rng.exponential(45.0, n_events)
+    first = np.r_[0, np.cumsum(lengths)[:-1]]
+    csum = np.cumsum(gaps)
+    ev_ts = s_start[sess] + csum - np.repeat(csum[first], lengths)
+    order = np.argsort(ev_ts, kind="stable")
+
+    user_hist = np.bincount(ev_user, minlength=n_users)
+    return Marketplace(
+        item_id=np.arange(1, n_items + 1),
+        item_category=item_cat,
+        item_price=np.round(np.exp(log_price), 2),
+        item_created_at=now - rng.uniform(0, 120 * DAY, n_items),
+        item_active=rng.random(n_items) > 0.03,
+        item_quality=np.round(quality, 4),
+        item_photos=rng.integers(1, 11, n_items),
+        item_seller_rating=np.round(np.clip(rng.normal(4.2, 0.5, n_items), 1, 5), 2),
+        user_id=np.arange(1, n_users + 1),
+        user_created_at=now - rng.uniform(30 * DAY, 400 * DAY, n_users),
+        user_history_version=user_hist,
+        event_user=ev_user[order] + 1,
+        event_item=ev_item[order] + 1,
+        event_type=ev_type[order],
+        event_ts=np.round(ev_ts[order], 3),
+    )
