@@ -47,4 +47,10 @@ def _fallback(ctx, uid: int, limit: int, offset: int):
     top = cats[np.argsort(-counts, kind="stable")][: defaults.USER_TOP_CATEGORIES].tolist()
     if len(recent):
         notify_changed(ctx["settings"], ctx["redis"], [uid])
-    return ctx["live"].fallback(top, limit, offset, seen)
+    return ctx["live"].fallback(top, limit, offset, seen, lambda n: _newest(ctx, n))
+
+
+def _newest(ctx, n: int) -> list[int]:
+    with ctx["engine"].connect() as conn:
+        return list(conn.execute(select(Item.id).where(Item.active).order_by(Item.created_at.desc(), Item.id.desc())
+                                 .limit(n)).scalars())

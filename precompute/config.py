@@ -50,6 +50,25 @@ class Settings:
     def with_redis(self, url: str) -> Settings:
         return dataclasses.replace(self, redis_url=url)
 
+    def as_env(self) -> dict[str, str]:
+        """The environment that makes a child process (worker, API) build these same settings."""
+        env = {
+            "DATABASE_URL": self.database_url,
+            "MODEL_DIR": str(self.model_dir),
+            "PREFEED_VAR_DIR": str(self.var_dir),
+            "PREFEED_KEY_PREFIX": self.key_prefix,
+            "PREFEED_QUEUE": self.queue_name,
+            "PREFEED_MAX_CANDIDATES": str(self.max_candidates),
+            "PREFEED_FEED_LENGTH": str(self.feed_length),
+            "PREFEED_FEED_TTL": str(self.feed_ttl),
+            "PREFEED_BATCH_SIZE": str(self.batch_size),
+        }
+        if self.redis_url:
+            env["REDIS_URL"] = self.redis_url
+        if self.admin_token:
+            env["PREFEED_ADMIN_TOKEN"] = self.admin_token
+        return env
+
 
 def normalize_database_url(url: str) -> str:
     """Accept the usual ``postgresql://`` spelling and use psycopg 3 for it."""

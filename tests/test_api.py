@@ -1,0 +1,226 @@
+"""The HTTP contract: feed shape, live rules (boosts, deactivation, seen since precompute), fallback, and every
+bad-input case answered with a 4xx JSON error and nothing written."""
+
+import numpy as np
+import orjson
+import pytest
+from sqlalchemy import func, select
+
+from precompute.models import Event, User
+
+
+def _json(resp):
+    assert resp.mimetype == "application/json"
+    return orjson.loads(resp.data)
+
+
+def _feed(client, uid, **params):
+    resp = client.get(f"/feed/{uid}", query_string=params)
+    assert resp.status_code == 200, resp.data
+    return _json(resp)
+
+
+def _ids(body):
+    return [x["item_id"] for x in body["items"]]
+
+
+def test_precomputed_feed_contract_and_paging(client, pipeline, user_id):
+    pipeline.recompute([user_id])
+    body = _feed(client, user_id, limit=10)
+    assert body["source"] == "precomputed" and body["user_id"] == user_id
+    assert body["model_version"] == pipeline.bundle.version and body["computed_at"] > 0
+    assert len(body["items"]) == 10
+    assert set(body["items"][0]) == {"item_id", "score", "boosted"}
+    stored = pipeline.store.read(user_id)
+    assert _ids(body) == stored.items[:10].tolist()
+    page2 = _feed(client, user_id, limit=10, offset=10)
+    assert _ids(page2) == stored.items[10:20].tolist()
+
+
+def test_boosted_items_are_lifted_with_capped_density(client, pipeline, user_id, admin):
+    pipeline.recompute([user_id])
+    organic = pipeline.store.read(user_id).items.tolist()
+    # given six items from further down the user's ranked list are boosted
+    boosted = organic[30:36]
+    for k, item in enumerate(boosted):
+        resp = client.put(f"/boosts/{item}", json={"weight": 1.0 + k, "ttl_seconds": 600}, headers=admin)
+        assert resp.status_code == 200, resp.data
+    body = _feed(client, user_id, limit=20)
+    flags = [x["boosted"] for x in body["items"]]
+    # then the heaviest boost takes the first slot and no prefix holds more than n//4 + 1 boosted items
+    assert body["items"][0] == {**body["items"][0], "item_id": boosted[-1], "boosted": True}
+    for n in range(1, 21):
+        assert sum(flags[:n]) <= (n - 1) // 4 + 1
+    assert sum(flags) == 5 and {x["item_id"] for x in body["items"] if x["boosted"]} <= set(boosted)
+    # page 2 continues without repeating a lifted item
+    page2 = _feed(client, user_id, limit=20, offset=20)
+    assert not set(_ids(body)) & set(_ids(page2))
+    # when a boost is deleted, its item falls back to its organic place
+    assert client.delete(f"/boosts/{boosted[-1]}", headers=admin).status_code == 200
+    assert _feed(client, user_id, limit=20)["items"][0]["item_id"] != boosted[-1]
+
+
+def test_expired_boosts_are_ignored(client, pipeline, user_id, r, settings):
+    pipeline.recompute([user_id])
+    item = pipeline.store.read(user_id).items[25]
+    r.hset(f"{settings.key_prefix}boosts", str(item), "5.0:1.0")       # expired long ago
+    assert not any(x["boosted"] for x in _feed(client, user_id, limit=30)["items"])
+
+
+def test_deactivated_items_disappear_from_served_feeds_at_once(client, pipeline, user_id, admin, world):
+    pipeline.recompute([user_id])
+    first = _ids(_feed(client, user_id, limit=5))
+    resp = client.put(f"/items/{first[0]}", json={"active": False}, headers=admin)
+    assert resp.status_code == 200
+    try:
+        after = _ids(_feed(client, user_id, limit=5))
+        assert first[0] not in after and after[:4] == first[1:]
+    finally:
+        assert client.put(f"/items/{first[0]}", json={"active": True}, headers=admin).status_code == 200
+    assert _ids(_feed(client, user_id, limit=5)) == first
+
+
+def test_items_interacted_with_since_precompute_are_dropped(client, pipeline, user_id):
+    pipeline.recompute([user_id])
+    first = _ids(_feed(client, user_id, limit=5))
+    resp = client.post("/events", json={"user_id": user_id, "item_id": first[1], "type": "click"})
+    assert resp.status_code == 202 and _json(resp) == {"accepted": 1, "duplicates": 0}
+    assert first[1] not in _ids(_feed(client, user_id, limit=5))
+
+
+def test_user_without_feed_gets_fallback_and_a_recompute_is_scheduled(client, settings, r, user_id):
+    body = _feed(client, user_id, limit=10)
+    assert body["source"] == "fallback" and len(body["items"]) == 10
+    assert body["model_version"] is None
+    assert r.zscore(f"{settings.key_prefix}dirty", str(user_id)) is not None
+
+
+def test_unknown_user_gets_global_popular_fallback(client, pipeline):
+    body = _feed(client, 2_000_000_000, limit=5)
+    assert body["source"] == "fallback"
+    assert _ids(body) == pipeline.items.ids[pipeline.items.global_popular[:5]].tolist()
+
+
+def test_event_batches_and_idempotency(client, world, pipeline, user_id):
+    item = int(pipeline.items.ids[0])
+    batch = [{"user_id": user_id, "item_id": item, "type": t, "event_id": f"e-{user_id}-{t}"}
+             for t in ("view", "click", "contact")]
+    assert _json(client.post("/events", json=batch)) == {"accepted": 3, "duplicates": 0}
+    assert _json(client.post("/events", json=batch)) == {"accepted": 0, "duplicates": 3}
+    with world.engine.connect() as conn:
+        n = conn.execute(select(func.count()).select_from(Event)
+                         .where(Event.client_event_id.like(f"e-{user_id}-%"))).scalar()
+    assert n == 3
+
+
+def test_new_user_is_created_by_their_first_event(client, world, pipeline):
+    uid = 1_500_000_001
+    resp = client.post("/events", json={"user_id": uid, "item_id": int(pipeline.items.ids[0]), "type": "view"})
+    assert resp.status_code == 202
+    with world.engine.connect() as conn:
+        assert conn.execute(select(User.history_version).where(User.id == uid)).scalar() == 1
+
+
+BAD_FEED_REQUESTS = [
+    ("/feed/abc", 400), ("/feed/-1", 400), ("/feed/0", 400), ("/feed/1.5", 400), ("/feed/99999999999", 400),
+    ("/feed/1?limit=0", 400), ("/feed/1?limit=101", 400), ("/feed/1?limit=x", 400), ("/feed/1?offset=-1", 400),
+    ("/feed/1?offset=100000", 400), ("/nope", 404),
+]
+
+
+@pytest.mark.parametrize("url,status", BAD_FEED_REQUESTS)
+def test_bad_feed_requests_get_json_errors(client, url, status):
+    resp = client.get(url)
+    assert resp.status_code == status
+    assert isinstance(_json(resp)["error"], str)
+
+
+def _event_count(world):
+    with world.engine.connect() as conn:
+        return conn.execute(select(func.count()).select_from(Event)).scalar()
+
+
+@pytest.mark.parametrize("body,status", [
+    (b"{not json", 400),
+    (b"[]", 400),
+    (b'"a string"', 400),
+    (b'{"user_id": 1, "item_id": 1, "type": "like"}', 400),
+    (b'{"user_id": -1, "item_id": 1, "type": "view"}', 400),
+    (b'{"user_id": "1", "item_id": 1, "type": "view"}', 400),
+    (b'{"user_id": true, "item_id": 1, "type": "view"}', 400),
+    (b'{"user_id": 1, "item_id": 99999999999999999999, "type": "view"}', 400),
+    (b'{"user_id": 1, "item_id": 1, "type": "view", "ts": "yesterday"}', 400),
+    (b'{"user_id": 1, "item_id": 1, "type": "view", "ts": 1e300}', 400),
+    (b'{"user_id": 1, "item_id": 1, "type": "view", "extra": 1}', 400),
+    (b'{"user_id": 1, "item_id": 1, "type": "view", "event_id": 5}', 400),
+    (b'{"user_id": 1, "item_id": 1999999999, "type": "view"}', 404),
+    # one bad event rejects the whole batch: the good first event is not stored either
+    (b'[{"user_id": 1, "item_id": 1, "type": "view"}, {"user_id": 1, "item_id": 1, "type": "bad"}]', 400),
+    (b'[{"user_id": 1, "item_id": 1, "type": "view"}, {"user_id": 1, "item_id": 1999999999, "type": "view"}]',
+     404),
+])
+def test_bad_events_are_rejected_whole(client, world, body, status):
+    before = _event_count(world)
+    resp = client.post("/events", data=body, content_type="application/json")
+    assert resp.status_code == status, resp.data
+    assert _json(resp)["error"]
+    assert _event_count(world) == before
+
+
+def test_event_batch_cap_and_content_type(client, world):
+    too_many = [{"user_id": 1, "item_id": 1, "type": "view"}] * 501
+    resp = client.post("/events", json=too_many)
+    assert resp.status_code == 400 and "at most 500" in _json(resp)["error"]
+    resp = client.post("/events", data=b'{"user_id": 1, "item_id": 1, "type": "view"}', content_type="text/plain")
+    assert resp.status_code == 415 and _json(resp)["error"]
+    resp = client.post("/events", data=b"[" + b"0," * 600_000 + b"0]", content_type="application/json")
+    assert resp.status_code == 413 and _json(resp)["error"]
+
+
+@pytest.mark.parametrize("method,url,body", [
+    ("put", "/boosts/1", {"weight": 1.0, "ttl_seconds": 60}),
+    ("delete", "/boosts/1", None),
+    ("put", "/items/1", {"active": False}),
+])
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": "test-admin-token"}])
+def test_admin_endpoints_require_the_token(client, method, url, body, headers, r, settings):
+    resp = getattr(client, method)(url, json=body, headers=headers)
+    assert resp.status_code == 401 and _json(resp)["error"]
+    assert not r.exists(f"{settings.key_prefix}boosts") and not r.exists(f"{settings.key_prefix}inactive")
+
+
+@pytest.mark.parametrize("body", [{"weight": 0, "ttl_seconds": 60}, {"weight": -1}, {"weight": "x"},
+                                  {"weight": 1.0, "ttl_seconds": 0}, {"weight": 1.0, "ttl_seconds": 10**9},
+                                  {"weight": float("inf")}, {}])
+def test_bad_boosts_are_rejected(client, admin, body, r, settings):
+    resp = client.put("/boosts/1", data=orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
+                      if body.get("weight") != float("inf") else b'{"weight": 1e999}',
+                      content_type="application/json", headers=admin)
+    assert resp.status_code == 400 and _json(resp)["error"]
+    assert not r.exists(f"{settings.key_prefix}boosts")
+
+
+def test_boost_and_item_updates_on_unknown_items_are_404(client, admin):
+    assert client.put("/boosts/1999999999", json={"weight": 1.0}, headers=admin).status_code == 404
+    assert client.put("/items/1999999999", json={"active": False}, headers=admin).status_code == 404
+    assert client.put("/items/1", json={"active": "no"}, headers=admin).status_code == 400
+
+
+def test_healthz_reports_each_dependency(client):
+    body = _json(client.get("/healthz"))
+    assert body == {"status": "ok", "redis": "ok", "database": "ok"}
+
+
+def test_scores_in_the_feed_are_finite_numbers(client, pipeline, user_id):
+    pipeline.recompute([user_id])
+    scores = [x["score"] for x in _feed(client, user_id, limit=100)["items"]]
+    assert len(scores) == 100 and np.all(np.isfinite(scores))
+
+
+def test_fallback_uses_popular_lists_once_a_worker_published_them(client, pipeline, user_id):
+    body = _feed(client, user_id, limit=10)
+    assert body["source"] == "fallback"
+    popular = set(pipeline.items.ids[pipeline.items.global_popular].tolist())
+    for rows in pipeline.items.category_popular:
+        popular |= set(pipeline.items.ids[rows].tolist())
+    assert set(_ids(body)) <= popular
