@@ -1,0 +1,70 @@
+"""manage.py: expected failures are one line on stderr with a non-zero exit, never a traceback."""
+
+import dataclasses
+
+import pytest
+
+from tests.conftest import manage
+
+
+def _one_line_error(done, code, fragment):
+    assert done.returncode == code, (done.returncode, done.stderr)
+    lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert lines and lines[-1].startswith("error: ") and fragment in lines[-1], done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["precompute"], "either --all or"),
+    (["precompute", "--all", "--user", "3"], "either --all or"),
+    (["precompute", "--user", "0"], "--user"),
+    (["seed", "--users", "0"], "--users"),
+    (["worker", "--workers", "x"], "--workers"),
+    (["no-such-command"], "No such command"),
+])
+def test_bad_arguments(settings, args, fragment):
+    _one_line_error(manage(settings, *args), 2, fragment)
+
+
+def test_unreachable_redis(settings):
+    bad = dataclasses.replace(settings, redis_url="redis://127.0.0.1:1/0")
+    _one_line_error(manage(bad, "precompute", "--all"), 4, "redis is unavailable")
+
+
+def test_unreachable_database(settings):
+    bad = dataclasses.replace(settings, database_url="postgresql+psycopg://nobody@127.0.0.1:1/none")
+    _one_line_error(manage(bad, "init-db"), 4, "database is unavailable")
+
+
+def test_missing_model_bundle(settings, tmp_path):
+    bad = dataclasses.replace(settings, model_dir=tmp_path / "empty")
+    _one_line_error(manage(bad, "precompute", "--user", "1", "--inline"), 3, "no current model bundle")
+
+
+def test_seed_refuses_to_mix_marketplaces(settings):
+    _one_line_error(manage(settings, "seed", "--users", "10", "--items", "10", "--events", "10"), 2, "--reset")
+
+
+def test_train_on_an_empty_database(settings, tmp_path):
+    empty = dataclasses.replace(settings, database_url=f"sqlite:///{tmp_path / 'empty.db'}")
+    _one_line_error(manage(empty, "train"), 2, "events in the database")
+
+
+def test_precompute_inline(settings, r):
+    done = manage(settings, "precompute", "--user", "5", "--user", "6", "--inline")
+    assert done.returncode == 0, done.stderr
+    assert "2 feeds written" in done.stdout
+    assert r.exists(f"{settings.key_prefix}feed:5")
+
+
+def test_seed_train_and_requeue_on_a_fresh_database(settings, tmp_path):
+    fresh = dataclasses.replace(settings, database_url=f"sqlite:///{tmp_path / 'fresh.db'}",
+                                model_dir=tmp_path / "models")
+    done = manage(fresh, "seed", "--users", "200", "--items", "300", "--events", "20000", "--seed", "3")
+    assert done.returncode == 0, done.stderr
+    done = manage(fresh, "train", "--iterations", "20", "--users", "150")
+    assert done.returncode == 0, done.stderr
+    assert "validation NDCG@10: model" in done.stdout and "popularity baseline" in done.stdout
+    assert "is current" in done.stdout
+    done = manage(fresh, "requeue-failed")
+    assert done.returncode == 0 and "requeued 0 failed jobs" in done.stdout

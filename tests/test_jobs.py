@@ -1,0 +1,134 @@
+"""The job path through real RQ workers (``manage.py worker --burst``, forking work horses): batch precompute,
+event coalescing, pre-fork initialisation and picking up a new bundle without a restart."""
+
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+from rq.job import Job
+from rq.serializers import JSONSerializer
+
+from jobs.queues import enqueue_batches, make_queue, notify_changed
+from precompute import bundle
+from precompute.dirty import DirtyUsers
+from precompute.store import FeedStore, Keys
+from tests.conftest import ROOT, manage
+
+
+def _results(r, queue):
+    ids = queue.finished_job_registry.get_job_ids()
+    return [Job.fetch(i, connection=r, serializer=JSONSerializer).return_value() for i in ids]
+
+
+def test_batches_are_computed_by_a_real_forking_worker(settings, r, world):
+    users = list(range(200, 260))
+    queue = make_queue(settings, r)
+    assert enqueue_batches(queue, users, batch_size=25) == 3
+    done = manage(settings, "worker", "--burst")
+    assert done.returncode == 0, done.stderr
+    store = FeedStore(r, Keys(settings.key_prefix))
+    assert all(store.read(u) is not None for u in users)
+    assert queue.failed_job_registry.count == 0
+    results = _results(r, queue)
+    assert sorted(res["users"] for res in results) == [10, 25, 25]
+
+
+def test_work_horses_inherit_init_instead_of_repeating_it(settings, r):
+    queue = make_queue(settings, r)
+    enqueue_batches(queue, [1, 2, 3, 4], batch_size=1)
+    done = manage(settings, "worker", "--burst")
+    assert done.returncode == 0, done.stderr
+    procs = [res["process"] for res in _results(r, queue)]
+    assert len(procs) == 4
+    parent = {p["init_pid"] for p in procs}
+    assert len(parent) == 1, "one parent initialised"
+    for p in procs:
+        # each job ran in its own forked horse, which neither reloaded the bundle nor configured mappers again
+        assert p["pid"] != p["init_pid"]
+        assert p["bundle_loads"] == 1
+        assert p["mapper_configurations"] == 1
+    assert len({p["pid"] for p in procs}) == 4
+
+
+def test_a_burst_of_events_for_one_user_yields_one_pending_recompute(client, settings, r, pipeline, user_id):
+    queue = make_queue(settings, r)
+    item = int(pipeline.items.ids[3])
+    for k in range(20):
+        resp = client.post("/events", json={"user_id": user_id, "item_id": item, "type": "view"})
+        assert resp.status_code == 202
+    assert DirtyUsers(r, Keys(settings.key_prefix)).pending() == 1
+    assert queue.count == 1
+    done = manage(settings, "worker", "--burst")
+    assert done.returncode == 0, done.stderr
+    assert DirtyUsers(r, Keys(settings.key_prefix)).pending() == 0
+    feed = FeedStore(r, Keys(settings.key_prefix)).read(user_id)
+    from sqlalchemy import select
+    from precompute.models import User
+    with pipeline.engine.connect() as conn:
+        version = conn.execute(select(User.history_version).where(User.id == user_id)).scalar()
+    assert feed.header.history_version == version
+
+
+def test_events_for_many_users_are_drained_in_batches(settings, r, pipeline):
+    users = list(range(120, 170))
+    notify_changed(settings, r, users)
+    queue = make_queue(settings, r)
+    assert queue.count == 1
+    done = manage(settings, "worker", "--burst")
+    assert done.returncode == 0, done.stderr
+    res = _results(r, queue)
+    assert sum(x["users"] for x in res) == 50 and max(x["batches"] for x in res) >= 2
+    store = FeedStore(r, Keys(settings.key_prefix))
+    assert all(store.read(u) is not None for u in users)
+
+
+def test_a_user_marked_again_while_claimed_stays_dirty(settings, r):
+    dirty = DirtyUsers(r, Keys(settings.key_prefix))
+    dirty.mark([7, 8])
+    claimed, stamp = dirty.claim(10)
+    assert sorted(claimed) == [7, 8]
+    assert dirty.claim(10)[0] == []             # leased: nobody else takes them
+    time.sleep(0.002)
+    dirty.mark([8])                             # a new event for 8 while it is being computed
+    assert dirty.complete(claimed, stamp) == 1
+    assert dirty.claim(10)[0] == [8]
+
+
+@pytest.mark.timeout(120)
+def test_a_running_worker_picks_up_a_new_bundle_between_jobs(settings, r, world):
+    env_proc = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "worker"], cwd=ROOT,
+                                env={**_clean_env(), **settings.as_env()},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    queue = make_queue(settings, r)
+    new = world.version + 77_000_000
+    try:
+        first = _run_one(queue, r, [1])
+        assert first["process"]["bundle_version"] == world.version
+        shutil.copytree(settings.model_dir / str(world.version), settings.model_dir / str(new))
+        bundle.promote(settings.model_dir, new)
+        second = _run_one(queue, r, [2])
+        assert second["process"]["bundle_version"] == new
+        assert second["process"]["pid"] != first["process"]["pid"]
+    finally:
+        bundle.promote(settings.model_dir, world.version)
+        env_proc.terminate()
+        env_proc.wait(timeout=30)
+
+
+def _run_one(queue, r, users):
+    job = queue.enqueue("jobs.tasks.recompute_users", users)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        job.refresh()
+        if job.is_finished:
+            return job.return_value()
+        assert not job.is_failed, job.latest_result().exc_string if job.latest_result() else "failed"
+        time.sleep(0.1)
+    raise AssertionError("job did not finish")
+
+
+def _clean_env():
+    import os
+    return {k: v for k, v in os.environ.items() if not k.startswith(("PREFEED_", "REDIS_URL", "DATABASE_URL"))}
