@@ -98,9 +98,12 @@ def load(model_dir: Path, version: int | None = None) -> Bundle:
     if meta.get("format") != BUNDLE_FORMAT:
         raise BundleError(f"model bundle {version}: format {meta.get('format')!r}, this prefeed reads "
                           f"{BUNDLE_FORMAT}")
-    if meta.get("feature_names") != list(FEATURE_NAMES):
-        raise BundleError(f"model bundle {version}: built for {meta.get('n_features')} features "
-                          f"that differ from this prefeed's {len(FEATURE_NAMES)}; retrain")
+    names = meta.get("feature_names")
+    if names != list(FEATURE_NAMES):
+        detail = (f"{len(names)} features, this prefeed builds {len(FEATURE_NAMES)}"
+                  if isinstance(names, list) and len(names) != len(FEATURE_NAMES)
+                  else "the same number of features in a different order or with other names")
+        raise BundleError(f"model bundle {version} was built for a different feature set ({detail}); retrain")
     for name in FILES:
         try:
             digest = _sha256(path / name)

@@ -16,11 +16,10 @@ from .items import ItemTable
 DAY = 86400.0
 
 FEATURE_NAMES: tuple[str, ...] = (
-    # item (18)
-    "item_log_price", "item_price_vs_category", "item_age_days", "item_quality", "item_photos",
-    "item_seller_rating", "item_log_views", "item_log_clicks", "item_log_contacts", "item_log_purchases",
+    # item (18): 17 static ones precomputed per item (``ItemTable.static_features``), then the age
+    "item_log_price", "item_price_vs_category", "item_quality", "item_photos", "item_seller_rating", "item_log_views", "item_log_clicks", "item_log_contacts", "item_log_purchases",
     "item_click_rate", "item_contact_rate", "item_purchase_rate", "item_log_recent_views", "item_log_pop_rank",
-    "item_log_category_rank", "item_log_category_size", "item_category_global_share",
+    "item_log_category_rank", "item_log_category_size", "item_category_global_share", "item_age_days",
     # user (14)
     "user_log_events", "user_log_views", "user_log_clicks", "user_log_contacts", "user_log_purchases",
     "user_log_distinct_items", "user_distinct_categories", "user_days_since_last", "user_days_since_first",
@@ -32,40 +31,26 @@ FEATURE_NAMES: tuple[str, ...] = (
     "ux_from_global", "ux_n_sources",
 )
 N_FEATURES = len(FEATURE_NAMES)
+ITEM_STATIC = 17
 
 
 def build(items: ItemTable, hist: Histories, cand: Candidates, now: float) -> np.ndarray:
     r = cand.rows
     o = cand.owner
     n_users, n_cat = len(hist), items.n_categories
-    out = np.empty((len(r), N_FEATURES), dtype=np.float32)
-    col = iter(range(N_FEATURES))
+    # Column-major: each feature is written as one contiguous column, and CatBoost builds its Pool from a
+    # Fortran-ordered float32 matrix without copying (C order costs it a transposing copy larger than the predict).
+    out = np.empty((len(r), N_FEATURES), dtype=np.float32, order="F")
 
     def put(values) -> None:
         out[:, next(col)] = values
 
-    # ---- item -------------------------------------------------------------------------------------------
-    log_price = np.log1p(items.price[r])
-    views, clicks, contacts, purchases = (items.counts[r, t] for t in (1, 2, 3, 4))
+    # ---- item: one gather from the table's precomputed block, plus the clock-dependent age -----------------
+    out[:, :ITEM_STATIC] = items.static_features()[r]
+    out[:, ITEM_STATIC] = (now - items.created_at[r]) / DAY
+    col = iter(range(ITEM_STATIC + 1, N_FEATURES))
+    log_price = items.log_price[r]
     cat = items.category[r]
-    put(log_price)
-    put(log_price - items.cat_log_price_mean[cat])
-    put((now - items.created_at[r]) / DAY)
-    put(items.quality[r])
-    put(items.photos[r])
-    put(items.seller_rating[r])
-    put(np.log1p(views))
-    put(np.log1p(clicks))
-    put(np.log1p(contacts))
-    put(np.log1p(purchases))
-    put((clicks + 1.0) / (views + 10.0))
-    put((contacts + 0.5) / (views + 10.0))
-    put((purchases + 0.2) / (views + 10.0))
-    put(np.log1p(items.recent_views[r]))
-    put(np.log1p(items.pop_rank[r]))
-    put(np.log1p(items.cat_rank[r]))
-    put(np.log1p(items.cat_size[cat]))
-    put(items.cat_share[cat])
 
     # ---- user (length n_users, broadcast with [o]) ------------------------------------------------------
     h_owner = hist.owner

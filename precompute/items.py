@@ -53,7 +53,9 @@ class ItemTable:
         self.cat_size = np.bincount(self.category, minlength=self.n_categories).astype(np.float64)
         cat_pop = np.bincount(self.category, weights=self.popularity, minlength=self.n_categories)
         self.cat_share = cat_pop / max(cat_pop.sum(), 1e-9)
-        log_price = np.log1p(self.price)
+        self._static: np.ndarray | None = None
+        self._mark = np.zeros(n, dtype=bool)     # scratch for O(n) membership tests, always left all-False
+        log_price = self.log_price = np.log1p(self.price)
         self.cat_log_price_mean = np.bincount(self.category, weights=log_price, minlength=self.n_categories) \
             / np.maximum(self.cat_size, 1)
         # Popular active items: global list and per category, most popular first (rows, not ids).
@@ -63,6 +65,23 @@ class ItemTable:
         bounds = np.searchsorted(self.category[cat_active], np.arange(self.n_categories + 1))
         self.category_popular = [cat_active[bounds[c]: bounds[c] + defaults.CATEGORY_POPULAR]
                                  for c in range(self.n_categories)]
+
+    def static_features(self) -> np.ndarray:
+        """The 17 per-item features that do not depend on the user or the clock, as float32 rows (computed once
+        per table; ``features.build`` gathers rows of it). Column order follows ``features.FEATURE_NAMES``."""
+        if self._static is None:
+            views, clicks, contacts, purchases = (self.counts[:, t] for t in (1, 2, 3, 4))
+            cols = [
+                self.log_price,
+                self.log_price - self.cat_log_price_mean[self.category],
+                self.quality, self.photos, self.seller_rating,
+                np.log1p(views), np.log1p(clicks), np.log1p(contacts), np.log1p(purchases),
+                (clicks + 1.0) / (views + 10.0), (contacts + 0.5) / (views + 10.0), (purchases + 0.2) / (views + 10.0),
+                np.log1p(self.recent_views), np.log1p(self.pop_rank), np.log1p(self.cat_rank),
+                np.log1p(self.cat_size[self.category]), self.cat_share[self.category],
+            ]
+            self._static = np.ascontiguousarray(np.column_stack(cols), dtype=np.float32)
+        return self._static
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -103,7 +122,7 @@ def load_item_table(engine: Engine, as_of: float | None = None) -> ItemTable:
     counts = np.zeros((n, 5), dtype=np.float64)
     recent_views = np.zeros(n, dtype=np.float64)
     if stats and n:
-        s = np.asarray(stats, dtype=np.float64)
+        s = np.column_stack([np.array(c, dtype=np.float64) for c in zip(*stats)])
         row_of = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
         row_of[ids] = np.arange(n)
         rows = row_of[s[:, 0].astype(np.int64)]

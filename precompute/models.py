@@ -52,7 +52,9 @@ class User(Base):
 
 class Event(Base):
     __tablename__ = "events"
-    __table_args__ = (Index("ix_events_user_ts", "user_id", "ts"), Index("ix_events_item_type", "item_id", "type"))
+    # Covering index for history reads: a user's newest events come from the index alone, no table lookups.
+    __table_args__ = (Index("ix_events_user_ts", "user_id", "ts", "id", "item_id", "type"),
+                      Index("ix_events_item_type", "item_id", "type"))
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     user_id: Mapped[int] = mapped_column(Integer, ForeignKey("users.id"))

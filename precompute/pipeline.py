@@ -126,7 +126,11 @@ class Pipeline:
         for k, uid in enumerate(hist.user_ids):
             a, b = cand.offsets[k], cand.offsets[k + 1]
             s = scores[a:b]
-            top = np.argsort(-s, kind="stable")[:keep]
+            if b - a > keep:                       # partial selection first: only the kept items are sorted
+                part = np.argpartition(-s, keep - 1)[:keep]
+                top = part[np.argsort(-s[part], kind="stable")]
+            else:
+                top = np.argsort(-s, kind="stable")
             version = int(hist.versions[k])
             values.append((int(uid), encode(self.items.ids[cand.rows[a:b][top]], s[top], version, now,
                                             self.bundle.version), version))
