@@ -16,7 +16,7 @@ FEED_TTL_SECONDS = 7 * 24 * 3600
 #: Users scored per RQ job (and per CatBoost predict call).
 BATCH_SIZE = 50
 #: Most recent events per user read for candidates and features.
-HISTORY_LIMIT = 500
+HISTORY_LIMIT = 300
 
 #: Candidate generation.
 COVISIT_RECENT_ITEMS = 20       # distinct most-recent items whose neighbours are pulled
@@ -46,9 +46,9 @@ JOB_RETRY_INTERVALS = (5, 30, 120)   # RQ Retry backoff, seconds
 ITEM_TABLE_MAX_AGE_SECONDS = 300     # workers reload item matrices between jobs after this long
 
 #: Training.
-TRAIN_ITERATIONS = 400
+TRAIN_ITERATIONS = 1000
 TRAIN_DEPTH = 6
-TRAIN_LEARNING_RATE = 0.08
+TRAIN_LEARNING_RATE = 0.05
 TRAIN_USERS = 3000
 TRAIN_NEGATIVES = 100
 TRAIN_CUT_QUANTILE = 0.85

@@ -32,6 +32,8 @@ FEATURE_NAMES: tuple[str, ...] = (
 )
 N_FEATURES = len(FEATURE_NAMES)
 ITEM_STATIC = 17
+_FLAG_TABLE = np.array([[(f & FROM_COVISIT) > 0, (f & FROM_CATEGORY) > 0, (f & FROM_GLOBAL) > 0, bin(f).count("1")]
+                        for f in range(8)], dtype=np.float32)
 
 
 def build(items: ItemTable, hist: Histories, cand: Candidates, now: float) -> np.ndarray:
@@ -46,7 +48,7 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float) -> np
         out[:, next(col)] = values
 
     # ---- item: one gather from the table's precomputed block, plus the clock-dependent age -----------------
-    out[:, :ITEM_STATIC] = items.static_features()[r]
+    _gather(out, 0, items.static_features(), r)
     out[:, ITEM_STATIC] = (now - items.created_at[r]) / DAY
     col = iter(range(ITEM_STATIC + 1, N_FEATURES))
     log_price = items.log_price[r]
@@ -64,11 +66,11 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float) -> np
     h_cat = items.category[h_rows]
     cat_pair = np.unique(h_owner[known] * n_cat + h_cat[known])
     distinct_cats = np.bincount(cat_pair // n_cat, minlength=n_users)
-    last_ts = np.full(n_users, -np.inf)
-    first_ts = np.full(n_users, np.inf)
-    np.maximum.at(last_ts, h_owner, hist.ts)
-    np.minimum.at(first_ts, h_owner, hist.ts)
     has = n_events > 0
+    # Histories are oldest first within each user: first and last events sit at the segment ends.
+    last_ts = np.where(has, hist.ts[np.maximum(hist.offsets[1:] - 1, 0)] if len(hist.ts) else 0.0, -np.inf)
+    first_ts = np.where(has, hist.ts[np.minimum(hist.offsets[:-1], max(len(hist.ts) - 1, 0))]
+                        if len(hist.ts) else 0.0, np.inf)
     days_last = np.where(has, (now - last_ts) / DAY, 365.0)
     days_first = np.where(has, (now - first_ts) / DAY, 0.0)
     ev24 = np.bincount(h_owner[hist.ts >= now - DAY], minlength=n_users)
@@ -78,10 +80,13 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float) -> np
     u_mean = np.bincount(h_owner[known], weights=h_lp[known], minlength=n_users) / k
     u_sq = np.bincount(h_owner[known], weights=h_lp[known] ** 2, minlength=n_users) / k
     u_std = np.sqrt(np.maximum(u_sq - u_mean ** 2, 0.0))
-    for values in (np.log1p(n_events), *(np.log1p(v) for v in by_type), np.log1p(distinct_items),
-                   distinct_cats, days_last, days_first, ev24, ev7,
-                   (by_type[1] + 1.0) / (by_type[0] + 10.0), u_mean, u_std):
-        put(values[o])
+    user_table = np.column_stack([
+        np.log1p(n_events), *(np.log1p(v) for v in by_type), np.log1p(distinct_items), distinct_cats, days_last,
+        days_first, ev24, ev7, (by_type[1] + 1.0) / (by_type[0] + 10.0), u_mean, u_std,
+    ]).astype(np.float32)
+    u0 = ITEM_STATIC + 1
+    _gather(out, u0, user_table, o)
+    c0 = u0 + user_table.shape[1]
 
     # ---- user x item ------------------------------------------------------------------------------------
     w = TYPE_WEIGHT[h_types] * known
@@ -95,12 +100,12 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float) -> np
     uc_week = np.bincount((h_owner * n_cat + h_cat)[known & (hist.ts >= now - 7 * DAY)],
                           minlength=n_users * n_cat)
     oc = o * n_cat + cat
-    put(share.ravel()[oc])
-    put(rank.ravel()[oc])
-    last_cat = uc_last[oc]
-    put(np.where(np.isfinite(last_cat), (now - last_cat) / DAY, 365.0))
-    put(np.log1p(uc_contacts[oc]))
-    put(uc_week[oc])
+    uc_table = np.column_stack([
+        share.ravel(), rank.ravel(), np.where(np.isfinite(uc_last), (now - uc_last) / DAY, 365.0),
+        np.log1p(uc_contacts), uc_week,
+    ]).astype(np.float32)
+    _gather(out, c0, uc_table, oc)
+    col = iter(range(c0 + uc_table.shape[1], N_FEATURES - 4))
     diff = log_price - u_mean[o]
     put(np.where(has[o], diff, 0.0))
     put(np.where(has[o], np.abs(diff) / (u_std[o] + 0.1), 0.0))
@@ -108,13 +113,20 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float) -> np
     put(cand.cov_score)
     put(np.log1p(cand.cov_score))
     put(cand.cov_count)
+    sizes = np.diff(cand.offsets)
     top = np.zeros(n_users)
-    np.maximum.at(top, o, cand.cov_score)
+    if len(r):
+        # Candidates are grouped by user: a segment max (reduceat) instead of the much slower maximum.at.
+        nonempty = sizes > 0
+        top[nonempty] = np.maximum.reduceat(cand.cov_score, cand.offsets[:-1][nonempty])
     put(cand.cov_score / np.maximum(top[o], 1e-9))
-    f = cand.flags
-    put((f & FROM_COVISIT) > 0)
-    put((f & FROM_CATEGORY) > 0)
-    put((f & FROM_GLOBAL) > 0)
-    put(((f & FROM_COVISIT) > 0).astype(np.int8) + ((f & FROM_CATEGORY) > 0) + ((f & FROM_GLOBAL) > 0))
+    out[:, N_FEATURES - 4:] = _FLAG_TABLE[cand.flags]            # source bits and their count, by lookup
     assert next(col, None) is None, "FEATURE_NAMES and build() disagree"
     return out
+
+
+def _gather(out: np.ndarray, start: int, table: np.ndarray, index: np.ndarray) -> None:
+    """``out[:, start:start+k] = table[index]`` column by column: each ``take`` writes one contiguous column of the
+    Fortran-ordered output, ~3x faster than assigning a row-gathered block through a strided view."""
+    for j in range(table.shape[1]):
+        np.take(table[:, j], index, out=out[:, start + j])

@@ -68,7 +68,7 @@ class ItemTable:
 
     def static_features(self) -> np.ndarray:
         """The 17 per-item features that do not depend on the user or the clock, as float32 rows (computed once
-        per table; ``features.build`` gathers rows of it). Column order follows ``features.FEATURE_NAMES``."""
+        per table, column-major: ``features.build`` gathers each column). Column order follows ``features.FEATURE_NAMES``."""
         if self._static is None:
             views, clicks, contacts, purchases = (self.counts[:, t] for t in (1, 2, 3, 4))
             cols = [
@@ -80,7 +80,7 @@ class ItemTable:
                 np.log1p(self.recent_views), np.log1p(self.pop_rank), np.log1p(self.cat_rank),
                 np.log1p(self.cat_size[self.category]), self.cat_share[self.category],
             ]
-            self._static = np.ascontiguousarray(np.column_stack(cols), dtype=np.float32)
+            self._static = np.asfortranarray(np.column_stack(cols), dtype=np.float32)
         return self._static
 
     def __len__(self) -> int:
