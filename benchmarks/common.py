@@ -47,7 +47,7 @@ class World:
 
 
 def make_world(users: int, items: int, events: int, iterations: int, *, seed_: int = 1,
-               train_users: int = 1500, depth: int = 6) -> World:
+               train_users: int = 600, depth: int = 6) -> World:
     tmp = Path(tempfile.mkdtemp(prefix="prefeed-bench-"))
     server = None
     redis_url = os.environ.get("REDIS_URL")

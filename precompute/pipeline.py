@@ -58,6 +58,10 @@ class Pipeline:
 
     def _install(self, new_bundle: bundles.Bundle, items: ItemTable) -> None:
         self.cov = index_for(items, new_bundle.pairs)
+        # Warm what is built lazily (the static item feature block, CatBoost's evaluator) here, so a worker does
+        # it once before forking instead of every work horse doing it on its first batch.
+        items.static_features()
+        ranker.score(new_bundle.model, np.zeros((1, features.N_FEATURES), dtype=np.float32, order="F"))
         self.bundle, self.items = new_bundle, items
         self.loads += 1
         self.store.publish_popular(items.ids[items.global_popular],
