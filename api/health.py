@@ -1,4 +1,4 @@
-"""GET /healthz: is each dependency reachable. 200 when all are, 503 naming the ones that are not."""
+"""GET /healthz: is each dependency reachable (200, or 503 naming what is not); GET /livez: is the process up."""
 
 from __future__ import annotations
 
@@ -11,6 +11,13 @@ from precompute.services import ping_redis
 from .errors import json_response
 
 bp = Blueprint("health", __name__)
+
+
+@bp.get("/livez")
+def livez():
+    """Liveness: the process answers. No dependency is checked (that is ``/healthz``); also the serve benchmark's
+    framework floor."""
+    return json_response({"status": "ok"})
 
 
 @bp.get("/healthz")

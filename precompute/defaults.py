@@ -13,8 +13,10 @@ MAX_CANDIDATES = 3000
 FEED_LENGTH = 1000
 #: Feed value time-to-live, seconds (7 days).
 FEED_TTL_SECONDS = 7 * 24 * 3600
-#: Users scored per RQ job (and per CatBoost predict call).
-BATCH_SIZE = 50
+#: Users per RQ job (one history query, one feed write pipeline). Larger batches amortise the fork.
+BATCH_SIZE = 200
+#: Users ranked together inside a job (one feature matrix, one CatBoost predict call, ~15 MB).
+RANK_CHUNK_USERS = 25
 #: Most recent events per user read for candidates and features.
 HISTORY_LIMIT = 300
 

@@ -29,6 +29,12 @@ class Histories:
     def __len__(self) -> int:
         return len(self.user_ids)
 
+    def slice(self, a: int, b: int) -> Histories:
+        """Users ``a:b`` of the batch (views, no copies)."""
+        lo, hi = self.offsets[a], self.offsets[b]
+        return Histories(self.user_ids[a:b], self.versions[a:b], self.offsets[a:b + 1] - lo,
+                         self.item_rows[lo:hi], self.types[lo:hi], self.ts[lo:hi])
+
     @property
     def owner(self) -> np.ndarray:
         """Position in ``user_ids`` of every event."""

@@ -121,25 +121,33 @@ class Pipeline:
         return cand, scores
 
     def build_feeds(self, hist: Histories, seconds: dict[str, float]) -> tuple[list[tuple[int, bytes, int]], int]:
-        """Encoded feed values ``(user_id, value, history_version)`` for a batch, and the items scored."""
+        """Encoded feed values ``(user_id, value, history_version)`` for a batch, and the items scored.
+
+        Ranked ``RANK_CHUNK_USERS`` users at a time: the feature matrix stays ~15 MB, so after the first chunk
+        malloc hands back the same memory instead of faulting in fresh pages (which costs a forked work horse,
+        whose heap starts cold, more than the arithmetic).
+        """
         now = time.time()
-        cand, scores = self.rank(hist, now, seconds)
-        t0 = time.perf_counter()
-        values = []
+        values, scored = [], 0
         keep = self.settings.feed_length
-        for k, uid in enumerate(hist.user_ids):
-            a, b = cand.offsets[k], cand.offsets[k + 1]
-            s = scores[a:b]
-            if b - a > keep:                       # partial selection first: only the kept items are sorted
-                part = np.argpartition(-s, keep - 1)[:keep]
-                top = part[np.argsort(-s[part], kind="stable")]
-            else:
-                top = np.argsort(-s, kind="stable")
-            version = int(hist.versions[k])
-            values.append((int(uid), encode(self.items.ids[cand.rows[a:b][top]], s[top], version, now,
-                                            self.bundle.version), version))
-        seconds["store"] += time.perf_counter() - t0
-        return values, int(len(scores))
+        for start in range(0, len(hist), defaults.RANK_CHUNK_USERS):
+            part = hist.slice(start, min(start + defaults.RANK_CHUNK_USERS, len(hist)))
+            cand, scores = self.rank(part, now, seconds)
+            scored += len(scores)
+            t0 = time.perf_counter()
+            for k, uid in enumerate(part.user_ids):
+                a, b = cand.offsets[k], cand.offsets[k + 1]
+                s = scores[a:b]
+                if b - a > keep:                   # partial selection first: only the kept items are sorted
+                    sel = np.argpartition(-s, keep - 1)[:keep]
+                    top = sel[np.argsort(-s[sel], kind="stable")]
+                else:
+                    top = np.argsort(-s, kind="stable")
+                version = int(part.versions[k])
+                values.append((int(uid), encode(self.items.ids[cand.rows[a:b][top]], s[top], version, now,
+                                                self.bundle.version), version))
+            seconds["store"] += time.perf_counter() - t0
+        return values, scored
 
     def recompute(self, user_ids: list[int]) -> BatchResult:
         """Rank ``user_ids`` and write their feeds (version-guarded). One history query for the batch."""

@@ -1,0 +1,183 @@
+"""serve: requests per second and latency at fixed concurrency, on loopback, for
+
+- ``GET /feed/<user>?limit=20`` with boosts active (prefeed),
+- ``GET /livez`` of the same app under the same gunicorn config (the framework floor),
+- a real-time endpoint that ranks the user's candidates at request time (the architecture prefeed replaces).
+
+The load generator is wrk when it is installed (``apt-get install wrk``), otherwise a bounded Python client.
+Every run is bounded in time and sends traffic only to 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import http.client
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+from precompute.pipeline import Pipeline
+from precompute.services import redis_client
+
+from .common import ROOT, make_world, median, table, write_result
+
+FULL = dict(users=2000, items=20_000, events=300_000, iterations=None, seconds=10, connections=16, http_workers=2)
+QUICK = dict(users=150, items=2000, events=15_000, iterations=30, seconds=2, connections=4, http_workers=1)
+
+
+def run(quick: bool = False) -> dict:
+    from precompute import defaults
+
+    cfg = QUICK if quick else FULL
+    world = make_world(cfg["users"], cfg["items"], cfg["events"], cfg["iterations"] or defaults.TRAIN_ITERATIONS)
+    servers = []
+    try:
+        s = world.settings
+        r = redis_client(s.redis_url)
+        pipeline = Pipeline(s, world.engine, r)
+        pipeline.load()
+        users = list(range(1, cfg["users"] + 1))
+        for i in range(0, len(users), s.batch_size):
+            pipeline.recompute(users[i:i + s.batch_size])
+        # Boost 2% of items, popular ones, so pages do carry boosted items.
+        rng = np.random.default_rng(0)
+        boosted = rng.choice(pipeline.items.ids[pipeline.items.global_popular], max(1, len(pipeline.items) // 50))
+        r.hset(s.key_prefix + "boosts", mapping={str(i): f"{rng.uniform(0.5, 3)}:{time.time() + 3600}"
+                                                  for i in boosted})
+
+        api_port, rt_port = _free_port(), _free_port()
+        servers.append(_gunicorn(world, "api.wsgi:app", api_port, cfg["http_workers"]))
+        servers.append(_gunicorn(world, "benchmarks.realtime:create_app()", rt_port, cfg["http_workers"]))
+        for port in (api_port, rt_port):
+            _wait(f"http://127.0.0.1:{port}/feed/1")
+        body = urllib.request.urlopen(f"http://127.0.0.1:{api_port}/feed/1?limit=20").read()
+        assert b'"source":"precomputed"' in body
+
+        runs = {
+            "feed": _load(api_port, "/feed/{user}?limit=20", cfg),
+            "bare": _load(api_port, "/livez", cfg),
+            "realtime": _load(rt_port, "/feed/{user}", cfg),
+        }
+        out = dict(config=cfg, generator=runs["feed"]["generator"], runs=runs,
+                   ratio_feed_over_bare=runs["feed"]["rps"] / runs["bare"]["rps"],
+                   ratio_feed_over_realtime=runs["feed"]["rps"] / runs["realtime"]["rps"])
+        print(table(f"serve: {cfg['connections']} connections, {cfg['seconds']}s each, gunicorn x"
+                    f"{cfg['http_workers']}, load by {out['generator']}", ["endpoint", "rps", "p50 ms", "p99 ms",
+                                                                          "errors"],
+                    [[name, x["rps"], x["p50_ms"], x["p99_ms"], x["errors"]] for name, x in runs.items()]))
+        print(f"feed/bare = {out['ratio_feed_over_bare']:.2f}   feed/realtime = {out['ratio_feed_over_realtime']:.1f}x")
+        print(f"wrote {write_result('serve', out, quick)}")
+        return out
+    finally:
+        for proc in servers:
+            proc.terminate()
+            proc.wait(timeout=30)
+        world.close()
+
+
+def _gunicorn(world, target: str, port: int, workers: int) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "gunicorn", "--workers", str(workers), "--bind",
+                             f"127.0.0.1:{port}", "--log-level", "warning", target],
+                            env=world.env(PYTHONPATH=str(ROOT)), cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+def _load(port: int, path: str, cfg: dict) -> dict:
+    if shutil.which("wrk"):
+        return _wrk(port, path, cfg)
+    return _python_load(port, path, cfg)
+
+
+def _wrk(port: int, path: str, cfg: dict) -> dict:
+    head, placeholder, tail = path.partition("{user}")
+    user = f"math.random(1, {cfg['users']})" if placeholder else '""'
+    script = f"""
+math.randomseed(42)
+request = function()
+  return wrk.format("GET", "{head}" .. {user} .. "{tail}")
+end
+"""
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
+        f.write(script)
+    done = subprocess.run(["wrk", "-t", "2", "-c", str(cfg["connections"]), "-d", f"{cfg['seconds']}s", "--latency",
+                           "--timeout", "10s", "-s", f.name, f"http://127.0.0.1:{port}"],
+                          capture_output=True, text=True, timeout=cfg["seconds"] + 60)
+    Path(f.name).unlink()
+    text = done.stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
+    pct = {m.group(1): _ms(m.group(2)) for m in re.finditer(r"^\s+(50|99)%\s+([\d.]+\w+)", text, re.M)}
+    errors = sum(int(x) for x in re.findall(r"(?:connect|read|write|timeout) (\d+)", text))
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
+    return dict(generator="wrk", rps=rps, p50_ms=pct.get("50"), p99_ms=pct.get("99"),
+                errors=errors + (int(non2xx.group(1)) if non2xx else 0))
+
+
+def _ms(value: str) -> float:
+    num, unit = re.match(r"([\d.]+)(\w+)", value).groups()
+    return float(num) * {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4}[unit]
+
+
+def _python_load(port: int, path: str, cfg: dict) -> dict:
+    """Bounded closed-loop client: ``connections`` threads with keep-alive, for ``seconds``."""
+    deadline = time.monotonic() + cfg["seconds"]
+    latencies: list[float] = []
+    errors = [0]
+    lock = threading.Lock()
+
+    def worker(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        mine = []
+        while time.monotonic() < deadline:
+            url = path.replace("{user}", str(int(rng.integers(1, cfg["users"] + 1))))
+            t0 = time.perf_counter()
+            try:
+                conn.request("GET", url)
+                resp = conn.getresponse()
+                resp.read()
+                ok = resp.status == 200
+            except OSError:
+                ok = False
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            mine.append(time.perf_counter() - t0)
+            if not ok:
+                with lock:
+                    errors[0] += 1
+        with lock:
+            latencies.extend(mine)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(cfg["connections"])]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    lat = np.array(latencies) * 1000
+    return dict(generator="python", rps=len(lat) / (time.monotonic() - t0), p50_ms=median(lat),
+                p99_ms=float(np.percentile(lat, 99)) if len(lat) else None, errors=errors[0])
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait(url: str, timeout: float = 60) -> None:
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=5).read()
+            return
+        except OSError:
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.3)
