@@ -70,33 +70,65 @@ def lift_boosts(ids: np.ndarray, scores: np.ndarray, weights: np.ndarray, need: 
     return out
 
 
+# One round trip per page: read the head of the feed and, server-side, look up for each of its items whether it is
+# inactive and its boost, plus the user's interactions newer than the feed's history version. Returns
+# {blob, inactive flags as a '0'/'1' string, flat [index, boost value, ...] pairs, seen-since item ids}.
+_PAGE = """
+local blob = redis.call('GETRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
+if string.len(blob) < 32 then return {blob} end
+local hv = 0
+for i = 16, 9, -1 do hv = hv * 256 + string.byte(blob, i) end
+local n = math.floor((string.len(blob) - 32) / 8)
+local ids = {}
+for k = 0, n - 1 do
+  local b1, b2, b3, b4 = string.byte(blob, 33 + 8 * k, 36 + 8 * k)
+  ids[k + 1] = b1 + b2 * 256 + b3 * 65536 + b4 * 16777216
+end
+local flags, pairs = {}, {}
+if n > 0 then
+  local inactive = redis.call('SMISMEMBER', KEYS[2], unpack(ids))
+  local boosts = redis.call('HMGET', KEYS[3], unpack(ids))
+  for k = 1, n do
+    flags[k] = inactive[k] == 1 and '1' or '0'
+    if boosts[k] then pairs[#pairs + 1] = k - 1; pairs[#pairs + 1] = boosts[k] end
+  end
+end
+local seen = redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. string.format('%.0f', hv), '+inf')
+return {blob, table.concat(flags), pairs, seen}
+"""
+
+
 class LiveFeeds:
     def __init__(self, r: redis.Redis, keys: Keys) -> None:
         self.r = r
         self.keys = keys
+        self._page = r.register_script(_PAGE)
 
     def page(self, user_id: int, limit: int, offset: int, now: float | None = None) -> Page | None:
         """The live page of ``user_id``'s precomputed feed, or None when the user has no feed."""
         now = time.time() if now is None else now
         need = offset + limit
         n_read = need + defaults.BOOST_LOOKAHEAD + limit
-        key = self.keys.feed(user_id)
+        keys = [self.keys.feed(user_id), self.keys.inactive, self.keys.boosts, self.keys.seen(user_id)]
         while True:
-            pipe = self.r.pipeline(transaction=False)
-            pipe.getrange(key, 0, HEADER_SIZE + n_read * RECORD_SIZE - 1)
-            pipe.zrange(self.keys.seen(user_id), 0, -1, withscores=True)
-            blob, seen = pipe.execute()
-            if not blob:
-                return None
+            reply = self._page(keys=keys, args=[HEADER_SIZE + n_read * RECORD_SIZE])
+            if len(reply) < 4:
+                return None                      # no feed (or a value too short to be one)
+            blob, flags, boost_pairs, seen = reply
             try:
                 feed = decode(blob)
             except CorruptFeed:
                 return None                      # treated as missing: served from fallback and recomputed
             ids, scores = feed.items, feed.scores
-            seen_since = np.array([int(m) for m, v in seen if v > feed.header.history_version], dtype=np.int64)
-            keep = self.filter_live(ids, seen_since)
-            ids, scores = ids[keep], scores[keep]
-            weights = self.boost_weights(ids, now)
+            keep = np.frombuffer(flags, dtype=np.uint8)[: len(ids)] != ord("1")
+            if seen:
+                keep &= ~np.isin(ids, np.array([int(x) for x in seen], dtype=np.int64))
+            weights = np.zeros(len(ids))
+            for k in range(0, len(boost_pairs), 2):
+                w, _, expires = boost_pairs[k + 1].partition(b":")
+                if float(expires) > now:
+                    weights[int(boost_pairs[k])] = float(w)
+            ids, scores, weights = ids[keep], scores[keep], weights[keep]
             out = lift_boosts(ids, scores, weights, need)
             if len(out) >= need or n_read >= feed.header.count:
                 return Page(items=out[offset:need], source="precomputed", header=feed.header)
@@ -108,18 +140,6 @@ class LiveFeeds:
             return np.zeros(0, dtype=bool)
         inactive = np.asarray(self.r.smismember(self.keys.inactive, ids.tolist()), dtype=bool)
         return ~inactive & ~np.isin(ids, seen_since)
-
-    def boost_weights(self, ids: np.ndarray, now: float) -> np.ndarray:
-        if len(ids) == 0:
-            return np.zeros(0)
-        raw = self.r.hmget(self.keys.boosts, ids.tolist())
-        weights = np.zeros(len(ids))
-        for k, v in enumerate(raw):
-            if v is not None:
-                w, _, expires = v.partition(b":")
-                if float(expires) > now:
-                    weights[k] = float(w)
-        return weights
 
     def fallback(self, categories: list[int], limit: int, offset: int, seen: np.ndarray,
                  newest: Callable[[int], list[int]]) -> Page:
