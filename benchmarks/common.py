@@ -71,7 +71,7 @@ def make_world(users: int, items: int, events: int, iterations: int, *, seed_: i
 
 
 def median(xs) -> float:
-    return float(statistics.median(xs)) if xs else float("nan")
+    return float(statistics.median(xs)) if len(xs) else float("nan")
 
 
 def table(title: str, header: list[str], rows: list[list]) -> str:
