@@ -20,7 +20,7 @@ from precompute import bundle, db, ranker, seed, synth
 from precompute.config import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = Path(os.environ.get("PREFEED_BENCH_RESULTS") or ROOT / "benchmarks" / "results")
 
 
 @dataclasses.dataclass

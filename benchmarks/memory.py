@@ -1,0 +1,92 @@
+"""memory: RSS and PSS of the worker parents and their work horses during a full rebuild (copy-on-write sharing
+of the model and item matrices shows as PSS well below RSS), and the bytes one user's feed takes in Redis."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import psutil
+
+from jobs.queues import enqueue_batches, make_queue
+from precompute import defaults
+from precompute.services import redis_client
+from precompute.store import Keys
+
+from .common import ROOT, make_world, table, write_result
+
+FULL = dict(users=3000, items=30_000, events=600_000, rebuild_users=3000)
+QUICK = dict(users=150, items=2000, events=15_000, rebuild_users=150)
+MiB = 1 << 20
+
+
+def run(quick: bool = False) -> dict:
+    cfg = QUICK if quick else FULL
+    world = make_world(cfg["users"], cfg["items"], cfg["events"], 30 if quick else defaults.TRAIN_ITERATIONS)
+    try:
+        s = world.settings
+        r = redis_client(s.redis_url)
+        enqueue_batches(make_queue(s, r), range(1, cfg["rebuild_users"] + 1), s.batch_size)
+        proc = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "worker", "--workers", "2", "--burst"],
+                                env=world.env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        samples: dict[str, dict[int, tuple[float, float, float]]] = {"pool": {}, "worker": {}, "horse": {}}
+        done = threading.Event()
+
+        def sample() -> None:
+            root = psutil.Process(proc.pid)
+            while not done.is_set():
+                try:
+                    procs = [root] + root.children(recursive=True)
+                except psutil.NoSuchProcess:
+                    return
+                for p in procs:
+                    try:
+                        info = p.memory_full_info()
+                        depth = 0 if p.pid == root.pid else (1 if p.ppid() == root.pid else 2)
+                    except (psutil.NoSuchProcess, psutil.AccessDenied):
+                        continue
+                    role = ("pool", "worker", "horse")[depth]
+                    prev = samples[role].get(p.pid, (0, 0, 0))
+                    samples[role][p.pid] = (max(prev[0], info.rss), max(prev[1], info.pss), max(prev[2], info.uss))
+                time.sleep(0.05)
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        proc.wait(timeout=900)
+        done.set()
+        sampler.join()
+
+        keys = Keys(s.key_prefix)
+        users = np.arange(1, cfg["rebuild_users"] + 1)
+        pipe = r.pipeline(transaction=False)
+        for u in users[:500]:
+            pipe.memory_usage(keys.feed(int(u)), samples=0)
+            pipe.strlen(keys.feed(int(u)))
+        vals = pipe.execute()
+        mem, length = np.array(vals[0::2], dtype=float), np.array(vals[1::2], dtype=float)
+
+        rows = []
+        out = dict(config=cfg, feed_value_bytes_mean=float(length.mean()),
+                   feed_redis_bytes_mean=float(mem.mean()), feed_length=s.feed_length, processes={})
+        for role in ("pool", "worker", "horse"):
+            if not samples[role]:
+                continue
+            rss = np.array([v[0] for v in samples[role].values()]) / MiB
+            pss = np.array([v[1] for v in samples[role].values()]) / MiB
+            uss = np.array([v[2] for v in samples[role].values()]) / MiB
+            out["processes"][role] = dict(count=len(rss), rss_mib_max=float(rss.max()), pss_mib_max=float(pss.max()),
+                                          uss_mib_max=float(uss.max()), rss_mib_median=float(np.median(rss)),
+                                          pss_mib_median=float(np.median(pss)))
+            rows.append([role, len(rss), float(np.median(rss)), float(rss.max()), float(np.median(pss)),
+                         float(pss.max()), float(uss.max())])
+        print(table("memory during a rebuild through `manage.py worker --workers 2` (MiB, peak per process)",
+                    ["process", "count", "RSS median", "RSS max", "PSS median", "PSS max", "USS max"], rows))
+        print(f"feed in Redis: {out['feed_value_bytes_mean']:.0f} bytes of value, {out['feed_redis_bytes_mean']:.0f} "
+              f"bytes with key and overhead (MEMORY USAGE), {s.feed_length} items max")
+        print(f"wrote {write_result('memory', out, quick)}")
+        return out
+    finally:
+        world.close()

@@ -1,0 +1,36 @@
+"""Every benchmark runs in --quick mode, so the suite cannot rot: it must finish, print its table and write JSON
+with its headline figures."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+EXPECTED = {
+    "precompute": ["per_user_ms", "ratio_pipeline_to_catboost", "workers"],
+    "fork": ["jobs_per_s", "ratio_b_over_a", "ratio_b_over_c"],
+    "serve": ["runs", "ratio_feed_over_bare", "ratio_feed_over_realtime"],
+    "freshness": ["p50_ms", "p99_ms", "timed_out"],
+    "memory": ["processes", "feed_value_bytes_mean"],
+    "scaling": ["by_users", "by_candidates", "by_trees", "plot"],
+}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_benchmark_runs_in_quick_mode(name, tmp_path):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PREFEED_", "REDIS_URL", "DATABASE_URL"))}
+    env["PREFEED_BENCH_RESULTS"] = str(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "benchmarks", name, "--quick"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((tmp_path / f"{name}-quick.json").read_text())
+    assert result["quick"] is True and result["benchmark"] == name
+    for key in EXPECTED[name]:
+        assert key in result, key
+    assert "wrote" in done.stdout
