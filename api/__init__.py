@@ -30,9 +30,9 @@ def create_app(settings: Settings | None = None, test_config: dict | None = None
         "live": LiveFeeds(r, keys),
     }
 
-    from . import boosts, errors, events, feed, health, items
+    from . import boosts, errors, events, feed, health, items, openapi
 
     errors.register(app)
-    for module in (feed, events, boosts, items, health):
+    for module in (feed, events, boosts, items, health, openapi):
         app.register_blueprint(module.bp)
     return app

@@ -7,7 +7,7 @@ import logging
 
 import click
 
-NAMES = ["precompute", "fork", "serve", "freshness", "memory", "scaling"]
+NAMES = ["precompute", "fork", "serve", "freshness", "memory", "scaling", "soak"]
 
 
 @click.command()

@@ -54,10 +54,12 @@ def run(quick: bool = False) -> dict:
 
         # 2. CatBoost alone on the identical matrices, same process, one thread.
         now = time.time()
-        mats = []
+        mats = []                       # the matrices the pipeline scores: one per chunk of users inside a job
         for batch in batches:
             hist = load_histories(world.engine, batch, pipeline.items)
-            mats.append(features.build(pipeline.items, hist, pipeline.candidates(hist), now))
+            for a in range(0, len(hist), defaults.RANK_CHUNK_USERS):
+                part = hist.slice(a, min(a + defaults.RANK_CHUNK_USERS, len(hist)))
+                mats.append(features.build(pipeline.items, part, pipeline.candidates(part), now))
         predict_s = median([_time(lambda: [ranker.score(pipeline.bundle.model, X) for X in mats])
                             for _ in range(cfg["repeats"])])
         rows = sum(len(X) for X in mats)

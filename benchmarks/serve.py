@@ -66,7 +66,8 @@ def run(quick: bool = False) -> dict:
             "bare": _load(api_port, "/livez", cfg),
             "realtime": _load(rt_port, "/feed/{user}", cfg),
         }
-        out = dict(config=cfg, generator=runs["feed"]["generator"], runs=runs,
+        floor = _in_process(world.settings, cfg["users"])
+        out = dict(config=cfg, generator=runs["feed"]["generator"], runs=runs, in_process_us=floor,
                    ratio_feed_over_bare=runs["feed"]["rps"] / runs["bare"]["rps"],
                    ratio_feed_over_realtime=runs["feed"]["rps"] / runs["realtime"]["rps"])
         print(table(f"serve: {cfg['connections']} connections, {cfg['seconds']}s each, gunicorn x"
@@ -74,6 +75,9 @@ def run(quick: bool = False) -> dict:
                                                                           "errors"],
                     [[name, x["rps"], x["p50_ms"], x["p99_ms"], x["errors"]] for name, x in runs.items()]))
         print(f"feed/bare = {out['ratio_feed_over_bare']:.2f}   feed/realtime = {out['ratio_feed_over_realtime']:.1f}x")
+        print(table("\nin-process cost per request (no HTTP server), median microseconds",
+                    ["one Redis round trip (PING)", "GET /livez", "GET /feed (limit 20)"],
+                    [[floor["redis_ping_us"], floor["livez_us"], floor["feed_us"]]]))
         print(f"wrote {write_result('serve', out, quick)}")
         return out
     finally:
@@ -81,6 +85,29 @@ def run(quick: bool = False) -> dict:
             proc.terminate()
             proc.wait(timeout=30)
         world.close()
+
+
+def _in_process(settings, n_users: int, n: int = 2000) -> dict:
+    """What one request costs the app itself, measured through Flask's test client, next to a bare Redis round
+    trip: the part of /feed no server choice can remove."""
+    from api import create_app
+
+    client = create_app(settings).test_client()
+    r = redis_client(settings.redis_url)
+
+    def per_call(fn) -> float:
+        for k in range(50):
+            fn(k)
+        times = []
+        for k in range(n):
+            t0 = time.perf_counter()
+            fn(k)
+            times.append(time.perf_counter() - t0)
+        return median(times) * 1e6
+
+    return dict(redis_ping_us=per_call(lambda k: r.ping()),
+                livez_us=per_call(lambda k: client.get("/livez")),
+                feed_us=per_call(lambda k: client.get(f"/feed/{k % n_users + 1}?limit=20")))
 
 
 def _gunicorn(world, target: str, port: int, workers: int) -> subprocess.Popen:

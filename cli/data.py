@@ -67,3 +67,12 @@ def train(obj, iterations: int, depth: int, users: int, seed_: int) -> None:
     bundle.promote(obj.settings.model_dir, version)
     click.echo(f"bundle {version} is current ({obj.settings.model_dir}); trained in "
                f"{time.perf_counter() - t0:.1f}s")
+
+
+@command()
+@click.argument("version", type=int)
+@click.pass_obj
+def promote(obj, version: int) -> None:
+    """Make bundle VERSION current after checking it; running workers switch to it between jobs."""
+    bundle.promote(obj.settings.model_dir, version)
+    click.echo(f"bundle {version} is current")

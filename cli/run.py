@@ -21,25 +21,39 @@ def _all_user_ids(engine) -> list[int]:
         return list(conn.execute(select(User.id).order_by(User.id)).scalars())
 
 
+def _all_user_versions(engine) -> list[tuple[int, int]]:
+    with engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(select(User.id, User.history_version)
+                                               .where(User.history_version > 0).order_by(User.id))]
+
+
 @command()
 @click.option("--all", "all_users", is_flag=True, help="Every user in the database.")
+@click.option("--stale", is_flag=True, help="Users whose stored feed is missing or older than their history "
+                                            "(after Redis lost data, or events stored while it was down).")
 @click.option("--user", "user_ids", type=click.IntRange(1, 2**31 - 1), multiple=True, help="A user id (repeatable).")
 @click.option("--inline", is_flag=True, help="Compute in this process instead of enqueueing jobs.")
 @click.option("--batch-size", type=click.IntRange(1, 10_000), default=None, help="Users per job.")
 @click.pass_obj
-def precompute(obj, all_users: bool, user_ids: tuple[int, ...], inline: bool, batch_size: int | None) -> None:
+def precompute(obj, all_users: bool, stale: bool, user_ids: tuple[int, ...], inline: bool,
+               batch_size: int | None) -> None:
     """Recompute feeds: enqueue batches for the workers (default) or run them here."""
-    if all_users == bool(user_ids):
-        raise InvalidInput("give either --all or one or more --user ID")
+    if sum([all_users, stale, bool(user_ids)]) != 1:
+        raise InvalidInput("give one of --all, --stale or one or more --user ID")
     settings = ensure_redis(obj.settings)
     engine = db.make_engine(settings.database_url)
     db.ping(engine)
-    ids = _all_user_ids(engine) if all_users else sorted(set(user_ids))
-    size = batch_size or settings.batch_size
     from precompute.services import ping_redis, redis_client
 
     r = redis_client(settings.redis_url)
     ping_redis(r)
+    if stale:
+        from precompute.store import FeedStore, Keys
+
+        ids = FeedStore(r, Keys(settings.key_prefix)).stale_users(_all_user_versions(engine))
+    else:
+        ids = _all_user_ids(engine) if all_users else sorted(set(user_ids))
+    size = batch_size or settings.batch_size
     if inline:
         from jobs import context
 
@@ -54,7 +68,7 @@ def precompute(obj, all_users: bool, user_ids: tuple[int, ...], inline: bool, ba
         return
     from jobs.queues import enqueue_batches, make_queue
 
-    n_jobs = enqueue_batches(make_queue(settings, r), ids, size)
+    n_jobs = enqueue_batches(make_queue(settings, r), ids, size, settings)
     click.echo(f"enqueued {n_jobs} jobs for {len(ids)} users on queue {settings.queue_name!r}")
 
 

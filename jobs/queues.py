@@ -22,14 +22,16 @@ def make_queue(settings: Settings, r: redis.Redis) -> Queue:
                  default_timeout=defaults.JOB_TIMEOUT_SECONDS)
 
 
-def retry() -> Retry:
-    return Retry(max=len(defaults.JOB_RETRY_INTERVALS), interval=list(defaults.JOB_RETRY_INTERVALS))
+def retry(settings: Settings | None = None) -> Retry:
+    """RQ's Retry with the configured backoff (``PREFEED_RETRY_INTERVALS``)."""
+    intervals = settings.retry_intervals if settings else defaults.JOB_RETRY_INTERVALS
+    return Retry(max=len(intervals), interval=list(intervals))
 
 
-def enqueue_batches(queue: Queue, user_ids: Iterable[int], batch_size: int) -> int:
+def enqueue_batches(queue: Queue, user_ids: Iterable[int], batch_size: int, settings: Settings | None = None) -> int:
     """One job per ``batch_size`` users, enqueued in pipelined chunks; returns the number of jobs."""
     ids = [int(u) for u in user_ids]
-    specs = [Queue.prepare_data(RECOMPUTE, args=(ids[i:i + batch_size],), retry=retry(), result_ttl=3600,
+    specs = [Queue.prepare_data(RECOMPUTE, args=(ids[i:i + batch_size],), retry=retry(settings), result_ttl=3600,
                                 failure_ttl=7 * 86400)
              for i in range(0, len(ids), batch_size)]
     for i in range(0, len(specs), 500):
@@ -43,7 +45,7 @@ def notify_changed(settings: Settings, r: redis.Redis, user_ids: Iterable[int]) 
     dirty.mark(list(user_ids))
     if dirty.try_flag_drain():
         try:
-            make_queue(settings, r).enqueue(DRAIN, retry=retry(), result_ttl=600, failure_ttl=7 * 86400)
+            make_queue(settings, r).enqueue(DRAIN, retry=retry(settings), result_ttl=600, failure_ttl=7 * 86400)
         except BaseException:
             dirty.clear_drain_flag()
             raise

@@ -11,6 +11,7 @@ import dataclasses
 import numpy as np
 
 from . import defaults
+from .arrays import unique_first, unique_sorted
 from .covisit import CoVisit
 from .history import Histories
 from .items import ItemTable
@@ -48,7 +49,7 @@ def for_user(items: ItemTable, cov: CoVisit, rows: np.ndarray, types: np.ndarray
     known = rows[rows >= 0]
     # Distinct recent items, most recent first.
     rev = known[::-1]
-    uniq, first_pos = np.unique(rev, return_index=True)
+    uniq, first_pos = unique_first(rev)
     recent = uniq[np.argsort(first_pos)][: defaults.COVISIT_RECENT_ITEMS]
     cov_rows, cov_w = cov.gather(recent, RECENCY_DECAY ** np.arange(len(recent)))
 
@@ -59,15 +60,23 @@ def for_user(items: ItemTable, cov: CoVisit, rows: np.ndarray, types: np.ndarray
         np.empty(0, dtype=np.int64)
     glob_rows = items.global_popular
 
-    n_cov, n_cat = len(cov_rows), len(cat_rows)
-    all_rows = np.concatenate([cov_rows, cat_rows, glob_rows])
-    cand, inverse = np.unique(all_rows, return_inverse=True)
+    # Union by one sort of all rows; co-visitation sums over the (smaller) co-visited rows only; source bits
+    # through a per-item scratch array (left all-zero), which costs O(rows) where binary search costs far more.
+    cand = unique_sorted(np.concatenate([cov_rows, cat_rows, glob_rows]))
     m = len(cand)
-    cov_score = np.bincount(inverse[:n_cov], weights=cov_w, minlength=m)
-    cov_count = np.bincount(inverse[:n_cov], minlength=m).astype(np.float64)
-    flags = ((cov_count > 0) * FROM_COVISIT
-             | (np.bincount(inverse[n_cov:n_cov + n_cat], minlength=m) > 0) * FROM_CATEGORY
-             | (np.bincount(inverse[n_cov + n_cat:], minlength=m) > 0) * FROM_GLOBAL)
+    cov_score = np.zeros(m)
+    cov_count = np.zeros(m)
+    if len(cov_rows):
+        cov_u, cov_inv = np.unique(cov_rows, return_inverse=True)
+        at = np.searchsorted(cand, cov_u)        # both sorted
+        cov_score[at] = np.bincount(cov_inv, weights=cov_w)
+        cov_count[at] = np.bincount(cov_inv)
+    bits = items._bits
+    bits[cov_rows] |= FROM_COVISIT               # repeated rows all write the same value
+    bits[cat_rows] |= FROM_CATEGORY
+    bits[glob_rows] |= FROM_GLOBAL
+    flags = bits[cand].astype(np.int64)
+    bits[cand] = 0
 
     mark = items._mark                      # O(n) membership instead of np.isin's sort
     mark[known] = True
@@ -80,7 +89,7 @@ def for_user(items: ItemTable, cov: CoVisit, rows: np.ndarray, types: np.ndarray
         top = np.argpartition(-prior, max_candidates - 1)[:max_candidates]
         top.sort()
         cand, cov_score, cov_count, flags = cand[top], cov_score[top], cov_count[top], flags[top]
-    return cand, cov_score, cov_count, flags.astype(np.int64)
+    return cand, cov_score, cov_count, flags
 
 
 def for_batch(items: ItemTable, cov: CoVisit, hist: Histories,

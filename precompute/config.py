@@ -24,6 +24,7 @@ class Settings:
     feed_length: int = defaults.FEED_LENGTH
     feed_ttl: int = defaults.FEED_TTL_SECONDS
     batch_size: int = defaults.BATCH_SIZE
+    retry_intervals: tuple[int, ...] = defaults.JOB_RETRY_INTERVALS
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides) -> Settings:
@@ -43,6 +44,7 @@ class Settings:
             feed_length=_int(env, "PREFEED_FEED_LENGTH", defaults.FEED_LENGTH),
             feed_ttl=_int(env, "PREFEED_FEED_TTL", defaults.FEED_TTL_SECONDS),
             batch_size=_int(env, "PREFEED_BATCH_SIZE", defaults.BATCH_SIZE),
+            retry_intervals=_intervals(env.get("PREFEED_RETRY_INTERVALS")),
         )
         values.update(overrides)
         return cls(**values)
@@ -62,6 +64,7 @@ class Settings:
             "PREFEED_FEED_LENGTH": str(self.feed_length),
             "PREFEED_FEED_TTL": str(self.feed_ttl),
             "PREFEED_BATCH_SIZE": str(self.batch_size),
+            "PREFEED_RETRY_INTERVALS": ",".join(map(str, self.retry_intervals)),
         }
         if self.redis_url:
             env["REDIS_URL"] = self.redis_url
@@ -89,3 +92,16 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
     if value <= 0:
         raise ConfigError(f"{name} must be positive, got {value}")
     return value
+
+
+def _intervals(raw: str | None) -> tuple[int, ...]:
+    """``PREFEED_RETRY_INTERVALS="5,30,120"``: seconds before each retry of a failed job (their count = retries)."""
+    if not raw:
+        return defaults.JOB_RETRY_INTERVALS
+    try:
+        values = tuple(int(x) for x in raw.split(","))
+    except ValueError:
+        raise ConfigError(f"PREFEED_RETRY_INTERVALS must be comma-separated seconds, got {raw!r}") from None
+    if not values or any(v < 0 for v in values):
+        raise ConfigError("PREFEED_RETRY_INTERVALS needs at least one non-negative number of seconds")
+    return values

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .arrays import unique_sorted
 from .candidates import FROM_CATEGORY, FROM_COVISIT, FROM_GLOBAL, TYPE_WEIGHT, Candidates
 from .history import Histories
 from .items import ItemTable
@@ -61,10 +62,10 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float) -> np
     h_types = hist.types
     by_type = [np.bincount(h_owner[h_types == t], minlength=n_users).astype(np.float64) for t in (1, 2, 3, 4)]
     n_events = np.diff(hist.offsets).astype(np.float64)
-    pair = np.unique(h_owner[known] * len(items) + h_rows[known])
+    pair = unique_sorted(h_owner[known] * len(items) + h_rows[known])
     distinct_items = np.bincount(pair // len(items), minlength=n_users)
     h_cat = items.category[h_rows]
-    cat_pair = np.unique(h_owner[known] * n_cat + h_cat[known])
+    cat_pair = unique_sorted(h_owner[known] * n_cat + h_cat[known])
     distinct_cats = np.bincount(cat_pair // n_cat, minlength=n_users)
     has = n_events > 0
     # Histories are oldest first within each user: first and last events sit at the segment ends.

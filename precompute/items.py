@@ -54,7 +54,8 @@ class ItemTable:
         cat_pop = np.bincount(self.category, weights=self.popularity, minlength=self.n_categories)
         self.cat_share = cat_pop / max(cat_pop.sum(), 1e-9)
         self._static: np.ndarray | None = None
-        self._mark = np.zeros(n, dtype=bool)     # scratch for O(n) membership tests, always left all-False
+        self._mark = np.zeros(n, dtype=bool)     # scratch for O(k) membership tests, always left all-False
+        self._bits = np.zeros(n, dtype=np.uint8)  # scratch for candidate source bits, always left all-zero
         log_price = self.log_price = np.log1p(self.price)
         self.cat_log_price_mean = np.bincount(self.category, weights=log_price, minlength=self.n_categories) \
             / np.maximum(self.cat_size, 1)

@@ -125,6 +125,19 @@ class FeedStore:
             self.r.getrange(key, 0, HEADER_SIZE + n_records * RECORD_SIZE - 1)
         return decode(blob) if blob else None
 
+    def stale_users(self, versions: list[tuple[int, int]], chunk: int = 1000) -> list[int]:
+        """Of ``(user_id, history_version)`` pairs, the users whose stored feed is missing or older."""
+        stale = []
+        for i in range(0, len(versions), chunk):
+            part = versions[i:i + chunk]
+            pipe = self.r.pipeline(transaction=False)
+            for uid, _ in part:
+                pipe.getrange(self.keys.feed(uid), 0, HEADER_SIZE - 1)
+            for (uid, version), head in zip(part, pipe.execute()):
+                if len(head) < HEADER_SIZE or HEADER.unpack(head)[0] != MAGIC or HEADER.unpack(head)[4] < version:
+                    stale.append(uid)
+        return stale
+
     def publish_popular(self, global_ids: np.ndarray, by_category: list[np.ndarray]) -> None:
         """Popular item ids for the fallback feed, one uint32 array per list, replaced in one transaction."""
         pipe = self.r.pipeline(transaction=True)

@@ -17,6 +17,7 @@ EXPECTED = {
     "freshness": ["p50_ms", "p99_ms", "timed_out"],
     "memory": ["processes", "feed_value_bytes_mean"],
     "scaling": ["by_users", "by_candidates", "by_trees", "plot"],
+    "soak": ["requests", "errors", "api_rss_mib", "worker_rss_mib"],
 }
 
 

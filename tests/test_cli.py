@@ -15,8 +15,8 @@ def _one_line_error(done, code, fragment):
 
 
 @pytest.mark.parametrize("args,fragment", [
-    (["precompute"], "either --all or"),
-    (["precompute", "--all", "--user", "3"], "either --all or"),
+    (["precompute"], "one of --all, --stale"),
+    (["precompute", "--all", "--user", "3"], "one of --all, --stale"),
     (["precompute", "--user", "0"], "--user"),
     (["seed", "--users", "0"], "--users"),
     (["worker", "--workers", "x"], "--workers"),

