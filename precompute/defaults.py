@@ -18,7 +18,7 @@ BATCH_SIZE = 200
 #: Users ranked together inside a job (one feature matrix, one CatBoost predict call, ~15 MB).
 RANK_CHUNK_USERS = 25
 #: Most recent events per user read for candidates and features.
-HISTORY_LIMIT = 300
+HISTORY_LIMIT = 200
 
 #: Candidate generation.
 COVISIT_RECENT_ITEMS = 20       # distinct most-recent items whose neighbours are pulled

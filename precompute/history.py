@@ -8,6 +8,7 @@ truncation to the newest ``limit`` events, so both paths feed identical inputs t
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import numpy as np
 from sqlalchemy import Engine, select
@@ -64,14 +65,13 @@ def load_histories(engine: Engine, user_ids: list[int], items: ItemTable,
         versions = dict(conn.execute(select(User.id, User.history_version)
                                      .where(User.id.in_(uids.tolist()))).cursor.fetchall())
         rows = conn.exec_driver_sql(sql).cursor.fetchall()
-    cols = list(zip(*rows)) if rows else ((), (), (), ())
+    ev = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.float64, count=4 * len(rows)).reshape(-1, 4)
     # Rows arrive user by user (ascending), each newest first: reverse everything, then a stable sort by user
     # gives users ascending with events oldest first, ties in (ts, id) order, as the event log has them.
-    ev_user = np.array(cols[0], dtype=np.int64)[::-1]
-    order = np.argsort(ev_user, kind="stable")
-    pick = lambda c, dt: np.array(c, dtype=dt)[::-1][order]  # noqa: E731
+    ev = ev[::-1]
+    ev = ev[np.argsort(ev[:, 0], kind="stable")]
     return _assemble(uids, np.array([versions.get(int(u), 0) for u in uids], dtype=np.int64),
-                     ev_user[order], pick(cols[1], np.int64), pick(cols[2], np.int64), pick(cols[3], np.float64),
+                     ev[:, 0].astype(np.int64), ev[:, 1].astype(np.int64), ev[:, 2].astype(np.int64), ev[:, 3],
                      items)
 
 
