@@ -31,7 +31,7 @@ def put_boost(item_id: str):
     ctx = current_app.extensions["prefeed"]
     _require_item(ctx, iid)
     expires = time.time() + ttl
-    ctx["redis"].hset(ctx["keys"].boosts, str(iid), f"{weight!r}:{expires!r}")
+    ctx["redis"].set(ctx["keys"].boost(iid), repr(weight), ex=ttl)
     return json_response({"item_id": iid, "weight": weight, "expires_at": expires})
 
 
@@ -40,7 +40,7 @@ def put_boost(item_id: str):
 def delete_boost(item_id: str):
     iid = path_id(item_id, "item_id")
     ctx = current_app.extensions["prefeed"]
-    removed = ctx["redis"].hdel(ctx["keys"].boosts, str(iid))
+    removed = ctx["redis"].delete(ctx["keys"].boost(iid))
     return json_response({"item_id": iid, "removed": bool(removed)})
 
 

@@ -39,6 +39,21 @@ class World:
         return subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], env=self.env(), cwd=ROOT,
                               check=True, capture_output=True, text=True, **kw)
 
+    def pipeline(self):
+        """A loaded precompute pipeline on this world's database and Redis."""
+        from precompute.pipeline import Pipeline
+        from precompute.services import redis_client
+
+        pipeline = Pipeline(self.settings, self.engine, redis_client(self.settings.redis_url))
+        pipeline.load()
+        return pipeline
+
+    def precompute_all(self, pipeline, n_users: int) -> None:
+        """Compute and store the feeds of users 1..n_users in this process."""
+        size = self.settings.batch_size
+        for i in range(1, n_users + 1, size):
+            pipeline.recompute(list(range(i, min(i + size, n_users + 1))))
+
     def close(self) -> None:
         self.engine.dispose()
         if self.server is not None:

@@ -16,8 +16,7 @@ from rq.serializers import JSONSerializer
 from jobs.queues import enqueue_batches, make_queue
 from precompute import defaults, features, ranker
 from precompute.history import load_histories
-from precompute.pipeline import STAGES, Pipeline
-from precompute.services import redis_client
+from precompute.pipeline import STAGES
 
 from .common import make_world, median, table, write_result
 
@@ -31,9 +30,8 @@ def run(quick: bool = False) -> dict:
     world = make_world(cfg["users"], cfg["items"], cfg["events"], cfg["iterations"])
     try:
         s = world.settings
-        r = redis_client(s.redis_url)
-        pipeline = Pipeline(s, world.engine, r)
-        pipeline.load()
+        pipeline = world.pipeline()
+        r = pipeline.store.r
         users = list(range(1, cfg["rebuild_users"] + 1))
         batches = [users[i:i + s.batch_size] for i in range(0, len(users), s.batch_size)]
 

@@ -9,7 +9,6 @@ import time
 
 from precompute import defaults
 from precompute.pipeline import STAGES, Pipeline
-from precompute.services import redis_client
 
 from .common import RESULTS, make_world, table, write_result
 
@@ -24,9 +23,8 @@ def run(quick: bool = False) -> dict:
     world = make_world(cfg["users"], cfg["items"], cfg["events"], max(cfg["tree_steps"]) if quick
                        else defaults.TRAIN_ITERATIONS)
     try:
-        r = redis_client(world.settings.redis_url)
-        base = Pipeline(world.settings, world.engine, r)
-        base.load()
+        base = world.pipeline()
+        r = base.store.r
 
         def rebuild(pipeline: Pipeline, n_users: int) -> dict:
             users = list(range(1, n_users + 1))

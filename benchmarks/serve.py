@@ -24,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 
-from precompute.pipeline import Pipeline
 from precompute.services import redis_client
 
 from .common import ROOT, make_world, median, table, write_result
@@ -41,17 +40,16 @@ def run(quick: bool = False) -> dict:
     servers = []
     try:
         s = world.settings
-        r = redis_client(s.redis_url)
-        pipeline = Pipeline(s, world.engine, r)
-        pipeline.load()
-        users = list(range(1, cfg["users"] + 1))
-        for i in range(0, len(users), s.batch_size):
-            pipeline.recompute(users[i:i + s.batch_size])
+        pipeline = world.pipeline()
+        r = pipeline.store.r
+        world.precompute_all(pipeline, cfg["users"])
         # Boost 2% of items, popular ones, so pages do carry boosted items.
         rng = np.random.default_rng(0)
         boosted = rng.choice(pipeline.items.ids[pipeline.items.global_popular], max(1, len(pipeline.items) // 50))
-        r.hset(s.key_prefix + "boosts", mapping={str(i): f"{rng.uniform(0.5, 3)}:{time.time() + 3600}"
-                                                  for i in boosted})
+        pipe = r.pipeline(transaction=False)
+        for i in boosted:
+            pipe.set(f"{s.key_prefix}boost:{i}", repr(rng.uniform(0.5, 3)), ex=3600)
+        pipe.execute()
 
         api_port, rt_port = _free_port(), _free_port()
         servers.append(_gunicorn(world, "api.wsgi:app", api_port, cfg["http_workers"]))

@@ -14,8 +14,6 @@ import numpy as np
 import orjson
 import psutil
 
-from precompute.pipeline import Pipeline
-from precompute.services import redis_client
 
 from .common import ROOT, make_world, table, write_result
 from .serve import _free_port, _wait
@@ -30,12 +28,8 @@ def run(quick: bool = False) -> dict:
     world = make_world(cfg["users"], cfg["items"], cfg["events"], cfg["iterations"])
     procs = []
     try:
-        s = world.settings
-        pipeline = Pipeline(s, world.engine, redis_client(s.redis_url))
-        pipeline.load()
-        users = list(range(1, cfg["users"] + 1))
-        for i in range(0, len(users), s.batch_size):
-            pipeline.recompute(users[i:i + s.batch_size])
+        pipeline = world.pipeline()
+        world.precompute_all(pipeline, cfg["users"])
         item_ids = pipeline.items.ids[pipeline.items.global_popular].tolist()
         port = _free_port()
         api = subprocess.Popen([sys.executable, "-m", "gunicorn", "--workers", "2", "--bind", f"127.0.0.1:{port}",

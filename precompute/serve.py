@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-import time
 from collections.abc import Callable
 
 import numpy as np
@@ -72,7 +71,10 @@ def lift_boosts(ids: np.ndarray, scores: np.ndarray, weights: np.ndarray, need: 
 
 # One round trip per page: read the head of the feed and, server-side, look up for each of its items whether it is
 # inactive and its boost, plus the user's interactions newer than the feed's history version. Returns
-# {blob, inactive flags as a '0'/'1' string, flat [index, boost value, ...] pairs, seen-since item ids}.
+# {blob, inactive flags as a '0'/'1' string, flat [index, boost weight, ...] pairs, seen-since item ids}.
+# Boosts are one key per item (expiring natively) read with MGET: a hash of a few hundred boosts is stored as a
+# listpack, which HMGET scans linearly (measured 290 µs server-side for 140 lookups in 445 boosts).
+# The boost keys are built from ARGV[2] inside the script, so prefeed does not run on Redis Cluster.
 _PAGE = """
 local blob = redis.call('GETRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
 if string.len(blob) < 32 then return {blob} end
@@ -87,13 +89,15 @@ end
 local flags, pairs = {}, {}
 if n > 0 then
   local inactive = redis.call('SMISMEMBER', KEYS[2], unpack(ids))
-  local boosts = redis.call('HMGET', KEYS[3], unpack(ids))
+  local names = {}
+  for k = 1, n do names[k] = ARGV[2] .. ids[k] end
+  local boosts = redis.call('MGET', unpack(names))
   for k = 1, n do
     flags[k] = inactive[k] == 1 and '1' or '0'
     if boosts[k] then pairs[#pairs + 1] = k - 1; pairs[#pairs + 1] = boosts[k] end
   end
 end
-local seen = redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. string.format('%.0f', hv), '+inf')
+local seen = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. string.format('%.0f', hv), '+inf')
 return {blob, table.concat(flags), pairs, seen}
 """
 
@@ -104,14 +108,13 @@ class LiveFeeds:
         self.keys = keys
         self._page = r.register_script(_PAGE)
 
-    def page(self, user_id: int, limit: int, offset: int, now: float | None = None) -> Page | None:
+    def page(self, user_id: int, limit: int, offset: int) -> Page | None:
         """The live page of ``user_id``'s precomputed feed, or None when the user has no feed."""
-        now = time.time() if now is None else now
         need = offset + limit
         n_read = need + defaults.BOOST_LOOKAHEAD + limit
-        keys = [self.keys.feed(user_id), self.keys.inactive, self.keys.boosts, self.keys.seen(user_id)]
+        keys = [self.keys.feed(user_id), self.keys.inactive, self.keys.seen(user_id)]
         while True:
-            reply = self._page(keys=keys, args=[HEADER_SIZE + n_read * RECORD_SIZE])
+            reply = self._page(keys=keys, args=[HEADER_SIZE + n_read * RECORD_SIZE, self.keys.boost_prefix])
             if len(reply) < 4:
                 return None                      # no feed (or a value too short to be one)
             blob, flags, boost_pairs, seen = reply
@@ -125,9 +128,7 @@ class LiveFeeds:
                 keep &= ~np.isin(ids, np.array([int(x) for x in seen], dtype=np.int64))
             weights = np.zeros(len(ids))
             for k in range(0, len(boost_pairs), 2):
-                w, _, expires = boost_pairs[k + 1].partition(b":")
-                if float(expires) > now:
-                    weights[int(boost_pairs[k])] = float(w)
+                weights[int(boost_pairs[k])] = float(boost_pairs[k + 1])
             ids, scores, weights = ids[keep], scores[keep], weights[keep]
             out = lift_boosts(ids, scores, weights, need)
             if len(out) >= need or n_read >= feed.header.count:

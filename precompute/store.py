@@ -88,7 +88,7 @@ class Keys:
 
     def __init__(self, prefix: str = defaults.KEY_PREFIX) -> None:
         self.prefix = prefix
-        self.boosts = f"{prefix}boosts"            # hash item_id -> "weight:expires_at"
+        self.boost_prefix = f"{prefix}boost:"     # one key per boosted item: value weight, native TTL
         self.inactive = f"{prefix}inactive"        # set of deactivated item ids
         self.dirty = f"{prefix}dirty"              # zset user_id -> time it may next be claimed
         self.drain_flag = f"{prefix}drain:pending"
@@ -96,6 +96,9 @@ class Keys:
 
     def feed(self, user_id: int) -> str:
         return f"{self.prefix}feed:{user_id}"
+
+    def boost(self, item_id: int) -> str:
+        return f"{self.boost_prefix}{item_id}"
 
     def seen(self, user_id: int) -> str:
         return f"{self.prefix}seen:{user_id}"       # zset item_id -> history version of the interaction

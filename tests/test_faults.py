@@ -10,7 +10,6 @@ import signal
 import threading
 import time
 
-import numpy as np
 import orjson
 import pytest
 from rq.registry import StartedJobRegistry

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from sqlalchemy import update
 
-from precompute import bundle, candidates, defaults, features, ranker
+from precompute import bundle, defaults, features, ranker
 from precompute.errors import BundleError
 from precompute.events import NewEvent, record
 from precompute.history import load_histories
