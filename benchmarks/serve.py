@@ -51,6 +51,7 @@ def run(quick: bool = False) -> dict:
             pipe.set(f"{s.key_prefix}boost:{i}", repr(rng.uniform(0.5, 3)), ex=3600)
         pipe.execute()
 
+        floor = _in_process(world.settings, cfg["users"])    # before any server runs beside it
         api_port, rt_port = _free_port(), _free_port()
         servers.append(_gunicorn(world, "api.wsgi:app", api_port, cfg["http_workers"]))
         servers.append(_gunicorn(world, "benchmarks.realtime:create_app()", rt_port, cfg["http_workers"]))
@@ -64,7 +65,6 @@ def run(quick: bool = False) -> dict:
             "bare": _load(api_port, "/livez", cfg),
             "realtime": _load(rt_port, "/feed/{user}", cfg),
         }
-        floor = _in_process(world.settings, cfg["users"])
         out = dict(config=cfg, generator=runs["feed"]["generator"], runs=runs, in_process_us=floor,
                    ratio_feed_over_bare=runs["feed"]["rps"] / runs["bare"]["rps"],
                    ratio_feed_over_realtime=runs["feed"]["rps"] / runs["realtime"]["rps"])

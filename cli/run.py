@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -88,13 +89,15 @@ def worker(obj, workers: int, burst: bool) -> None:
     pipeline = context.init(settings)
     r = pipeline.store.r
     queue = make_queue(settings, r)
+    level = logging.getLevelName(logging.getLogger().getEffectiveLevel())   # -v on the group: INFO
     if workers == 1:
-        PrefeedWorker([queue], connection=r, serializer=JSONSerializer).work(burst=burst, with_scheduler=True)
+        PrefeedWorker([queue], connection=r, serializer=JSONSerializer).work(
+            burst=burst, with_scheduler=True, logging_level=level)
         return
     from rq.worker_pool import WorkerPool
 
     WorkerPool([queue], connection=r, num_workers=workers, worker_class=PrefeedWorker,
-               serializer=JSONSerializer).start(burst=burst)
+               serializer=JSONSerializer).start(burst=burst, logging_level=level)
 
 
 @command(name="requeue-failed")
