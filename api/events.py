@@ -1,8 +1,10 @@
 """POST /events: store interaction events and schedule recomputes of the affected users' feeds.
 
 Events are stored only when Redis answers (checked first), so an accepted event always has its recompute
-scheduled; if Redis fails between the database commit and the scheduling, the client gets a 503 and may retry:
-events carrying an ``event_id`` are stored once however often they are posted.
+scheduled; if Redis fails between the database commit and the scheduling, the client gets a 503 and retries:
+events carrying an ``event_id`` are stored once however often they are posted, and the retry schedules the
+recompute. (Without ``event_id`` a retry stores the event again; ``manage.py precompute --stale`` finds users whose
+feed fell behind.)
 """
 
 from __future__ import annotations
@@ -49,7 +51,9 @@ def post_events():
             pipe.zremrangebyrank(key, 0, -defaults.SEEN_RECENT_MAX - 1)
             pipe.expire(key, ctx["settings"].feed_ttl)
         pipe.execute()
-        notify_changed(ctx["settings"], ctx["redis"], result.versions)
+    # Every user of the request, not only those with newly stored events: a client retrying after a 503 that
+    # came after the commit gets "duplicates" back, and its users must still be recomputed.
+    notify_changed(ctx["settings"], ctx["redis"], {e.user_id for e in events})
     return json_response({"accepted": result.accepted, "duplicates": result.duplicates}, 202)
 
 

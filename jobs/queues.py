@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
+from datetime import datetime, timezone
 
 import redis
 from rq import Queue, Retry
@@ -51,3 +53,9 @@ def notify_changed(settings: Settings, r: redis.Redis, user_ids: Iterable[int]) 
             raise
         return True
     return False
+
+
+def schedule_drain(settings: Settings, r: redis.Redis, at: float) -> None:
+    """A drain job at epoch second ``at`` (RQ's scheduler, which prefeed workers run, enqueues it then)."""
+    when = datetime.fromtimestamp(max(at, time.time()), tz=timezone.utc)
+    make_queue(settings, r).enqueue_at(when, DRAIN, retry=retry(settings), result_ttl=600, failure_ttl=7 * 86400)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from rq import get_current_job
 
 from precompute.dirty import DirtyUsers
@@ -34,13 +36,22 @@ def drain_dirty() -> dict:
         claimed, stamp = dirty.claim(settings.batch_size)
         if not claimed:
             break
-        result = pipeline.recompute(claimed)
+        try:
+            result = pipeline.recompute(claimed)
+        except BaseException:
+            dirty.release(claimed, stamp)       # due again at once: RQ's retry of this job picks them up
+            raise
         dirty.complete(claimed, stamp)
         users += result.users
         written += result.written
         batches += 1
     else:
         queues.notify_changed(settings, r, [])   # more due: hand over to a fresh job
+    # Users still leased by a claimer that died (SIGKILL, lost host) become due when the lease ends: make sure a
+    # drain job runs then, even if no new event arrives.
+    next_due = dirty.next_due()
+    if next_due is not None and dirty.try_flag_scheduled(int(next_due / 1000 - time.time()) + 1):
+        queues.schedule_drain(settings, r, next_due / 1000)
     job = get_current_job()
     return {"users": users, "written": written, "batches": batches, "job": job.id if job else None,
             "process": context.stats()}

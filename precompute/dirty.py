@@ -22,6 +22,16 @@ for _, uid in ipairs(due) do redis.call('ZADD', KEYS[1], ARGV[2], uid) end
 return due
 """
 
+_RELEASE = """
+local released = 0
+for i = 3, #ARGV do
+  if redis.call('ZSCORE', KEYS[1], ARGV[i]) == ARGV[1] then
+    redis.call('ZADD', KEYS[1], ARGV[2], ARGV[i]); released = released + 1
+  end
+end
+return released
+"""
+
 _COMPLETE = """
 local removed = 0
 for i = 2, #ARGV do
@@ -44,6 +54,7 @@ class DirtyUsers:
         self.lease_ms = lease_seconds * 1000
         self._claim = r.register_script(_CLAIM)
         self._complete = r.register_script(_COMPLETE)
+        self._release = r.register_script(_RELEASE)
 
     def mark(self, user_ids, pipe=None) -> None:
         if user_ids:
@@ -60,6 +71,21 @@ class DirtyUsers:
         if not user_ids:
             return 0
         return int(self._complete(keys=[self.keys.dirty], args=[str(stamp), *[str(u) for u in user_ids]]))
+
+    def release(self, user_ids: list[int], stamp: int) -> int:
+        """Make claimed users due again now (the claimer failed), unless a new event already did."""
+        if not user_ids:
+            return 0
+        return int(self._release(keys=[self.keys.dirty], args=[str(stamp), _ms(), *[str(u) for u in user_ids]]))
+
+    def next_due(self) -> int | None:
+        """Earliest time (ms) any dirty user may be claimed, or None when none is dirty."""
+        first = self.r.zrange(self.keys.dirty, 0, 0, withscores=True)
+        return int(first[0][1]) if first else None
+
+    def try_flag_scheduled(self, seconds: int) -> bool:
+        """True if the caller should schedule a drain for leases that run out: one such job at a time."""
+        return bool(self.r.set(self.keys.drain_flag + ":scheduled", 1, nx=True, ex=max(1, seconds)))
 
     def pending(self) -> int:
         return int(self.r.zcard(self.keys.dirty))

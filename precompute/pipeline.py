@@ -49,6 +49,7 @@ class Pipeline:
         self.items: ItemTable | None = None
         self.cov: CoVisit | None = None
         self.loads = 0          # bundle + matrices loads in this process (a forked horse inherits the count)
+        self._refused: int | None = None      # a bundle version that failed its checks
 
     # -- loading ----------------------------------------------------------------------------------------
     def load(self) -> None:
@@ -79,25 +80,22 @@ class Pipeline:
             log.error("keeping bundle %s: %s", self.bundle and self.bundle.version, exc)
             return False
         stale = self.items is None or time.time() - self.items.loaded_at > defaults.ITEM_TABLE_MAX_AGE_SECONDS
-        if self.bundle is not None and version == self.bundle.version and not stale:
+        current = self.bundle is not None and version in (self.bundle.version, self._refused)
+        if current and not stale:
             return False
         try:
-            new_bundle = self.bundle if self.bundle and version == self.bundle.version else \
-                bundles.load(self.settings.model_dir, version)
+            new_bundle = self.bundle if current else bundles.load(self.settings.model_dir, version)
         except BundleError as exc:
             if self.bundle is None:
                 raise
             log.error("keeping bundle %s: %s", self.bundle.version, exc)
+            self._refused = version          # checked once, not before every job
             new_bundle = self.bundle
             if not stale:
                 return False
         self._install(new_bundle, load_item_table(self.engine))
         log.info("loaded bundle %s and %d items", new_bundle.version, len(self.items))
         return True
-
-    @property
-    def ready(self) -> bool:
-        return self.bundle is not None
 
     # -- ranking ----------------------------------------------------------------------------------------
     def candidates(self, hist: Histories) -> candidates.Candidates:

@@ -227,3 +227,11 @@ def test_fallback_uses_popular_lists_once_a_worker_published_them(client, pipeli
     for rows in pipeline.items.category_popular:
         popular |= set(pipeline.items.ids[rows].tolist())
     assert set(_ids(body)) <= popular
+
+
+def test_a_retried_batch_of_duplicates_still_schedules_the_recompute(client, settings, r, pipeline, user_id):
+    event = {"user_id": user_id, "item_id": int(pipeline.items.ids[1]), "type": "view", "event_id": f"r-{user_id}"}
+    assert _json(client.post("/events", json=event)) == {"accepted": 1, "duplicates": 0}
+    r.delete(f"{settings.key_prefix}dirty")        # as if Redis failed after the commit: nothing scheduled
+    assert _json(client.post("/events", json=event)) == {"accepted": 0, "duplicates": 1}
+    assert r.zscore(f"{settings.key_prefix}dirty", str(user_id)) is not None

@@ -132,3 +132,39 @@ def _run_one(queue, r, users):
 def _clean_env():
     import os
     return {k: v for k, v in os.environ.items() if not k.startswith(("PREFEED_", "REDIS_URL", "DATABASE_URL"))}
+
+
+def test_a_failing_drain_job_hands_its_users_back(settings, r, pipeline, monkeypatch):
+    from jobs import context, tasks
+
+    monkeypatch.setattr(context, "_pipeline", pipeline)
+    dirty = DirtyUsers(r, Keys(settings.key_prefix))
+    dirty.mark([21, 22])
+
+    def broken(user_ids):
+        raise RuntimeError("database went away")
+
+    monkeypatch.setattr(pipeline, "recompute", broken)
+    with pytest.raises(RuntimeError):
+        tasks.drain_dirty()
+    # the users are due again at once, so RQ's retry of the job recomputes them
+    assert sorted(dirty.claim(10)[0]) == [21, 22]
+
+
+def test_users_leased_by_a_dead_drain_job_get_a_scheduled_drain(settings, r, pipeline, monkeypatch):
+    from rq.registry import ScheduledJobRegistry
+
+    from jobs import context, tasks
+
+    monkeypatch.setattr(context, "_pipeline", pipeline)
+    dirty = DirtyUsers(r, Keys(settings.key_prefix))
+    dirty.mark([23])
+    dirty.claim(10)                        # claimed by a job that is then SIGKILLed: never completed
+    result = tasks.drain_dirty()           # a later drain finds nothing due ...
+    assert result["users"] == 0
+    registry = ScheduledJobRegistry(queue=make_queue(settings, r))
+    assert registry.count == 1             # ... and schedules one for when the lease runs out
+    due = registry.get_scheduled_time(registry.get_job_ids()[0]).timestamp()
+    assert 50 < due - time.time() <= 61
+    tasks.drain_dirty()
+    assert registry.count == 1             # not one more per drain
