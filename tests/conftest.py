@@ -93,13 +93,30 @@ def settings(world):
     tag = uuid.uuid4().hex[:10]
     s = dataclasses.replace(world.settings, key_prefix=f"pftest:{tag}:", queue_name=f"pftest-{tag}")
     yield s
-    r = redis_client(s.redis_url)
+    _delete_own_keys(s)
+
+
+def _delete_own_keys(s: Settings) -> None:
+    """Delete this test's keys only: its prefix, its queue, its jobs and results, its workers."""
     from jobs.queues import make_queue
 
-    make_queue(s, r).delete(delete_jobs=True)
-    for key in itertools.chain(r.scan_iter(match=f"{s.key_prefix}*", count=1000),
-                               r.scan_iter(match=f"rq:*{s.queue_name}*", count=1000)):
-        r.delete(key)
+    r = redis_client(s.redis_url)
+    queue = make_queue(s, r)
+    job_ids = set(queue.job_ids)
+    for registry in (queue.finished_job_registry, queue.failed_job_registry, queue.started_job_registry,
+                     queue.scheduled_job_registry, queue.deferred_job_registry, queue.canceled_job_registry):
+        job_ids.update(registry.get_job_ids())
+    workers = {w.decode() for w in r.smembers(f"rq:workers:{s.queue_name}")}
+    doomed = [k for j in job_ids for k in (f"rq:job:{j}", f"rq:results:{j}", f"rq:job:{j}:dependents",
+                                           f"rq:job:{j}:dependencies")]
+    doomed += [f"rq:worker:{w}" for w in workers]
+    doomed += list(r.scan_iter(match=f"{s.key_prefix}*", count=1000))
+    doomed += list(r.scan_iter(match=f"rq:*{s.queue_name}*", count=1000))
+    for i in range(0, len(doomed), 500):
+        r.delete(*doomed[i:i + 500])
+    if workers:
+        r.srem("rq:workers", *workers)
+    r.srem("rq:queues", queue.key)
     r.close()
 
 
