@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cli.net import free_port, wait_for_http
 from precompute.services import redis_client
 
 from .common import ROOT, make_world, median, table, write_result
@@ -52,11 +52,11 @@ def run(quick: bool = False) -> dict:
         pipe.execute()
 
         floor = _in_process(world.settings, cfg["users"])    # before any server runs beside it
-        api_port, rt_port = _free_port(), _free_port()
+        api_port, rt_port = free_port(), free_port()
         servers.append(_gunicorn(world, "api.wsgi:app", api_port, cfg["http_workers"]))
         servers.append(_gunicorn(world, "benchmarks.realtime:create_app()", rt_port, cfg["http_workers"]))
         for port in (api_port, rt_port):
-            _wait(f"http://127.0.0.1:{port}/feed/1")
+            wait_for_http(f"http://127.0.0.1:{port}/feed/1", timeout=60)
         body = urllib.request.urlopen(f"http://127.0.0.1:{api_port}/feed/1?limit=20").read()
         assert b'"source":"precomputed"' in body
 
@@ -189,20 +189,3 @@ def _python_load(port: int, path: str, cfg: dict) -> dict:
     return dict(generator="python", rps=len(lat) / (time.monotonic() - t0), p50_ms=median(lat),
                 p99_ms=float(np.percentile(lat, 99)) if len(lat) else None, errors=errors[0])
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait(url: str, timeout: float = 60) -> None:
-    end = time.monotonic() + timeout
-    while True:
-        try:
-            urllib.request.urlopen(url, timeout=5).read()
-            return
-        except OSError:
-            if time.monotonic() > end:
-                raise
-            time.sleep(0.3)

@@ -15,8 +15,9 @@ import orjson
 import psutil
 
 
+from cli.net import free_port, wait_for_http
+
 from .common import ROOT, make_world, table, write_result
-from .serve import _free_port, _wait
 
 FULL = dict(users=1000, items=10_000, events=100_000, iterations=300, seconds=300, rate=200, event_share=0.1)
 QUICK = dict(users=100, items=1000, events=10_000, iterations=20, seconds=12, rate=60, event_share=0.2)
@@ -31,14 +32,14 @@ def run(quick: bool = False) -> dict:
         pipeline = world.pipeline()
         world.precompute_all(pipeline, cfg["users"])
         item_ids = pipeline.items.ids[pipeline.items.global_popular].tolist()
-        port = _free_port()
+        port = free_port()
         api = subprocess.Popen([sys.executable, "-m", "gunicorn", "--workers", "2", "--bind", f"127.0.0.1:{port}",
                                 "--log-level", "warning", "api.wsgi:app"], env=world.env(), cwd=ROOT,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         workers = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "worker", "--workers", "2"],
                                    env=world.env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs = [api, workers]
-        _wait(f"http://127.0.0.1:{port}/healthz")
+        wait_for_http(f"http://127.0.0.1:{port}/healthz", timeout=60)
 
         counts = {"requests": 0, "errors": 0, "events": 0}
         lock = threading.Lock()

@@ -7,7 +7,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from precompute import db, seed as seeding
 
 from . import command
 from .embedded import ensure_redis
+from .net import free_port, wait_for_http
 
 
 @command()
@@ -46,14 +46,17 @@ def demo(obj, users: int, items: int, events: int, port: int, once: bool) -> Non
     step("worker", "--workers", "2", "--burst")
     click.echo(f"all {users} feeds precomputed in {time.perf_counter() - t0:.1f}s")
 
-    port = port or _free_port()
+    port = port or free_port()
     children = [
         subprocess.Popen(manage + ["worker", "--workers", "1"], env=env),
         subprocess.Popen(manage + ["serve", "--port", str(port)], env=env),
     ]
     try:
         base = f"http://127.0.0.1:{port}"
-        _wait_for(base + "/healthz")
+        try:
+            wait_for_http(base + "/healthz")
+        except TimeoutError as exc:
+            raise click.ClickException(str(exc)) from None
         user = int(seeding.event_count(engine) and 1)
         sample = json.loads(urllib.request.urlopen(f"{base}/feed/{user}?limit=5").read())
         click.echo("\nsample feed:\n" + json.dumps(sample, indent=2))
@@ -81,20 +84,3 @@ admin token: {token}
             except subprocess.TimeoutExpired:
                 child.kill()
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_for(url: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            urllib.request.urlopen(url, timeout=2).read()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise click.ClickException(f"the API did not come up at {url}") from None
-            time.sleep(0.3)

@@ -1,0 +1,27 @@
+"""Loopback helpers for commands that start servers (demo) and for the benchmarks that do the same."""
+
+from __future__ import annotations
+
+import socket
+import time
+import urllib.request
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for_http(url: str, timeout: float = 30.0) -> None:
+    """Poll ``url`` until it answers 2xx; TimeoutError after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=5).read()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nothing answered at {url} within {timeout:.0f}s") from None
+            time.sleep(0.3)
