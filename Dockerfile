@@ -6,7 +6,8 @@ WORKDIR /app
 COPY requirements.txt .
 RUN pip install -r requirements.txt
 COPY . .
-RUN useradd --create-home prefeed && mkdir -p /app/var && chown -R prefeed /app/var
+# /models is where the compose file mounts the shared bundle volume; a new named volume takes this ownership.
+RUN useradd --create-home prefeed && mkdir -p /app/var /models && chown -R prefeed /app/var /models
 USER prefeed
 EXPOSE 8000
 CMD ["python", "manage.py", "serve", "--host", "0.0.0.0", "--port", "8000"]
