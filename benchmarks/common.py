@@ -31,9 +31,7 @@ class World:
     server: object | None
 
     def env(self, **extra) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFEED_", "REDIS_URL", "DATABASE_URL"))}
-        env.update(self.settings.as_env(), **extra)
-        return env
+        return {**self.settings.child_env(), **extra}
 
     def manage(self, *args: str, **kw) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], env=self.env(), cwd=ROOT,

@@ -52,6 +52,11 @@ class Settings:
     def with_redis(self, url: str) -> Settings:
         return dataclasses.replace(self, redis_url=url)
 
+    def child_env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """``base`` (default: this process's environment) without any prefeed configuration, plus these settings:
+        the environment for a child process that must see exactly these settings."""
+        return {**without_prefeed_config(base), **self.as_env()}
+
     def as_env(self) -> dict[str, str]:
         """The environment that makes a child process (worker, API) build these same settings."""
         env = {
@@ -71,6 +76,15 @@ class Settings:
         if self.admin_token:
             env["PREFEED_ADMIN_TOKEN"] = self.admin_token
         return env
+
+
+def without_prefeed_config(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default: this process's environment) less every variable that configures prefeed."""
+    base = os.environ if base is None else base
+    return {k: v for k, v in base.items() if not k.startswith(_CONFIG_PREFIXES)}
+
+
+_CONFIG_PREFIXES = ("PREFEED_", "REDIS_URL", "DATABASE_URL", "MODEL_DIR")
 
 
 def normalize_database_url(url: str) -> str:

@@ -153,7 +153,6 @@ def admin():
 
 def manage(settings: Settings, *args: str, timeout: float = 120, extra_env: dict | None = None):
     """Run ``manage.py`` in a child process configured like ``settings``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFEED_", "REDIS_URL", "DATABASE_URL"))}
-    env.update(settings.as_env(), **(extra_env or {}))
+    env = {**settings.child_env(), **(extra_env or {})}
     return subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -15,10 +14,8 @@ from tests.conftest import ROOT
 
 
 def spawn_worker(settings, *args: str) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFEED_", "REDIS_URL", "DATABASE_URL"))}
-    env.update(settings.as_env())
-    return subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "worker", *args], env=env, cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "worker", *args], env=settings.child_env(),
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def horses_of(proc: subprocess.Popen) -> list[psutil.Process]:

@@ -2,12 +2,12 @@
 with its headline figures."""
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
+from precompute.config import without_prefeed_config
 from tests.conftest import ROOT
 
 EXPECTED = {
@@ -24,8 +24,7 @@ EXPECTED = {
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_benchmark_runs_in_quick_mode(name, tmp_path):
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PREFEED_", "REDIS_URL", "DATABASE_URL"))}
+    env = without_prefeed_config()
     env["PREFEED_BENCH_RESULTS"] = str(tmp_path)
     done = subprocess.run([sys.executable, "-m", "benchmarks", name, "--quick"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=280)

@@ -73,13 +73,13 @@ def test_seed_train_and_requeue_on_a_fresh_database(settings, tmp_path):
 @pytest.mark.timeout(300)
 def test_demo_runs_the_newcomers_path_on_embedded_defaults(tmp_path):
     # given nothing configured: no REDIS_URL, no DATABASE_URL (the demo starts its own Valkey and uses SQLite)
-    import os
     import subprocess
     import sys
 
+    from precompute.config import without_prefeed_config
     from tests.conftest import ROOT
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFEED_", "REDIS_URL", "DATABASE_URL"))}
+    env = without_prefeed_config()
     env["PREFEED_VAR_DIR"] = str(tmp_path / "var")
     done = subprocess.run([sys.executable, str(ROOT / "manage.py"), "demo", "--once", "--port", "0", "--users", "200",
                            "--items", "300", "--events", "15000"], env=env, cwd=ROOT, capture_output=True,

@@ -99,7 +99,7 @@ def test_a_user_marked_again_while_claimed_stays_dirty(settings, r):
 @pytest.mark.timeout(120)
 def test_a_running_worker_picks_up_a_new_bundle_between_jobs(settings, r, world):
     env_proc = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "worker"], cwd=ROOT,
-                                env={**_clean_env(), **settings.as_env()},
+                                env=settings.child_env(),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     queue = make_queue(settings, r)
     new = world.version + 77_000_000
@@ -127,11 +127,6 @@ def _run_one(queue, r, users):
         assert not job.is_failed, job.latest_result().exc_string if job.latest_result() else "failed"
         time.sleep(0.1)
     raise AssertionError("job did not finish")
-
-
-def _clean_env():
-    import os
-    return {k: v for k, v in os.environ.items() if not k.startswith(("PREFEED_", "REDIS_URL", "DATABASE_URL"))}
 
 
 def test_a_failing_drain_job_hands_its_users_back(settings, r, pipeline, monkeypatch):
