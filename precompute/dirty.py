@@ -85,7 +85,7 @@ class DirtyUsers:
 
     def try_flag_scheduled(self, seconds: int) -> bool:
         """True if the caller should schedule a drain for leases that run out: one such job at a time."""
-        return bool(self.r.set(self.keys.drain_flag + ":scheduled", 1, nx=True, ex=max(1, seconds)))
+        return bool(self.r.set(self.keys.drain_scheduled_flag, 1, nx=True, ex=max(1, seconds)))
 
     def pending(self) -> int:
         return int(self.r.zcard(self.keys.dirty))

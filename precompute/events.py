@@ -42,8 +42,9 @@ def record(engine: Engine, events: list[NewEvent]) -> Recorded:
             missing = [i for i in item_ids if i not in found]
             if missing:
                 raise NotFound(f"unknown item id(s): {', '.join(map(str, missing[:10]))}")
-            conn.execute(insert(User).values([{"id": u, "created_at": min(e.ts for e in events),
-                                               "history_version": 0} for u in user_ids])
+            first_ts = min(e.ts for e in events)
+            conn.execute(insert(User).values([{"id": u, "created_at": first_ts, "history_version": 0}
+                                              for u in user_ids])
                          .on_conflict_do_nothing(index_elements=["id"]))
             stored = conn.execute(
                 insert(Event).values([dataclasses.asdict(e) for e in events])

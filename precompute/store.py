@@ -92,6 +92,7 @@ class Keys:
         self.inactive = f"{prefix}inactive"        # set of deactivated item ids
         self.dirty = f"{prefix}dirty"              # zset user_id -> time it may next be claimed
         self.drain_flag = f"{prefix}drain:pending"
+        self.drain_scheduled_flag = f"{prefix}drain:scheduled"
         self.popular_global = f"{prefix}popular:global"
 
     def feed(self, user_id: int) -> str:
@@ -137,7 +138,8 @@ class FeedStore:
             for uid, _ in part:
                 pipe.getrange(self.keys.feed(uid), 0, HEADER_SIZE - 1)
             for (uid, version), head in zip(part, pipe.execute()):
-                if len(head) < HEADER_SIZE or HEADER.unpack(head)[0] != MAGIC or HEADER.unpack(head)[4] < version:
+                fields = HEADER.unpack(head) if len(head) == HEADER_SIZE else None
+                if fields is None or fields[0] != MAGIC or fields[4] < version:
                     stale.append(uid)
         return stale
 

@@ -147,3 +147,18 @@ def test_a_promoted_bundle_is_picked_up_by_refresh(pipeline, settings, world):
 def test_model_beats_popularity_on_the_seeded_marketplace(world):
     metrics = bundle.load(world.settings.model_dir).meta["metrics"]
     assert metrics["ndcg10"] > metrics["ndcg10_popular"]
+
+
+def test_stale_users_are_those_whose_feed_is_missing_or_older(pipeline, world, user_id):
+    from sqlalchemy import select
+
+    from precompute.models import User
+
+    fresh, missing = user_id, user_id + 2000        # ``missing`` has never had a feed stored
+    pipeline.recompute([fresh])
+    with world.engine.connect() as conn:
+        version = conn.execute(select(User.history_version).where(User.id == fresh)).scalar()
+    pipeline.store.r.set(pipeline.store.keys.feed(missing + 1), b"garbage")
+    stale = pipeline.store.stale_users([(fresh, version), (fresh, version + 1), (missing, 3), (missing + 1, 1)])
+    # the feed is current for its version, older than version + 1, absent for one user and unreadable for another
+    assert stale == [fresh, missing, missing + 1]
