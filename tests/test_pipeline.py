@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from sqlalchemy import update
 
-from precompute import bundle, defaults, features, ranker
+from precompute import bundle, candidates, defaults, features, ranker
 from precompute.errors import BundleError
 from precompute.events import NewEvent, record
 from precompute.history import load_histories
@@ -35,6 +35,78 @@ def test_candidates_exclude_seen_and_inactive_items(pipeline, world, user_id):
     assert pipeline.items.active[cand.rows].all()
     assert len(cand.rows) <= pipeline.settings.max_candidates
     assert set(np.unique(cand.flags)) <= set(range(1, 8))
+
+
+def _reference_candidates(items, cov, rows, types):
+    """Candidates of one user the slow, obvious way: Python sets and dicts, no scratch arrays."""
+    known = [int(r) for r in rows if r >= 0]
+    recent = []
+    for r in reversed(known):
+        if r not in recent:
+            recent.append(r)
+    score, count, flags = {}, {}, {}
+    for i, r in enumerate(recent[: defaults.COVISIT_RECENT_ITEMS]):
+        for j in range(cov.indptr[r], cov.indptr[r + 1]):
+            n = int(cov.nbr[j])
+            score[n] = score.get(n, 0.0) + cov.weight[j] * candidates.RECENCY_DECAY ** i
+            count[n] = count.get(n, 0) + 1
+            flags[n] = flags.get(n, 0) | candidates.FROM_COVISIT
+    weight = {}
+    for r, t in zip(rows, types):
+        if r >= 0:
+            c = int(items.category[r])
+            weight[c] = weight.get(c, 0.0) + candidates.TYPE_WEIGHT[t]
+    top = sorted((c for c in weight if weight[c] > 0), key=lambda c: (-weight[c], c))
+    for c in top[: defaults.USER_TOP_CATEGORIES]:
+        for n in items.category_popular[c]:
+            flags[int(n)] = flags.get(int(n), 0) | candidates.FROM_CATEGORY
+    for n in items.global_popular:
+        flags[int(n)] = flags.get(int(n), 0) | candidates.FROM_GLOBAL
+    return {n: (score.get(n, 0.0), count.get(n, 0), f) for n, f in flags.items()
+            if n not in set(known) and items.active[n]}
+
+
+def test_candidates_match_a_plain_python_reference(pipeline, world, user_id):
+    # given a batch of users with long, short and no histories (user_id + 10**6 does not exist)
+    batch = [user_id, user_id + 1, user_id + 2, user_id + 10**6]
+    hist = load_histories(world.engine, batch, pipeline.items)
+    # when candidates are generated without a cap
+    cand = candidates.for_batch(pipeline.items, pipeline.cov, hist, max_candidates=10**9)
+    for k in range(len(batch)):
+        a, b = hist.offsets[k], hist.offsets[k + 1]
+        want = _reference_candidates(pipeline.items, pipeline.cov, hist.item_rows[a:b], hist.types[a:b])
+        lo, hi = cand.offsets[k], cand.offsets[k + 1]
+        got = {int(r): (s, c, f) for r, s, c, f in zip(cand.rows[lo:hi], cand.cov_score[lo:hi],
+                                                        cand.cov_count[lo:hi], cand.flags[lo:hi])}
+        # then each user gets exactly the reference's items, once each, with its scores and source bits
+        assert hi - lo == len(got) == len(want)
+        assert got.keys() == want.keys()
+        for n, (s, c, f) in want.items():
+            assert got[n][0] == pytest.approx(s) and got[n][1:] == (c, f), n
+    # and with a cap, the kept items are the highest-priority ones (co-visited first, then popular)
+    capped = candidates.for_batch(pipeline.items, pipeline.cov, hist.slice(0, 1), max_candidates=300)
+    full_rows = cand.rows[: cand.offsets[1]]
+    prior = dict(zip(full_rows.tolist(), cand.cov_score[: cand.offsets[1]] * 1e6
+                     + pipeline.items.popularity[full_rows]))
+    kept = set(capped.rows.tolist())
+    assert len(kept) == len(capped.rows) == 300 and kept <= prior.keys()
+    assert min(prior[n] for n in kept) >= max(p for n, p in prior.items() if n not in kept)
+
+
+def test_feature_gathers_match_fancy_indexing(pipeline, world, user_id):
+    # given a batch's candidates and features
+    hist = load_histories(world.engine, [user_id, user_id + 1], pipeline.items)
+    cand = pipeline.candidates(hist)
+    X = features.build(pipeline.items, hist, cand, time.time())
+    # then the gathered item block is the item table's rows, and user columns are constant within each user
+    assert np.array_equal(X[:, : features.ITEM_STATIC], pipeline.items.static_features()[cand.rows])
+    user_cols = slice(features.ITEM_STATIC + 1, features.ITEM_STATIC + 15)
+    for k in range(2):
+        block = X[cand.offsets[k]: cand.offsets[k + 1], user_cols]
+        assert (block == block[0]).all()
+    flags = X[:, -4:-1].astype(int) @ np.array([candidates.FROM_COVISIT, candidates.FROM_CATEGORY,
+                                                  candidates.FROM_GLOBAL])
+    assert np.array_equal(flags, cand.flags) and np.array_equal(X[:, -1], X[:, -4:-1].sum(axis=1))
 
 
 def test_training_and_precompute_build_identical_feature_rows(pipeline, world, user_id):
