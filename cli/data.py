@@ -6,7 +6,7 @@ import time
 
 import click
 
-from precompute import bundle, db, defaults, ranker, seed as seeding, synth
+from precompute import bundle, db, defaults, history, ranker, seed as seeding, synth
 from precompute.errors import InvalidInput
 
 from . import command
@@ -21,8 +21,10 @@ def _engine(settings):
 @command(name="init-db")
 @click.pass_obj
 def init_db(obj) -> None:
-    """Create the tables (idempotent)."""
-    _engine(obj.settings)
+    """Create the tables, or bring an existing database up to date (idempotent)."""
+    filled = history.fill_missing(_engine(obj.settings))
+    if filled:
+        click.echo(f"kept recent events for {filled} existing users")
     click.echo("database ready")
 
 

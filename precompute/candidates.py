@@ -108,9 +108,14 @@ def for_user(items: ItemTable, cov: CoVisit, rows: np.ndarray, top_cats: np.ndar
     mark[known] = False
     cand, cov_score, cov_count, flags = cand[keep], cov_score[keep], cov_count[keep], flags[keep]
     if len(cand) > max_candidates:
-        # Prefer co-visited items, then popular ones.
-        prior = cov_score * 1e6 + items.popularity[cand]
-        top = np.argpartition(-prior, max_candidates - 1)[:max_candidates]
+        # Keep every co-visited item, then the most popular others. Popularity ranks are distinct, so one int32
+        # partition picks exactly ``max_candidates``; with more co-visited items than that, the strongest.
+        covisited = cov_score > 0
+        if np.count_nonzero(covisited) < max_candidates:
+            key = np.where(covisited, -1, items.pop_rank[cand])
+            top = np.flatnonzero(key <= np.partition(key, max_candidates - 1)[max_candidates - 1])
+        else:
+            top = np.argpartition(-cov_score, max_candidates - 1)[:max_candidates]
         cand, cov_score, cov_count, flags = cand[top], cov_score[top], cov_count[top], flags[top]
     return cand, cov_score, cov_count, flags
 

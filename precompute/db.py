@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -42,8 +42,16 @@ def session_factory(engine: Engine) -> sessionmaker[Session]:
 
 
 def init_db(engine: Engine) -> None:
+    """Create missing tables, and add columns later versions introduced to existing ones (idempotent)."""
     try:
         Base.metadata.create_all(engine)
+        with engine.begin() as conn:
+            for table in Base.metadata.sorted_tables:
+                have = {c["name"] for c in inspect(conn).get_columns(table.name)}
+                for column in table.columns:
+                    if column.name not in have and column.nullable:
+                        kind = column.type.compile(dialect=engine.dialect)
+                        conn.execute(text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}'))
     except SQLAlchemyError as exc:
         raise Unavailable("database", _short(exc)) from exc
 

@@ -1,4 +1,5 @@
-"""Recording interaction events: one transaction that stores them and bumps each user's history version."""
+"""Recording interaction events: one transaction that stores them, bumps each user's history version and rewrites
+the user's kept newest events (``recent.py``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
 
+from . import recent
 from .db import _short
 from .errors import NotFound, Unavailable
 from .models import Event, Item, User
@@ -43,24 +45,29 @@ def record(engine: Engine, events: list[NewEvent]) -> Recorded:
             if missing:
                 raise NotFound(f"unknown item id(s): {', '.join(map(str, missing[:10]))}")
             first_ts = min(e.ts for e in events)
-            conn.execute(insert(User).values([{"id": u, "created_at": first_ts, "history_version": 0}
-                                              for u in user_ids])
+            conn.execute(insert(User).values([{"id": u, "created_at": first_ts, "history_version": 0,
+                                               "recent": recent.empty()} for u in user_ids])
                          .on_conflict_do_nothing(index_elements=["id"]))
             stored = conn.execute(
                 insert(Event).values([dataclasses.asdict(e) for e in events])
                 .on_conflict_do_nothing(index_elements=["client_event_id"])
-                .returning(Event.user_id, Event.item_id)
+                .returning(Event.id, Event.user_id, Event.item_id, Event.type, Event.ts)
             ).all()
-            per_user: dict[int, list[int]] = {}
-            for uid, iid in stored:
-                per_user.setdefault(uid, []).append(iid)
+            per_user: dict[int, list] = {}
+            for row in sorted(stored):        # by id: the order the events log has them in
+                per_user.setdefault(row.user_id, []).append(row)
             versions, seen = {}, []
             for uid in sorted(per_user):      # fixed order: concurrent batches lock users alike, no deadlock
-                v = conn.execute(update(User).where(User.id == uid)
-                                 .values(history_version=User.history_version + len(per_user[uid]))
-                                 .returning(User.history_version)).scalar_one()
+                new = per_user[uid]
+                # The row lock taken by this UPDATE covers the read-modify-write of ``recent`` below.
+                v, kept = conn.execute(update(User).where(User.id == uid)
+                                       .values(history_version=User.history_version + len(new))
+                                       .returning(User.history_version, User.recent)).one()
+                if kept is not None:
+                    kept = recent.append(kept, [e.item_id for e in new], [e.type for e in new], [e.ts for e in new])
+                    conn.execute(update(User).where(User.id == uid).values(recent=kept))
                 versions[uid] = int(v)
-                seen += [(uid, iid, int(v)) for iid in per_user[uid]]
+                seen += [(uid, e.item_id, int(v)) for e in new]
     except SQLAlchemyError as exc:
         raise Unavailable("database", _short(exc)) from exc
     return Recorded(accepted=len(stored), duplicates=len(events) - len(stored), versions=versions, seen=seen)

@@ -1,8 +1,8 @@
 """Users' recent interaction histories for a batch, in one flat set of arrays.
 
 Events of user ``k`` (k-th in ``user_ids``) live at ``offsets[k]:offsets[k+1]``, oldest first. The same
-``Histories`` is built from SQL at precompute time and from in-memory arrays at training time, with the same
-truncation to the newest ``limit`` events, so both paths feed identical inputs to the feature code.
+``Histories`` is built from the database at precompute time and from in-memory arrays at training time, with the
+same truncation to the newest ``limit`` events, so both paths feed identical inputs to the feature code.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import dataclasses
 import itertools
 
 import numpy as np
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, select, update
 
-from . import defaults
+from . import defaults, recent
 from .items import ItemTable
 from .models import User
 
@@ -44,35 +44,59 @@ class Histories:
 
 def load_histories(engine: Engine, user_ids: list[int], items: ItemTable,
                    limit: int = defaults.HISTORY_LIMIT) -> Histories:
-    """Two queries for the whole batch: versions first, then each user's newest ``limit`` events.
+    """Each user's newest ``limit`` events and history version, in one query for the whole batch.
 
-    Reading the version before the events means a feed may include events newer than its stamp, never the
-    reverse: a later recompute with the higher version then replaces it. The events query is a UNION ALL of one
-    index range scan per user (newest first, LIMIT), so a long history costs no more than ``limit`` rows.
-    Rows are fetched from the DBAPI cursor as plain tuples: building ORM rows would cost more than the query.
+    Both come from the user row (``users.recent``, see ``recent.py``), written in the transaction that bumped the
+    version, so a feed is stamped with exactly the version of the history it was ranked from. Users whose row has
+    no kept value fall back to the events table (``_from_events``).
     """
     uids = np.asarray(sorted(set(int(u) for u in user_ids)), dtype=np.int64)
-    if len(uids) == 0:
-        return _assemble(uids, uids, uids, uids, uids, np.empty(0), items)
-    # One statement, literal integers (ids are ints we produced, limit an int): SQLite plans a bound LIMIT per
-    # subquery noticeably slower, and the text is valid for SQLite and PostgreSQL alike.
+    parts: dict[int, np.ndarray] = {}
+    versions: dict[int, int] = {}
+    if len(uids):
+        with engine.connect() as conn:
+            rows = conn.execute(select(User.id, User.history_version, User.recent)
+                                .where(User.id.in_(uids.tolist()))).all()
+            rest = []
+            for uid, version, value in rows:
+                versions[uid] = version
+                if value is not None and recent.covers(value, limit):
+                    rec, _ = recent.unpack(value)
+                    parts[uid] = rec[max(len(rec) - limit, 0):]
+                else:
+                    rest.append(uid)
+            if rest:
+                parts.update(_from_events(conn, rest, limit))
+    empty = np.empty(0, dtype=recent.RECORD)
+    rec = np.concatenate([parts.get(int(u), empty) for u in uids]) if len(uids) else empty
+    owner = np.repeat(uids, [len(parts.get(int(u), empty)) for u in uids])
+    return _assemble(uids, np.array([versions.get(int(u), 0) for u in uids], dtype=np.int64),
+                     owner, rec["item"].astype(np.int64), rec["type"].astype(np.int64), rec["ts"], items)
+
+
+def _from_events(conn, user_ids: list[int], limit: int) -> dict[int, np.ndarray]:
+    """Newest ``limit`` events of each user from the events table, as ``recent.RECORD`` arrays oldest first.
+
+    One statement: a UNION ALL of one index range scan per user (newest first, LIMIT), so a long history costs no
+    more than ``limit`` rows. Literal integers (ids are ints we produced, limit an int): SQLite plans a bound LIMIT
+    per subquery noticeably slower, and the text is valid for SQLite and PostgreSQL alike.
+    """
     sql = " UNION ALL ".join(
         f"SELECT * FROM (SELECT user_id, item_id, type, ts FROM events WHERE user_id = {int(u)} "
         f"ORDER BY ts DESC, id DESC LIMIT {int(limit)}) AS h{k}"
-        for k, u in enumerate(uids)
+        for k, u in enumerate(user_ids)
     )
-    with engine.connect() as conn:
-        versions = dict(conn.execute(select(User.id, User.history_version)
-                                     .where(User.id.in_(uids.tolist()))).cursor.fetchall())
-        rows = conn.exec_driver_sql(sql).cursor.fetchall()
+    rows = conn.exec_driver_sql(sql).cursor.fetchall()
     ev = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.float64, count=4 * len(rows)).reshape(-1, 4)
-    # Rows arrive user by user (ascending), each newest first: reverse everything, then a stable sort by user
-    # gives users ascending with events oldest first, ties in (ts, id) order, as the event log has them.
+    # Rows arrive newest first per user: reverse everything, then a stable sort by user gives each user's events
+    # oldest first, ties in (ts, id) order, as the event log has them.
     ev = ev[::-1]
     ev = ev[np.argsort(ev[:, 0], kind="stable")]
-    return _assemble(uids, np.array([versions.get(int(u), 0) for u in uids], dtype=np.int64),
-                     ev[:, 0].astype(np.int64), ev[:, 1].astype(np.int64), ev[:, 2].astype(np.int64), ev[:, 3],
-                     items)
+    rec = np.empty(len(ev), dtype=recent.RECORD)
+    rec["item"], rec["type"], rec["ts"] = ev[:, 1], ev[:, 2], ev[:, 3]
+    user = ev[:, 0].astype(np.int64)
+    bounds = np.searchsorted(user, user_ids, side="left"), np.searchsorted(user, user_ids, side="right")
+    return {uid: rec[a:b] for uid, a, b in zip(user_ids, *bounds)}
 
 
 def histories_from_arrays(user_ids: np.ndarray, ev_user: np.ndarray, ev_item: np.ndarray, ev_type: np.ndarray,
@@ -104,3 +128,27 @@ def _assemble(uids, versions, ev_user, ev_item, ev_type, ev_ts, items: ItemTable
         types=ev_type.astype(np.int64),
         ts=ev_ts.astype(np.float64),
     )
+
+
+def fill_missing(engine: Engine, batch: int = 500) -> int:
+    """Write ``users.recent`` for users that have none (databases from before the column), from the events
+    table; returns how many were filled.
+
+    Each batch runs in one transaction that first takes the users' row locks (a no-op UPDATE; the write lock on
+    SQLite), so an event recorded meanwhile waits and is then appended to the value, never lost from it.
+    """
+    filled = 0
+    while True:
+        with engine.begin() as conn:
+            ids = conn.execute(select(User.id).where(User.recent.is_(None)).order_by(User.id)
+                               .limit(batch)).scalars().all()
+            if not ids:
+                return filled
+            conn.execute(update(User).where(User.id.in_(ids)).values(history_version=User.history_version))
+            events = _from_events(conn, ids, defaults.HISTORY_LIMIT)
+            for uid in ids:
+                rec = events[uid]
+                conn.execute(update(User).where(User.id == uid)
+                             .values(recent=recent.pack(rec["item"], rec["type"], rec["ts"])))
+            filled += len(ids)
+

@@ -43,7 +43,7 @@ class ItemTable:
         self.popularity = self.counts @ POPULARITY_WEIGHTS + 0.1 * self.recent_views
         # Rank 0 = most popular; global and within-category.
         order = np.lexsort((self.ids, -self.popularity))
-        self.pop_rank = np.empty(n, dtype=np.int64)
+        self.pop_rank = np.empty(n, dtype=np.int32)       # int32: the candidate cap partitions it (2x int64)
         self.pop_rank[order] = np.arange(n)
         cat_order = np.lexsort((self.ids, -self.popularity, self.category))
         starts = np.searchsorted(self.category[cat_order], np.arange(self.n_categories))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 
-from sqlalchemy import BigInteger, Float, ForeignKey, Index, Integer, SmallInteger, String
+from sqlalchemy import BigInteger, Float, ForeignKey, Index, Integer, LargeBinary, SmallInteger, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # SQLite only auto-increments INTEGER PRIMARY KEY; PostgreSQL gets a 64-bit key.
@@ -48,6 +48,8 @@ class User(Base):
     #: Bumped in the same transaction as every batch of this user's events; feeds are stamped with it and a feed
     #: is never replaced by one computed from a lower version.
     history_version: Mapped[int] = mapped_column(BigInteger, default=0)
+    #: The newest events, packed (``precompute/recent.py``), rewritten with every version bump; NULL = not kept.
+    recent: Mapped[bytes | None] = mapped_column(LargeBinary, default=None)
 
 
 class Event(Base):

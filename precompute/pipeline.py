@@ -17,6 +17,7 @@ from sqlalchemy import Engine
 
 from . import bundle as bundles
 from . import candidates, defaults, features, ranker
+from .arrays import top_desc
 from .config import Settings
 from .covisit import CoVisit, index_for
 from .errors import BundleError
@@ -136,11 +137,7 @@ class Pipeline:
             for k, uid in enumerate(part.user_ids):
                 a, b = cand.offsets[k], cand.offsets[k + 1]
                 s = scores[a:b]
-                if b - a > keep:                   # partial selection first: only the kept items are sorted
-                    sel = np.argpartition(-s, keep - 1)[:keep]
-                    top = sel[np.argsort(-s[sel], kind="stable")]
-                else:
-                    top = np.argsort(-s, kind="stable")
+                top = top_desc(s, keep)
                 version = int(part.versions[k])
                 values.append((int(uid), encode(self.items.ids[cand.rows[a:b][top]], s[top], version, now,
                                                 self.bundle.version), version))

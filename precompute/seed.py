@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+import numpy as np
 from sqlalchemy import Engine, delete, func, select
 
+from . import recent
 from .models import Event, Item, User
 from .synth import Marketplace
 
@@ -21,7 +23,10 @@ def load(engine: Engine, m: Marketplace, progress: Callable[[int], None] = lambd
     items = zip(m.item_id.tolist(), m.item_category.tolist(), m.item_price.tolist(), m.item_created_at.tolist(),
                 m.item_active.tolist(), m.item_quality.tolist(), m.item_photos.tolist(),
                 m.item_seller_rating.tolist())
-    users = zip(m.user_id.tolist(), m.user_created_at.tolist(), m.user_history_version.tolist())
+    by_time = np.argsort(m.event_ts, kind="stable")      # (ts, id) order: ids follow the arrays' order
+    kept = recent.values_from_arrays(m.user_id, m.event_user[by_time], m.event_item[by_time],
+                                     m.event_type[by_time], m.event_ts[by_time])
+    users = zip(m.user_id.tolist(), m.user_created_at.tolist(), m.user_history_version.tolist(), kept)
     events = (m.event_user, m.event_item, m.event_type, m.event_ts)
     with engine.begin() as conn:
         raw = conn.connection.driver_connection
@@ -30,7 +35,7 @@ def load(engine: Engine, m: Marketplace, progress: Callable[[int], None] = lambd
         _copy_or_insert(cur, postgres, "items", ["id", "category", "price", "created_at", "active", "quality",
                                                   "photos", "seller_rating"], list(items))
         progress(len(m.item_id))
-        _copy_or_insert(cur, postgres, "users", ["id", "created_at", "history_version"], list(users))
+        _copy_or_insert(cur, postgres, "users", ["id", "created_at", "history_version", "recent"], list(users))
         progress(len(m.user_id))
         for chunk in _event_chunks(*events):
             _copy_or_insert(cur, postgres, "events", ["user_id", "item_id", "type", "ts"], chunk)

@@ -1,8 +1,15 @@
 """manage.py: expected failures are one line on stderr with a non-zero exit, never a traceback."""
 
 import dataclasses
+import time
 
+import numpy as np
 import pytest
+from sqlalchemy import text
+
+from precompute import db, seed, synth
+from precompute.history import load_histories
+from precompute.items import load_item_table
 
 from tests.conftest import manage
 
@@ -55,6 +62,30 @@ def test_precompute_inline(settings, r):
     assert done.returncode == 0, done.stderr
     assert "2 feeds written" in done.stdout
     assert r.exists(f"{settings.key_prefix}feed:5")
+
+
+def test_init_db_brings_an_older_database_up_to_date(settings, tmp_path):
+    # given a database from before users kept their recent events (the column is missing)
+    old = dataclasses.replace(settings, database_url=f"sqlite:///{tmp_path / 'old.db'}")
+    engine = db.make_engine(old.database_url)
+    db.init_db(engine)
+    seed.load(engine, synth.generate(30, 60, 900, seed=3, now=time.time()))
+    items = load_item_table(engine)
+    want = load_histories(engine, list(range(1, 31)), items)
+    with engine.begin() as conn:
+        conn.execute(text("ALTER TABLE users DROP COLUMN recent"))
+    # when init-db runs
+    done = manage(old, "init-db")
+    # then the column is back, every user's value is filled from the events table, and histories read the same
+    assert done.returncode == 0, done.stderr
+    assert "kept recent events for 30 existing users" in done.stdout
+    engine.dispose()
+    got = load_histories(engine, list(range(1, 31)), items)
+    for field in ("versions", "offsets", "item_rows", "types", "ts"):
+        assert np.array_equal(getattr(want, field), getattr(got, field)), field
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM users WHERE recent IS NULL")).scalar() == 0
+    assert "kept recent" not in manage(old, "init-db").stdout          # idempotent
 
 
 def test_seed_train_and_requeue_on_a_fresh_database(settings, tmp_path):

@@ -6,13 +6,13 @@ import time
 
 import numpy as np
 import pytest
-from sqlalchemy import update
+from sqlalchemy import select, update
 
-from precompute import bundle, candidates, defaults, features, ranker
+from precompute import bundle, candidates, defaults, features, history, ranker
 from precompute.errors import BundleError
 from precompute.events import NewEvent, record
 from precompute.history import load_histories
-from precompute.models import Item
+from precompute.models import Item, User
 from precompute.pipeline import STAGES
 
 
@@ -83,14 +83,15 @@ def test_candidates_match_a_plain_python_reference(pipeline, world, user_id):
         assert got.keys() == want.keys()
         for n, (s, c, f) in want.items():
             assert got[n][0] == pytest.approx(s) and got[n][1:] == (c, f), n
-    # and with a cap, the kept items are the highest-priority ones (co-visited first, then popular)
-    capped = candidates.for_batch(pipeline.items, pipeline.cov, hist.slice(0, 1), max_candidates=300)
-    full_rows = cand.rows[: cand.offsets[1]]
-    prior = dict(zip(full_rows.tolist(), cand.cov_score[: cand.offsets[1]] * 1e6
-                     + pipeline.items.popularity[full_rows]))
+    # and with a cap, every co-visited item is kept, then the most popular of the others
+    full = cand.rows[: cand.offsets[1]]
+    covisited = set(full[cand.cov_score[: cand.offsets[1]] > 0].tolist())
+    cap = len(covisited) + 100
+    capped = candidates.for_batch(pipeline.items, pipeline.cov, hist.slice(0, 1), max_candidates=cap)
     kept = set(capped.rows.tolist())
-    assert len(kept) == len(capped.rows) == 300 and kept <= prior.keys()
-    assert min(prior[n] for n in kept) >= max(p for n, p in prior.items() if n not in kept)
+    assert len(kept) == len(capped.rows) == cap and covisited < kept < set(full.tolist())
+    rank = pipeline.items.pop_rank
+    assert max(rank[n] for n in kept - covisited) < min(rank[n] for n in set(full.tolist()) - kept)
 
 
 def test_feature_gathers_match_fancy_indexing(pipeline, world, user_id):
@@ -133,6 +134,44 @@ def test_history_truncation_is_the_same_on_both_paths(pipeline, world, user_id, 
     b = history.load_histories(world.engine, [user_id], pipeline.items, limit=5)
     assert len(a.ts) == len(b.ts) == 5
     assert np.array_equal(a.item_rows, b.item_rows) and np.array_equal(a.ts, b.ts)
+
+
+def _from_events(world, user_ids, limit=defaults.HISTORY_LIMIT):
+    with world.engine.connect() as conn:
+        return history._from_events(conn, user_ids, limit)
+
+
+def test_kept_recent_events_follow_the_event_log(pipeline, world, user_id):
+    # given new events out of time order, ties with stored ones, and a duplicate client id
+    stored = load_histories(world.engine, [user_id], pipeline.items)
+    items = pipeline.items.ids[pipeline.items.global_popular[:4]].tolist()
+    newest, oldest = float(stored.ts.max()), float(stored.ts.min())
+    record(world.engine, [NewEvent(user_id, items[0], 1, newest + 5, "kept-a"),
+                          NewEvent(user_id, items[1], 2, newest),           # same ts as the newest stored
+                          NewEvent(user_id, items[2], 3, oldest - 86400)])  # older than everything kept
+    record(world.engine, [NewEvent(user_id, items[3], 4, newest + 1), NewEvent(user_id, items[0], 1, 0, "kept-a")])
+    # then the kept value equals the events table's newest events, in (ts, id) order, at every limit
+    for limit in (defaults.HISTORY_LIMIT, 5):
+        kept = load_histories(world.engine, [user_id], pipeline.items, limit=limit)
+        want = _from_events(world, [user_id], limit)[user_id]
+        assert np.array_equal(pipeline.items.ids[kept.item_rows], want["item"])
+        assert np.array_equal(kept.types, want["type"]) and np.array_equal(kept.ts, want["ts"])
+    assert kept.item_rows[-1] == pipeline.items.rows(np.array([items[0]]))[0]
+
+
+def test_users_without_a_kept_value_are_read_from_the_events_table(pipeline, world, user_id):
+    before = load_histories(world.engine, [user_id, user_id + 1], pipeline.items)
+    with world.engine.begin() as conn:
+        conn.execute(update(User).where(User.id == user_id).values(recent=None))
+    after = load_histories(world.engine, [user_id, user_id + 1], pipeline.items)
+    for field in ("user_ids", "versions", "offsets", "item_rows", "types", "ts"):
+        assert np.array_equal(getattr(before, field), getattr(after, field)), field
+    # and recording events leaves it to the events table (no value is invented from a partial view)
+    record(world.engine, [NewEvent(user_id, int(pipeline.items.ids[0]), 1, time.time())])
+    with world.engine.connect() as conn:
+        assert conn.execute(select(User.recent).where(User.id == user_id)).scalar() is None
+    n_before = int(before.offsets[1])
+    assert len(load_histories(world.engine, [user_id], pipeline.items).ts) == min(n_before + 1, defaults.HISTORY_LIMIT)
 
 
 def test_a_slow_job_never_overwrites_a_newer_feed(pipeline, world, user_id):
