@@ -16,6 +16,7 @@ from rq.registry import StartedJobRegistry
 from sqlalchemy import func, select
 
 from jobs.queues import enqueue_batches, make_queue
+from precompute import defaults, history, recent
 from precompute.dirty import DirtyUsers
 from precompute.models import Event, User
 from precompute.store import CorruptFeed, FeedStore, Keys, decode
@@ -140,6 +141,12 @@ def test_racing_events_end_with_the_newest_feed_and_every_event_once(app, settin
     assert stored == len(set(posted)) == len(posted)          # none lost, none duplicated
     assert sum(after.values()) - sum(before.values()) == len(posted)
     assert all(after[u] == counts[u] for u in users)          # the version counts events exactly
+    with world.engine.connect() as conn:                      # each user's kept events match the events table
+        from_table = history._from_events(conn, users, defaults.HISTORY_LIMIT)
+        kept = dict(conn.execute(select(User.id, User.recent).where(User.id.in_(users))).all())
+    for u in users:
+        rec, _ = recent.unpack(kept[u])
+        assert rec.tobytes() == from_table[u].tobytes(), u
     assert queue.failed_job_registry.count == 0
     _assert_all_fresh(r, settings, world.engine, users)
 
