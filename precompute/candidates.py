@@ -21,7 +21,6 @@ FROM_COVISIT, FROM_CATEGORY, FROM_GLOBAL = 1, 2, 4
 #: How much each interaction type counts towards a user's category preference (index = EventType value).
 TYPE_WEIGHT = np.array([0.0, 1.0, 2.0, 4.0, 6.0])
 RECENCY_DECAY = 0.85
-_DECAY = RECENCY_DECAY ** np.arange(defaults.COVISIT_RECENT_ITEMS)
 
 
 @dataclasses.dataclass
@@ -64,25 +63,34 @@ def _distinct(slot: np.ndarray, a: np.ndarray) -> np.ndarray:
     return a[slot[a] == pos]
 
 
-def _most_recent(slot: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
-    """The ``k`` most recent distinct items of an oldest-first history, most recent first.
+def recent_items(hist: Histories, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each user's ``k`` most recent distinct items, most recent first, for the whole batch at once.
 
-    ``minimum.at`` is unbuffered, so each item's slot ends at its latest position whatever the write order.
+    Returns item rows, their user's position in the batch, and their recency rank (0 = most recent).
     """
-    rev = rows[::-1]
-    pos = np.arange(len(rev))
-    slot[rev] = len(rev)
-    np.minimum.at(slot, rev, pos)
-    return rev[slot[rev] == pos][:k]
+    known = hist.item_rows >= 0
+    owner, rows = hist.owner[known][::-1], hist.item_rows[known][::-1]   # newest first within each user
+    n = len(rows)
+    if n == 0:
+        return rows, owner, owner
+    # First occurrence of each (user, item) in newest-first order = the item's latest interaction.
+    by_key = np.argsort(owner * (int(rows.max()) + 1) + rows, kind="stable")
+    key = (owner * (int(rows.max()) + 1) + rows)[by_key]
+    latest = by_key[np.r_[True, key[1:] != key[:-1]]]
+    # Back in newest-first order, grouped by user (users descending); rank within the user, keep the first k.
+    latest.sort()
+    o = owner[latest]
+    first = np.r_[True, o[1:] != o[:-1]]
+    start = np.maximum.accumulate(np.where(first, np.arange(len(o)), 0))
+    rank = np.arange(len(o)) - start
+    keep = rank < k
+    return rows[latest[keep]], o[keep], rank[keep]
 
 
-def for_user(items: ItemTable, cov: CoVisit, rows: np.ndarray, top_cats: np.ndarray,
+def for_user(items: ItemTable, known: np.ndarray, cov_rows: np.ndarray, cov_w: np.ndarray, top_cats: np.ndarray,
              max_candidates: int = defaults.MAX_CANDIDATES) -> tuple[np.ndarray, ...]:
-    """Candidates for one user from their history (``rows``, oldest first) and strongest categories."""
+    """Candidates for one user from their known history rows, co-visited neighbours and strongest categories."""
     slot = items._slot
-    known = rows[rows >= 0]
-    recent = _most_recent(slot, known, defaults.COVISIT_RECENT_ITEMS)
-    cov_rows, cov_w = cov.gather(recent, _DECAY[: len(recent)])
     cat_rows = np.concatenate([items.category_popular_by_row[c] for c in top_cats]) if len(top_cats) else \
         np.empty(0, dtype=np.int64)
     glob_rows = items.global_popular_by_row
@@ -93,42 +101,50 @@ def for_user(items: ItemTable, cov: CoVisit, rows: np.ndarray, top_cats: np.ndar
     slot[cand] = np.arange(m)
     at = slot[cov_rows]
     cov_score = np.bincount(at, weights=cov_w, minlength=m)
-    cov_count = np.bincount(at, minlength=m).astype(np.float64)
+    cov_count = np.bincount(at, minlength=m)
     # Source bits through a per-item scratch array (left all-zero); repeated rows all write the same value.
     bits = items._bits
     bits[cov_rows] |= FROM_COVISIT
     bits[cat_rows] |= FROM_CATEGORY
     bits[glob_rows] |= FROM_GLOBAL
-    flags = bits[cand].astype(np.int64)
+    flags = bits[cand]
     bits[cand] = 0
     # Drop seen and inactive items (O(k) membership through the all-False ``_mark`` scratch).
     mark = items._mark
     mark[known] = True
-    keep = items.active[cand] & ~mark[cand]
+    sel = np.flatnonzero(items.active[cand] & ~mark[cand])
     mark[known] = False
-    cand, cov_score, cov_count, flags = cand[keep], cov_score[keep], cov_count[keep], flags[keep]
-    if len(cand) > max_candidates:
+    if len(sel) > max_candidates:
         # Keep every co-visited item, then the most popular others. Popularity ranks are distinct, so one int32
         # partition picks exactly ``max_candidates``; with more co-visited items than that, the strongest.
-        covisited = cov_score > 0
+        score = cov_score[sel]
+        covisited = score > 0
         if np.count_nonzero(covisited) < max_candidates:
-            key = np.where(covisited, -1, items.pop_rank[cand])
-            top = np.flatnonzero(key <= np.partition(key, max_candidates - 1)[max_candidates - 1])
+            key = np.where(covisited, -1, items.pop_rank[cand[sel]])
+            sel = sel[key <= np.partition(key, max_candidates - 1)[max_candidates - 1]]
         else:
-            top = np.argpartition(-cov_score, max_candidates - 1)[:max_candidates]
-        cand, cov_score, cov_count, flags = cand[top], cov_score[top], cov_count[top], flags[top]
-    return cand, cov_score, cov_count, flags
+            sel = sel[np.argpartition(-score, max_candidates - 1)[:max_candidates]]
+    return cand[sel], cov_score[sel], cov_count[sel], flags[sel]
 
 
 def for_batch(items: ItemTable, cov: CoVisit, hist: Histories,
               max_candidates: int = defaults.MAX_CANDIDATES) -> Candidates:
+    n_users = len(hist)
     weight = category_weights(items, hist)
     order = np.argsort(-weight, axis=1, kind="stable")
     k = defaults.USER_TOP_CATEGORIES
+    # Co-visited neighbours of every user's recent items in one gather, grouped by user.
+    recent, recent_owner, recent_rank = recent_items(hist, defaults.COVISIT_RECENT_ITEMS)
+    cov_rows, cov_w = cov.gather(recent, RECENCY_DECAY ** recent_rank)
+    per_user = np.bincount(recent_owner, weights=cov.indptr[recent + 1] - cov.indptr[recent], minlength=n_users)
+    cov_at = np.r_[0, np.cumsum(per_user[::-1])].astype(np.int64)     # users come last-first from recent_items
     parts = []
     for u, (a, b) in enumerate(zip(hist.offsets[:-1], hist.offsets[1:])):
+        rows = hist.item_rows[a:b]
+        lo, hi = cov_at[n_users - 1 - u], cov_at[n_users - u]
         top = order[u, :k]
-        parts.append(for_user(items, cov, hist.item_rows[a:b], top[weight[u, top] > 0], max_candidates))
+        parts.append(for_user(items, rows[rows >= 0], cov_rows[lo:hi], cov_w[lo:hi], top[weight[u, top] > 0],
+                              max_candidates))
     sizes = [len(p[0]) for p in parts]
     cat = (lambda i, dt: np.concatenate([p[i] for p in parts]).astype(dt, copy=False) if parts
            else np.empty(0, dt))
