@@ -17,13 +17,13 @@ from sqlalchemy import Engine
 
 from . import bundle as bundles
 from . import candidates, defaults, features, ranker
-from .arrays import top_desc
+from .arrays import top_desc_grouped
 from .config import Settings
 from .covisit import CoVisit, index_for
 from .errors import BundleError
 from .history import Histories, load_histories
 from .items import ItemTable, load_item_table
-from .store import FeedStore, Keys, encode
+from .store import FeedStore, Keys, encode_many
 
 log = logging.getLogger(__name__)
 STAGES = ("history", "candidates", "features", "model", "store")
@@ -134,13 +134,10 @@ class Pipeline:
             cand, scores = self.rank(part, now, seconds)
             scored += len(scores)
             t0 = time.perf_counter()
-            for k, uid in enumerate(part.user_ids):
-                a, b = cand.offsets[k], cand.offsets[k + 1]
-                s = scores[a:b]
-                top = top_desc(s, keep)
-                version = int(part.versions[k])
-                values.append((int(uid), encode(self.items.ids[cand.rows[a:b][top]], s[top], version, now,
-                                                self.bundle.version), version))
+            top, offsets = top_desc_grouped(scores, cand.offsets, keep)
+            encoded = encode_many(self.items.ids[cand.rows[top]], scores[top], offsets, part.versions.tolist(),
+                                  now, self.bundle.version)
+            values += zip(part.user_ids.tolist(), encoded, part.versions.tolist())
             seconds["store"] += time.perf_counter() - t0
         return values, scored
 

@@ -63,11 +63,21 @@ class Feed:
 
 def encode(item_ids: np.ndarray, scores: np.ndarray, history_version: int, computed_at: float,
            model_version: int) -> bytes:
+    return encode_many(item_ids, scores, [0, len(item_ids)], [history_version], computed_at, model_version)[0]
+
+
+def encode_many(item_ids: np.ndarray, scores: np.ndarray, offsets, history_versions, computed_at: float,
+                model_version: int) -> list[bytes]:
+    """One value per user: user ``k``'s ranked items are ``item_ids[offsets[k]:offsets[k+1]]`` (records built
+    for the whole batch at once, then cut)."""
     rec = np.empty(len(item_ids), dtype=RECORD)
     rec["item"] = item_ids
     rec["score"] = scores
-    return HEADER.pack(MAGIC, FORMAT, 0, len(rec), int(history_version), float(computed_at),
-                       int(model_version)) + rec.tobytes()
+    body = memoryview(rec.tobytes())
+    bounds = np.asarray(offsets, dtype=np.int64).tolist()
+    return [HEADER.pack(MAGIC, FORMAT, 0, b - a, int(v), float(computed_at), int(model_version))
+            + body[a * RECORD_SIZE:b * RECORD_SIZE]
+            for a, b, v in zip(bounds[:-1], bounds[1:], history_versions)]
 
 
 def decode(blob: bytes) -> Feed:
