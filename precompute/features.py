@@ -39,21 +39,18 @@ _FLAG_TABLE = np.array([[(f & FROM_COVISIT) > 0, (f & FROM_CATEGORY) > 0, (f & F
 
 def build(items: ItemTable, hist: Histories, cand: Candidates, now: float) -> np.ndarray:
     r = cand.rows
-    o = cand.owner
     n_users, n_cat = len(hist), items.n_categories
     # Column-major: each feature is written as one contiguous column, and CatBoost builds its Pool from a
     # Fortran-ordered float32 matrix without copying (C order costs it a transposing copy larger than the predict).
     out = np.empty((len(r), N_FEATURES), dtype=np.float32, order="F")
 
-    def put(values) -> None:
-        out[:, next(col)] = values
-
     # ---- item: one gather from the table's precomputed block, plus the clock-dependent age -----------------
     _gather(out, 0, items.static_features(), r)
-    out[:, ITEM_STATIC] = (now - items.created_at[r]) / DAY
-    col = iter(range(ITEM_STATIC + 1, N_FEATURES))
-    log_price = items.log_price[r]
+    age = out[:, ITEM_STATIC]
+    np.take(items.created_day32, r, out=age, mode="clip")
+    np.subtract(np.float32(now / DAY), age, out=age)
     cat = items.category[r]
+    sizes = np.diff(cand.offsets)
 
     # ---- user (length n_users, broadcast with [o]) ------------------------------------------------------
     h_owner = hist.owner
@@ -102,29 +99,33 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float) -> np
     uc_contacts = np.bincount((h_owner * n_cat + h_cat)[known & (h_types >= 3)], minlength=n_users * n_cat)
     uc_week = np.bincount((h_owner * n_cat + h_cat)[known & (hist.ts >= now - 7 * DAY)],
                           minlength=n_users * n_cat)
-    oc = o * n_cat + cat
+    oc = np.repeat(np.arange(n_users) * n_cat, sizes) + cat
     uc_table = np.column_stack([
         share.ravel(), rank.ravel(), np.where(np.isfinite(uc_last), (now - uc_last) / DAY, 365.0),
         np.log1p(uc_contacts), uc_week,
     ]).astype(np.float32)
     _gather(out, c0, uc_table, oc)
-    col = iter(range(c0 + uc_table.shape[1], N_FEATURES - 4))
-    diff = log_price - u_mean[o]
-    put(np.where(has[o], diff, 0.0))
-    put(np.where(has[o], np.abs(diff) / (u_std[o] + 0.1), 0.0))
-    put(np.where(has[o], np.exp(diff), 1.0))
-    put(cand.cov_score)
-    put(np.log1p(cand.cov_score))
-    put(cand.cov_count)
-    sizes = np.diff(cand.offsets)
+    # Price and co-visitation columns, computed in place in float32. Per-user factors are repeated over the user's
+    # candidates (grouped by user); a user with no history gets diff 0, z 0 and ratio exp(0) = 1.
+    c = c0 + uc_table.shape[1]
+    diff, z, ratio, cov, log_cov, cov_count, cov_norm = (out[:, c + j] for j in range(7))
+    np.take(items.log_price32, r, out=diff, mode="clip")
+    diff -= np.repeat(u_mean.astype(np.float32), sizes)
+    diff *= np.repeat(has.astype(np.float32), sizes)
+    np.abs(diff, out=z)
+    z *= np.repeat((1.0 / (u_std + 0.1)).astype(np.float32), sizes)
+    np.exp(diff, out=ratio)
+    cov[:] = cand.cov_score
+    np.log1p(cov, out=log_cov)
+    cov_count[:] = cand.cov_count
     top = np.zeros(n_users)
     if len(r):
         # Candidates are grouped by user: a segment max (reduceat) instead of the much slower maximum.at.
         nonempty = sizes > 0
         top[nonempty] = np.maximum.reduceat(cand.cov_score, cand.offsets[:-1][nonempty])
-    put(cand.cov_score / np.maximum(top[o], 1e-9))
+    np.multiply(cov, np.repeat((1.0 / np.maximum(top, 1e-9)).astype(np.float32), sizes), out=cov_norm)
+    assert c + 7 == N_FEATURES - 4, "FEATURE_NAMES and build() disagree"
     _gather(out, N_FEATURES - 4, _FLAG_TABLE, cand.flags)       # source bits and their count, by lookup
-    assert next(col, None) is None, "FEATURE_NAMES and build() disagree"
     return out
 
 

@@ -58,6 +58,9 @@ class ItemTable:
         self._bits = np.zeros(n, dtype=np.uint8)  # scratch for candidate source bits, always left all-zero
         self._slot = np.zeros(n, dtype=np.int64)  # scratch for O(k) dedupe: written before read, never reset
         log_price = self.log_price = np.log1p(self.price)
+        # float32 copies the feature code gathers straight into its float32 columns.
+        self.log_price32 = log_price.astype(np.float32)
+        self.created_day32 = (self.created_at / 86400.0).astype(np.float32)
         self.cat_log_price_mean = np.bincount(self.category, weights=log_price, minlength=self.n_categories) \
             / np.maximum(self.cat_size, 1)
         # Popular active items: global list and per category, most popular first (rows, not ids).
