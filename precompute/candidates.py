@@ -74,8 +74,9 @@ def recent_items(hist: Histories, k: int) -> tuple[np.ndarray, np.ndarray, np.nd
     if n == 0:
         return rows, owner, owner
     # First occurrence of each (user, item) in newest-first order = the item's latest interaction.
-    by_key = np.argsort(owner * (int(rows.max()) + 1) + rows, kind="stable")
-    key = (owner * (int(rows.max()) + 1) + rows)[by_key]
+    key = owner * (int(rows.max()) + 1) + rows
+    by_key = np.argsort(key, kind="stable")
+    key = key[by_key]
     latest = by_key[np.r_[True, key[1:] != key[:-1]]]
     # Back in newest-first order, grouped by user (users descending); rank within the user, keep the first k.
     latest.sort()

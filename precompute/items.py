@@ -54,6 +54,7 @@ class ItemTable:
         cat_pop = np.bincount(self.category, weights=self.popularity, minlength=self.n_categories)
         self.cat_share = cat_pop / max(cat_pop.sum(), 1e-9)
         self._static: np.ndarray | None = None
+        # Scratch arrays of the candidate stage: one table serves one thread at a time (workers are processes).
         self._mark = np.zeros(n, dtype=bool)     # scratch for O(k) membership tests, always left all-False
         self._bits = np.zeros(n, dtype=np.uint8)  # scratch for candidate source bits, always left all-zero
         self._slot = np.zeros(n, dtype=np.int64)  # scratch for O(k) dedupe: written before read, never reset
