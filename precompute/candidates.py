@@ -78,8 +78,8 @@ def recent_items(hist: Histories, k: int) -> tuple[np.ndarray, np.ndarray, np.nd
     by_key = np.argsort(key, kind="stable")
     key = key[by_key]
     latest = by_key[np.r_[True, key[1:] != key[:-1]]]
-    # Back in newest-first order, grouped by user (users descending); rank within the user, keep the first k.
-    latest.sort()
+    # Grouped by user (ascending), newest first within each; rank within the user, keep the first k.
+    latest = latest[np.argsort(owner[latest] * n + latest)]
     o = owner[latest]
     first = np.r_[True, o[1:] != o[:-1]]
     start = np.maximum.accumulate(np.where(first, np.arange(len(o)), 0))
@@ -136,13 +136,12 @@ def for_batch(items: ItemTable, cov: CoVisit, hist: Histories,
     k = defaults.USER_TOP_CATEGORIES
     # Co-visited neighbours of every user's recent items in one gather, grouped by user.
     recent, recent_owner, recent_rank = recent_items(hist, defaults.COVISIT_RECENT_ITEMS)
-    cov_rows, cov_w = cov.gather(recent, RECENCY_DECAY ** recent_rank)
-    per_user = np.bincount(recent_owner, weights=cov.indptr[recent + 1] - cov.indptr[recent], minlength=n_users)
-    cov_at = np.r_[0, np.cumsum(per_user[::-1])].astype(np.int64)     # users come last-first from recent_items
+    cov_rows, cov_w, per_recent = cov.gather(recent, RECENCY_DECAY ** recent_rank)
+    cov_at = np.r_[0, np.cumsum(np.bincount(recent_owner, weights=per_recent, minlength=n_users))].astype(np.int64)
     parts = []
     for u, (a, b) in enumerate(zip(hist.offsets[:-1], hist.offsets[1:])):
         rows = hist.item_rows[a:b]
-        lo, hi = cov_at[n_users - 1 - u], cov_at[n_users - u]
+        lo, hi = cov_at[u], cov_at[u + 1]
         top = order[u, :k]
         parts.append(for_user(items, rows[rows >= 0], cov_rows[lo:hi], cov_w[lo:hi], top[weight[u, top] > 0],
                               max_candidates))

@@ -22,16 +22,17 @@ class CoVisit:
     nbr: np.ndarray
     weight: np.ndarray
 
-    def gather(self, rows: np.ndarray, row_weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """All neighbours of ``rows`` (one flat array) and their weight times the source row's weight."""
+    def gather(self, rows: np.ndarray, row_weight: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """All neighbours of ``rows`` (one flat array, in ``rows`` order), their weight times the source row's
+        weight, and how many each row contributed."""
         starts, ends = self.indptr[rows], self.indptr[rows + 1]
         lens = ends - starts
         total = int(lens.sum())
         if total == 0:
-            return np.empty(0, dtype=np.int64), np.empty(0)
+            return np.empty(0, dtype=np.int64), np.empty(0), lens
         first = np.r_[0, np.cumsum(lens)[:-1]]
         idx = np.arange(total) - np.repeat(first - starts, lens)
-        return self.nbr[idx], self.weight[idx] * np.repeat(row_weight, lens)
+        return self.nbr[idx], self.weight[idx] * np.repeat(row_weight, lens), lens
 
 
 def build_pairs(ev_user: np.ndarray, ev_item: np.ndarray, ev_ts: np.ndarray,

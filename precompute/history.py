@@ -68,8 +68,9 @@ def load_histories(engine: Engine, user_ids: list[int], items: ItemTable,
             if rest:
                 parts.update(_from_events(conn, rest, limit))
     empty = np.empty(0, dtype=recent.RECORD)
-    rec = np.concatenate([parts.get(int(u), empty) for u in uids]) if len(uids) else empty
-    owner = np.repeat(uids, [len(parts.get(int(u), empty)) for u in uids])
+    per_user = [parts.get(int(u), empty) for u in uids]
+    rec = np.concatenate(per_user) if per_user else empty
+    owner = np.repeat(uids, [len(x) for x in per_user])
     return _assemble(uids, np.array([versions.get(int(u), 0) for u in uids], dtype=np.int64),
                      owner, rec["item"].astype(np.int64), rec["type"].astype(np.int64), rec["ts"], items)
 
@@ -92,8 +93,7 @@ def _from_events(conn, user_ids: list[int], limit: int) -> dict[int, np.ndarray]
     # oldest first, ties in (ts, id) order, as the event log has them.
     ev = ev[::-1]
     ev = ev[np.argsort(ev[:, 0], kind="stable")]
-    rec = np.empty(len(ev), dtype=recent.RECORD)
-    rec["item"], rec["type"], rec["ts"] = ev[:, 1], ev[:, 2], ev[:, 3]
+    rec = recent.records(ev[:, 1], ev[:, 2], ev[:, 3])
     user = ev[:, 0].astype(np.int64)
     bounds = np.searchsorted(user, user_ids, side="left"), np.searchsorted(user, user_ids, side="right")
     return {uid: rec[a:b] for uid, a, b in zip(user_ids, *bounds)}
@@ -103,18 +103,30 @@ def histories_from_arrays(user_ids: np.ndarray, ev_user: np.ndarray, ev_item: np
                           ev_ts: np.ndarray, items: ItemTable, limit: int = defaults.HISTORY_LIMIT,
                           versions: np.ndarray | None = None) -> Histories:
     """Same as ``load_histories`` from arrays already in memory, ordered by (ts, id) as the event log is."""
+    uids, u, it, ty, ts = _newest(user_ids, ev_user, ev_item, ev_type, ev_ts, limit)
+    if versions is None:
+        versions = np.zeros(len(uids), dtype=np.int64)
+    return _assemble(uids, versions, u, it, ty, ts, items)
+
+
+def recent_values_from_arrays(user_ids: np.ndarray, ev_user: np.ndarray, ev_item: np.ndarray, ev_type: np.ndarray,
+                              ev_ts: np.ndarray) -> dict[int, bytes]:
+    """``users.recent`` of each of ``user_ids`` from an in-memory log in (ts, id) order (bulk loading)."""
+    uids, u, it, ty, ts = _newest(user_ids, ev_user, ev_item, ev_type, ev_ts, defaults.HISTORY_LIMIT)
+    lo, hi = np.searchsorted(u, uids, side="left"), np.searchsorted(u, uids, side="right")
+    return {uid: recent.pack(it[a:b], ty[a:b], ts[a:b]) for uid, a, b in zip(uids.tolist(), lo, hi)}
+
+
+def _newest(user_ids, ev_user, ev_item, ev_type, ev_ts, limit: int) -> tuple[np.ndarray, ...]:
+    """Distinct ``user_ids`` ascending, and their newest ``limit`` events each, grouped by user, oldest first."""
     uids = np.unique(np.asarray(user_ids, dtype=np.int64))
     keep = np.isin(ev_user, uids)
     u, it, ty, ts = ev_user[keep], ev_item[keep], ev_type[keep], ev_ts[keep]
     order = np.argsort(u, kind="stable")           # stable: keeps (ts, id) order inside each user
     u, it, ty, ts = u[order], it[order], ty[order], ts[order]
-    # Keep each user's newest ``limit`` events.
     ends = np.searchsorted(u, u, side="right")
-    recent = (ends - np.arange(len(u))) <= limit
-    u, it, ty, ts = u[recent], it[recent], ty[recent], ts[recent]
-    if versions is None:
-        versions = np.zeros(len(uids), dtype=np.int64)
-    return _assemble(uids, versions, u, it, ty, ts, items)
+    newest = (ends - np.arange(len(u))) <= limit
+    return uids, u[newest], it[newest], ty[newest], ts[newest]
 
 
 def _assemble(uids, versions, ev_user, ev_item, ev_type, ev_ts, items: ItemTable) -> Histories:
@@ -151,4 +163,3 @@ def fill_missing(engine: Engine, batch: int = 500) -> int:
                 conn.execute(update(User).where(User.id == uid)
                              .values(recent=recent.pack(rec["item"], rec["type"], rec["ts"])))
             filled += len(ids)
-

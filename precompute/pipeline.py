@@ -135,9 +135,10 @@ class Pipeline:
             scored += len(scores)
             t0 = time.perf_counter()
             top, offsets = top_desc_grouped(scores, cand.offsets, keep)
-            encoded = encode_many(self.items.ids[cand.rows[top]], scores[top], offsets, part.versions.tolist(),
-                                  now, self.bundle.version)
-            values += zip(part.user_ids.tolist(), encoded, part.versions.tolist())
+            versions = part.versions.tolist()
+            encoded = encode_many(self.items.ids[cand.rows[top]], scores[top], offsets, versions, now,
+                                  self.bundle.version)
+            values += zip(part.user_ids.tolist(), encoded, versions)
             seconds["store"] += time.perf_counter() - t0
         return values, scored
 

@@ -31,12 +31,17 @@ def empty(limit: int = defaults.HISTORY_LIMIT) -> bytes:
     return HEADER.pack(limit)
 
 
+def records(item, type_, ts) -> np.ndarray:
+    """Events as a ``RECORD`` array (columns of equal length)."""
+    rec = np.empty(len(item), dtype=RECORD)
+    rec["item"], rec["type"], rec["ts"] = item, type_, ts
+    return rec
+
+
 def pack(item: np.ndarray, type_: np.ndarray, ts: np.ndarray, limit: int = defaults.HISTORY_LIMIT) -> bytes:
     """The value for events already in (ts, id) order; keeps the newest ``limit``."""
-    rec = np.empty(min(len(item), limit), dtype=RECORD)
-    if len(rec):
-        rec["item"], rec["type"], rec["ts"] = item[-len(rec):], type_[-len(rec):], ts[-len(rec):]
-    return HEADER.pack(limit) + rec.tobytes()
+    newest = slice(max(len(item) - limit, 0), None)
+    return HEADER.pack(limit) + records(item[newest], type_[newest], ts[newest]).tobytes()
 
 
 def unpack(value: bytes) -> tuple[np.ndarray, int]:
@@ -62,17 +67,7 @@ def append(value: bytes, item: list[int], type_: list[int], ts: list[float],
     events have larger ids. An event older than the newest ``limit`` falls off the front, as it would in SQL.
     """
     old, _ = unpack(value)
-    new = np.empty(len(item), dtype=RECORD)
-    new["item"], new["type"], new["ts"] = item, type_, ts
-    both = np.concatenate([old, new])
+    both = np.concatenate([old, records(item, type_, ts)])
     both = both[np.argsort(both["ts"], kind="stable")]
     return pack(both["item"], both["type"], both["ts"], limit)
 
-
-def values_from_arrays(user_ids: np.ndarray, ev_user: np.ndarray, ev_item: np.ndarray, ev_type: np.ndarray,
-                       ev_ts: np.ndarray, limit: int = defaults.HISTORY_LIMIT) -> list[bytes]:
-    """The value of every user in ``user_ids`` from an in-memory event log in (ts, id) order (bulk loading)."""
-    order = np.argsort(ev_user, kind="stable")            # stable: keeps (ts, id) order inside each user
-    u, it, ty, ts = ev_user[order], ev_item[order], ev_type[order], ev_ts[order]
-    lo, hi = np.searchsorted(u, user_ids, side="left"), np.searchsorted(u, user_ids, side="right")
-    return [pack(it[a:b], ty[a:b], ts[a:b], limit) for a, b in zip(lo.tolist(), hi.tolist())]

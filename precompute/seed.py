@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 from sqlalchemy import Engine, delete, func, select
 
-from . import recent
+from .history import recent_values_from_arrays
 from .models import Event, Item, User
 from .synth import Marketplace
 
@@ -24,9 +24,10 @@ def load(engine: Engine, m: Marketplace, progress: Callable[[int], None] = lambd
                 m.item_active.tolist(), m.item_quality.tolist(), m.item_photos.tolist(),
                 m.item_seller_rating.tolist())
     by_time = np.argsort(m.event_ts, kind="stable")      # (ts, id) order: ids follow the arrays' order
-    kept = recent.values_from_arrays(m.user_id, m.event_user[by_time], m.event_item[by_time],
+    kept = recent_values_from_arrays(m.user_id, m.event_user[by_time], m.event_item[by_time],
                                      m.event_type[by_time], m.event_ts[by_time])
-    users = zip(m.user_id.tolist(), m.user_created_at.tolist(), m.user_history_version.tolist(), kept)
+    users = zip(m.user_id.tolist(), m.user_created_at.tolist(), m.user_history_version.tolist(),
+                [kept[u] for u in m.user_id.tolist()])
     events = (m.event_user, m.event_item, m.event_type, m.event_ts)
     with engine.begin() as conn:
         raw = conn.connection.driver_connection
