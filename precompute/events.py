@@ -64,7 +64,10 @@ def record(engine: Engine, events: list[NewEvent]) -> Recorded:
                                        .values(history_version=User.history_version + len(new))
                                        .returning(User.history_version, User.recent)).one()
                 if kept is not None:
-                    kept = recent.append(kept, [e.item_id for e in new], [e.type for e in new], [e.ts for e in new])
+                    # A malformed value is dropped (NULL: read from the events table until init-db refills it)
+                    # rather than failing the user's events.
+                    kept = recent.append(kept, [e.item_id for e in new], [e.type for e in new],
+                                         [e.ts for e in new]) if recent.readable(kept) else None
                     conn.execute(update(User).where(User.id == uid).values(recent=kept))
                 versions[uid] = int(v)
                 seen += [(uid, e.item_id, int(v)) for e in new]

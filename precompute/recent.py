@@ -44,16 +44,24 @@ def pack(item: np.ndarray, type_: np.ndarray, ts: np.ndarray, limit: int = defau
     return HEADER.pack(limit) + records(item[newest], type_[newest], ts[newest]).tobytes()
 
 
+def readable(value: bytes) -> bool:
+    """Whether ``value`` has this layout's shape (a header and whole records)."""
+    return len(value) >= HEADER.size and (len(value) - HEADER.size) % RECORD.itemsize == 0
+
+
 def unpack(value: bytes) -> tuple[np.ndarray, int]:
     """Records (oldest first) and the writer's limit. Raises ``ValueError`` on a malformed value."""
-    if len(value) < HEADER.size or (len(value) - HEADER.size) % RECORD.itemsize:
+    if not readable(value):
         raise ValueError(f"recent-history value of {len(value)} bytes is malformed")
     (limit,) = HEADER.unpack_from(value)
     return np.frombuffer(value, dtype=RECORD, offset=HEADER.size), limit
 
 
 def covers(value: bytes, limit: int) -> bool:
-    """Whether ``value`` holds a user's newest ``limit`` events (complete, or kept with a limit at least as big)."""
+    """Whether ``value`` holds a user's newest ``limit`` events (complete, or kept with a limit at least as big);
+    False for a malformed value, which readers then replace with the events table."""
+    if not readable(value):
+        return False
     n = (len(value) - HEADER.size) // RECORD.itemsize
     (kept,) = HEADER.unpack_from(value)
     return n < kept or limit <= kept

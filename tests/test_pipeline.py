@@ -174,6 +174,22 @@ def test_users_without_a_kept_value_are_read_from_the_events_table(pipeline, wor
     assert len(load_histories(world.engine, [user_id], pipeline.items).ts) == min(n_before + 1, defaults.HISTORY_LIMIT)
 
 
+def test_a_malformed_kept_value_is_replaced_by_the_events_table(pipeline, world, user_id):
+    before = load_histories(world.engine, [user_id], pipeline.items)
+    with world.engine.begin() as conn:
+        conn.execute(update(User).where(User.id == user_id).values(recent=b"not a packed history"))
+    # reading falls back to the events table
+    after = load_histories(world.engine, [user_id], pipeline.items)
+    assert np.array_equal(before.item_rows, after.item_rows) and np.array_equal(before.ts, after.ts)
+    # recording still succeeds; the unreadable value is dropped (NULL) instead of failing the events
+    rec = record(world.engine, [NewEvent(user_id, int(pipeline.items.ids[0]), 1, time.time())])
+    assert rec.accepted == 1
+    with world.engine.connect() as conn:
+        assert conn.execute(select(User.recent).where(User.id == user_id)).scalar() is None
+    assert len(load_histories(world.engine, [user_id], pipeline.items).ts) == min(len(before.ts) + 1,
+                                                                                defaults.HISTORY_LIMIT)
+
+
 def test_a_slow_job_never_overwrites_a_newer_feed(pipeline, world, user_id):
     # given job A read the user's history at version v
     seconds = dict.fromkeys(STAGES, 0.0)
