@@ -18,7 +18,7 @@ from precompute.store import Keys
 
 from .common import ROOT, make_world, table, write_result
 
-FULL = dict(users=3000, items=30_000, events=600_000, rebuild_users=3000)
+FULL = dict(users=3000, items=45_000, events=600_000, rebuild_users=3000)
 QUICK = dict(users=150, items=2000, events=15_000, rebuild_users=150)
 MiB = 1 << 20
 

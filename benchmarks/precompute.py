@@ -20,7 +20,7 @@ from precompute.pipeline import STAGES
 
 from .common import make_world, median, table, write_result
 
-FULL = dict(users=3000, items=30_000, events=600_000, iterations=defaults.TRAIN_ITERATIONS, rebuild_users=2000,
+FULL = dict(users=3000, items=45_000, events=600_000, iterations=defaults.TRAIN_ITERATIONS, rebuild_users=2000,
             repeats=3)
 QUICK = dict(users=200, items=3000, events=20_000, iterations=30, rebuild_users=100, repeats=1)
 

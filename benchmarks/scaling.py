@@ -12,7 +12,7 @@ from precompute.pipeline import STAGES, Pipeline
 
 from .common import RESULTS, make_world, table, write_result
 
-FULL = dict(users=3000, items=30_000, events=600_000, user_steps=[250, 500, 1000, 2000],
+FULL = dict(users=3000, items=45_000, events=600_000, user_steps=[250, 500, 1000, 2000],
             candidate_steps=[500, 1000, 2000, 3000], tree_steps=[100, 250, 500, 1000], fixed_users=500)
 QUICK = dict(users=150, items=2000, events=15_000, user_steps=[25, 50], candidate_steps=[200, 500],
              tree_steps=[10, 30], fixed_users=40)

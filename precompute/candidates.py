@@ -2,8 +2,9 @@
 user's top categories, and global popular; union, dedupe, drop seen and inactive items, cap.
 
 Work is whole-array numpy: per-user quantities that need the whole batch (category weights) are computed once per
-batch, the rest is a couple of dozen array ops per user, never a Python loop over items. Nothing is sorted:
-duplicates are removed in O(n) through a per-item scratch array (see ``_distinct``).
+batch, the rest is a couple of dozen array ops per user, never a Python loop over items. Nothing is ranked:
+co-visited items are deduped in O(n) through a per-item scratch array (see ``_distinct``), popular ones come
+ranked already (item rows are in popularity order).
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ import numpy as np
 from . import defaults
 from .covisit import CoVisit
 from .history import Histories
-from .items import ItemTable
+from .items import POPULAR_CATEGORY, POPULAR_GLOBAL, ItemTable
 
-FROM_COVISIT, FROM_CATEGORY, FROM_GLOBAL = 1, 2, 4
+FROM_COVISIT = 1
+FROM_CATEGORY, FROM_GLOBAL = POPULAR_CATEGORY, POPULAR_GLOBAL     # the bits of ``ItemTable.popular_bits``
 #: How much each interaction type counts towards a user's category preference (index = EventType value).
 TYPE_WEIGHT = np.array([0.0, 1.0, 2.0, 4.0, 6.0])
 RECENCY_DECAY = 0.85
@@ -90,42 +92,49 @@ def recent_items(hist: Histories, k: int) -> tuple[np.ndarray, np.ndarray, np.nd
 
 def for_user(items: ItemTable, known: np.ndarray, cov_rows: np.ndarray, cov_w: np.ndarray, top_cats: np.ndarray,
              max_candidates: int = defaults.MAX_CANDIDATES) -> tuple[np.ndarray, ...]:
-    """Candidates for one user from their known history rows, co-visited neighbours and strongest categories."""
-    slot = items._slot
-    cat_rows = np.concatenate([items.category_popular_by_row[c] for c in top_cats]) if len(top_cats) else \
-        np.empty(0, dtype=np.int64)
-    glob_rows = items.global_popular_by_row
-    cand = _distinct(slot, np.concatenate([cov_rows, cat_rows, glob_rows]))
-    m = len(cand)
+    """Candidates for one user from their known history rows, co-visited neighbours and strongest categories.
 
-    # Co-visitation sums: each neighbour's position in ``cand`` through the slot array, then two bincounts.
-    slot[cand] = np.arange(m)
+    Every co-visited item is kept (the strongest ``max_candidates`` if there are more), then the most popular of
+    the popular lists' items fill the rest. Item rows are in popularity order and the popular lists are ascending
+    runs of rows, so one stable sort (a linear merge of presorted runs) both dedupes them and ranks them, and the
+    cap is a prefix: nothing is partitioned or ranked per user.
+    """
+    # The popular lists, merged: category lists are disjoint, and global items already on a top category's list
+    # are left out of the global run, so the merge has no duplicates.
+    in_top = np.zeros(items.n_categories, dtype=bool)
+    in_top[top_cats] = True
+    glob = items.global_popular
+    if len(top_cats):
+        glob = glob[~(items.global_on_category_list & in_top[items.global_category])]
+        popular = np.sort(np.concatenate([*(items.category_popular[c] for c in top_cats), glob]), kind="stable")
+    else:
+        popular = glob
+    # Distinct co-visited neighbours; weights and counts summed through each one's position in the slot array.
+    slot = items._slot
+    cov = _distinct(slot, cov_rows)
+    slot[cov] = np.arange(len(cov))
     at = slot[cov_rows]
-    cov_score = np.bincount(at, weights=cov_w, minlength=m)
-    cov_count = np.bincount(at, minlength=m)
-    # Source bits through a per-item scratch array (left all-zero); repeated rows all write the same value.
-    bits = items._bits
-    bits[cov_rows] |= FROM_COVISIT
-    bits[cat_rows] |= FROM_CATEGORY
-    bits[glob_rows] |= FROM_GLOBAL
-    flags = bits[cand]
-    bits[cand] = 0
-    # Drop seen and inactive items (O(k) membership through the all-False ``_mark`` scratch).
+    cov_score = np.bincount(at, weights=cov_w, minlength=len(cov))
+    cov_count = np.bincount(at, minlength=len(cov))
+    # Drop seen and inactive items (O(k) membership through the all-False ``_mark`` scratch); popular lists hold
+    # active items only. Co-visited items are marked too, so the popular fill skips them.
     mark = items._mark
     mark[known] = True
-    sel = np.flatnonzero(items.active[cand] & ~mark[cand])
+    keep = np.flatnonzero(items.active[cov] & ~mark[cov])
+    if len(keep) > max_candidates:
+        keep = keep[np.argpartition(-cov_score[keep], max_candidates - 1)[:max_candidates]]
+    mark[cov] = True
+    fill = popular[~mark[popular]][: max_candidates - len(keep)]
     mark[known] = False
-    if len(sel) > max_candidates:
-        # Keep every co-visited item, then the most popular others. Popularity ranks are distinct, so one int32
-        # partition picks exactly ``max_candidates``; with more co-visited items than that, the strongest.
-        score = cov_score[sel]
-        covisited = score > 0
-        if np.count_nonzero(covisited) < max_candidates:
-            key = np.where(covisited, -1, items.pop_rank[cand[sel]])
-            sel = sel[key <= np.partition(key, max_candidates - 1)[max_candidates - 1]]
-        else:
-            sel = sel[np.argpartition(-score, max_candidates - 1)[:max_candidates]]
-    return cand[sel], cov_score[sel], cov_count[sel], flags[sel]
+    mark[cov] = False
+
+    rows = np.concatenate([cov[keep], fill])
+    zeros = np.zeros(len(fill))
+    # Source bits: the popular lists a row is on, the category bit only for the user's top categories.
+    keep_bits = np.where(in_top, FROM_CATEGORY | FROM_GLOBAL, FROM_GLOBAL).astype(np.uint8)
+    flags = items.popular_bits[rows] & keep_bits[items.category[rows]]
+    flags[: len(keep)] |= FROM_COVISIT
+    return rows, np.concatenate([cov_score[keep], zeros]), np.concatenate([cov_count[keep], zeros]), flags
 
 
 def for_batch(items: ItemTable, cov: CoVisit, hist: Histories,

@@ -37,6 +37,20 @@ def test_candidates_exclude_seen_and_inactive_items(pipeline, world, user_id):
     assert set(np.unique(cand.flags)) <= set(range(1, 8))
 
 
+def test_popular_lists_are_each_categorys_most_popular_active_items(pipeline):
+    items = pipeline.items
+    # given every active item ranked the obvious way: popularity descending, then id
+    ranked = sorted((r for r in range(len(items)) if items.active[r]),
+                    key=lambda r: (-items.popularity[r], items.ids[r]))
+    # then each category's list is its first CATEGORY_POPULAR items, most popular first, and nothing else
+    for c, rows in enumerate(items.category_popular):
+        want = [r for r in ranked if items.category[r] == c][: defaults.CATEGORY_POPULAR]
+        assert rows.tolist() == want, c
+    assert items.global_popular.tolist() == ranked[: defaults.GLOBAL_POPULAR]
+    # and rows themselves are in popularity order, which candidate generation relies on
+    assert np.all(np.diff(items.popularity) <= 0)
+
+
 def _reference_candidates(items, cov, rows, types):
     """Candidates of one user the slow, obvious way: Python sets and dicts, no scratch arrays."""
     known = [int(r) for r in rows if r >= 0]
