@@ -96,8 +96,8 @@ def for_user(items: ItemTable, known: np.ndarray, cov_rows: np.ndarray, cov_w: n
 
     Every co-visited item is kept (the strongest ``max_candidates`` if there are more), then the most popular of
     the popular lists' items fill the rest. Item rows are in popularity order and the popular lists are ascending
-    runs of rows, so one stable sort (a linear merge of presorted runs) both dedupes them and ranks them, and the
-    cap is a prefix: nothing is partitioned or ranked per user.
+    runs of rows, so one stable sort (a linear merge of presorted runs) ranks their union, and the cap is a
+    prefix of it: nothing is partitioned or ranked per user.
     """
     # The popular lists, merged: category lists are disjoint, and global items already on a top category's list
     # are left out of the global run, so the merge has no duplicates.
