@@ -74,6 +74,10 @@ admin token: {token}
 """)
         if not once:
             click.echo("serving; Ctrl-C to stop")
+            # Blocked first, so either signal is taken here (not by its default action, which would skip the
+            # cleanup below and leave workers, API and the embedded server running). The children were started
+            # before this, with the signals unblocked.
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
             signal.sigwait({signal.SIGINT, signal.SIGTERM})
     finally:
         for child in children:

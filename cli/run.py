@@ -84,9 +84,10 @@ def worker(obj, workers: int, burst: bool) -> None:
 
     from jobs import context
     from jobs.queues import make_queue
-    from jobs.worker import PrefeedWorker
+    from jobs.worker import PrefeedWorker, children_die_with_parent
 
     pipeline = context.init(settings)
+    children_die_with_parent()
     r = pipeline.store.r
     queue = make_queue(settings, r)
     level = logging.getLevelName(logging.getLogger().getEffectiveLevel())   # -v on the group: INFO

@@ -118,3 +118,50 @@ def test_demo_runs_the_newcomers_path_on_embedded_defaults(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert '"source": "precomputed"' in done.stdout and "curl" in done.stdout and "admin token:" in done.stdout
     assert "all 200 feeds precomputed" in done.stdout
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_stopping_the_demo_stops_everything_it_started(tmp_path, sig):
+    import json
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    import psutil
+
+    from precompute.config import without_prefeed_config
+    from tests.conftest import ROOT
+
+    # given the demo serving on embedded defaults
+    env = without_prefeed_config()
+    env["PREFEED_VAR_DIR"] = str(tmp_path / "var")
+    demo = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "demo", "--port", "0", "--users", "200",
+                             "--items", "300", "--events", "15000"], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    started = []
+    try:
+        base = None
+        for line in demo.stdout:
+            if line.startswith("  curl '"):
+                base = base or line.split("'")[1].split("/feed")[0]
+            if line.startswith("serving;"):
+                break
+        assert base, "the demo did not print its address"
+        started = psutil.Process(demo.pid).children(recursive=True)
+        server = psutil.Process(json.loads((tmp_path / "var" / "valkey" / "server.json").read_text())["pid"])
+        assert urllib.request.urlopen(base + "/healthz", timeout=5).status == 200
+        # when it is asked to stop
+        demo.send_signal(getattr(signal, sig))
+        # then it exits cleanly, and the workers, the API and the embedded server it started are gone
+        assert demo.wait(timeout=60) == 0
+        _, alive = psutil.wait_procs([*started, server], timeout=30)
+        assert not alive, [p.cmdline()[:3] for p in alive]
+    finally:
+        demo.kill()
+        for p in started:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass

@@ -95,6 +95,34 @@ def test_killed_workers_and_horses_lose_nothing(settings, r, world):
     print(f"kills: {kills}, rebuilds enqueued: {rebuilds}")
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("args", [(), ("--workers", "2")], ids=["one worker", "worker pool"])
+def test_a_killed_worker_takes_its_scheduler_and_pool_workers_with_it(settings, world, args):
+    import psutil
+
+    # given a running worker (or pool) with its RQ scheduler process started
+    worker = spawn_worker(settings, *args)
+    children: list[psutil.Process] = []
+    try:
+        wait_until(lambda: len(psutil.Process(worker.pid).children(recursive=True)) >= (3 if args else 1), 60,
+                   "the worker's scheduler (and pool workers)")
+        children = psutil.Process(worker.pid).children(recursive=True)
+        # when the worker (pool) parent is SIGKILLed: no handler of its own runs
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+        # then every process it had forked exits on its own instead of running on as an orphan
+        _, alive = psutil.wait_procs(children, timeout=20)
+        assert not alive, [p.cmdline() for p in alive]
+    finally:
+        worker.kill()
+        worker.wait()
+        for p in children:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+
+
 @pytest.mark.timeout(300)
 def test_racing_events_end_with_the_newest_feed_and_every_event_once(app, settings, r, world):
     users = list(range(301, 311))
