@@ -14,7 +14,6 @@ import numpy as np
 import orjson
 import psutil
 
-
 from cli.net import free_port, wait_for_http
 
 from .common import ROOT, make_world, table, write_result

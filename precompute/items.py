@@ -23,8 +23,6 @@ DAY = 86400.0
 POPULARITY_WEIGHTS = np.array([0.0, 1.0, 3.0, 8.0, 12.0])
 #: Bits of ``ItemTable.popular_bits``; the same values as the candidate source bits ``FROM_CATEGORY``/``FROM_GLOBAL``.
 POPULAR_CATEGORY, POPULAR_GLOBAL = 2, 4
-PER_ITEM_FIELDS = ("ids", "category", "price", "created_at", "active", "quality", "photos", "seller_rating",
-                   "counts", "recent_views")
 
 
 @dataclasses.dataclass
@@ -47,8 +45,10 @@ class ItemTable:
         # Reorder every per-item array so that rows follow popularity, most popular first, ties by id.
         popularity = self.counts @ POPULARITY_WEIGHTS + 0.1 * self.recent_views
         order = np.lexsort((self.ids, -popularity))
-        for field in PER_ITEM_FIELDS:
-            setattr(self, field, getattr(self, field)[order])
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, np.ndarray):            # every per-item field; not as_of / loaded_at
+                setattr(self, field.name, value[order])
         self.popularity = popularity[order]
         self.row_of = np.full(int(self.ids.max(initial=0)) + 2, -1, dtype=np.int64)
         self.row_of[self.ids] = np.arange(n)

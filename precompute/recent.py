@@ -78,4 +78,3 @@ def append(value: bytes, item: list[int], type_: list[int], ts: list[float],
     both = np.concatenate([old, records(item, type_, ts)])
     both = both[np.argsort(both["ts"], kind="stable")]
     return pack(both["item"], both["type"], both["ts"], limit)
-
