@@ -4,18 +4,17 @@ from __future__ import annotations
 
 from flask import Flask
 
-from precompute import defaults
-from precompute.config import Settings
-from precompute.db import make_engine
-from precompute.serve import LiveFeeds
-from precompute.services import redis_client
-from precompute.store import Keys
+from precompute.data.engine import make_engine
+from precompute.feeds.client import redis_client
+from precompute.feeds.keys import Keys
+from precompute.feeds.page import LiveFeeds
+from precompute.settings import Settings
 
 
 def create_app(settings: Settings | None = None, test_config: dict | None = None) -> Flask:
     app = Flask(__name__)
     settings = settings or Settings.from_env()
-    app.config.update(MAX_CONTENT_LENGTH=defaults.REQUEST_BODY_MAX_BYTES, PREFEED_SETTINGS=settings)
+    app.config.update(MAX_CONTENT_LENGTH=settings.request_body_max, PREFEED_SETTINGS=settings)
     if test_config:
         app.config.update(test_config)
     if not settings.redis_url:
@@ -27,7 +26,7 @@ def create_app(settings: Settings | None = None, test_config: dict | None = None
         "engine": make_engine(settings.database_url),
         "redis": r,
         "keys": keys,
-        "live": LiveFeeds(r, keys),
+        "live": LiveFeeds(r, settings),
     }
 
     from . import boosts, errors, events, feed, health, items, openapi

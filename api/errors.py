@@ -1,5 +1,6 @@
 """Every error leaves the API as JSON ``{"error": "..."}`` with a 4xx/5xx status; never an HTML page or a
-traceback. The mapping from the exception tree in ``precompute.errors`` lives here and only here."""
+traceback. Statuses come from the exception tree in ``precompute.errors`` (each class declares its own); driver
+errors of Redis and the database are translated there too (``as_prefeed_error``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from flask import Flask, Response
 from sqlalchemy.exc import SQLAlchemyError
 from werkzeug.exceptions import HTTPException
 
-from precompute.errors import PrefeedError, Unavailable
+from precompute.errors import PrefeedError, Unavailable, as_prefeed_error
 
 log = logging.getLogger(__name__)
 
@@ -33,14 +34,11 @@ def register(app: Flask) -> None:
         return json_response(body, exc.http_status)
 
     @app.errorhandler(redis.RedisError)
-    def _redis(exc):
-        log.warning("redis error: %s", exc)
-        return json_response({"error": "redis is unavailable", "dependency": "redis"}, 503)
-
     @app.errorhandler(SQLAlchemyError)
-    def _database(exc):
-        log.warning("database error: %s", type(exc).__name__)
-        return json_response({"error": "database is unavailable", "dependency": "database"}, 503)
+    def _dependency(exc):
+        # The driver's message stays in the log: it may name hosts or users a client has no business seeing.
+        log.warning("dependency error: %s: %s", type(exc).__name__, exc)
+        return _prefeed(as_prefeed_error(exc, detail=False))
 
     @app.errorhandler(HTTPException)
     def _http(exc: HTTPException):

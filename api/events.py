@@ -14,19 +14,16 @@ import time
 from flask import Blueprint, current_app
 
 from jobs.queues import notify_changed
-from precompute import defaults
+from precompute.data.models import EventType
+from precompute.data.recording import NewEvent, record
 from precompute.errors import InvalidInput
-from precompute.events import NewEvent, record
-from precompute.models import EventType
-from precompute.services import ping_redis
+from precompute.feeds.client import ping_redis
 
 from .errors import json_response
 from .parse import body_object, field_id, field_number, json_body
 
 bp = Blueprint("events", __name__)
 _TYPES = {t.name: int(t) for t in EventType}
-# Accept events up to a year old and a minute in the future (clock skew); ts defaults to now.
-_PAST, _FUTURE = 365 * 86400, 60
 
 
 @bp.post("/events")
@@ -35,29 +32,33 @@ def post_events():
     batch = body if isinstance(body, list) else [body]
     if not batch:
         raise InvalidInput("no events in the request")
-    if len(batch) > defaults.EVENTS_BATCH_MAX:
-        raise InvalidInput(f"at most {defaults.EVENTS_BATCH_MAX} events per request")
-    now = time.time()
-    events = [_parse(body_object(e), now, k if isinstance(body, list) else None) for k, e in enumerate(batch)]
     ctx = current_app.extensions["prefeed"]
+    settings = ctx["settings"]
+    if len(batch) > settings.events_batch_max:
+        raise InvalidInput(f"at most {settings.events_batch_max} events per request")
+    # ts may lie up to event_max_age in the past and event_max_future ahead (clock skew); it defaults to now.
+    now = time.time()
+    window = (now - settings.event_max_age, now + settings.event_max_future)
+    events = [_parse(body_object(e), now, window, k if isinstance(body, list) else None)
+              for k, e in enumerate(batch)]
     ping_redis(ctx["redis"])
-    result = record(ctx["engine"], events)
+    result = record(ctx["engine"], events, settings.history_limit)
     if result.versions:
         pipe = ctx["redis"].pipeline(transaction=False)
         for uid, iid, version in result.seen:
             pipe.zadd(ctx["keys"].seen(uid), {str(iid): version})
         for uid in result.versions:
             key = ctx["keys"].seen(uid)
-            pipe.zremrangebyrank(key, 0, -defaults.SEEN_RECENT_MAX - 1)
-            pipe.expire(key, ctx["settings"].feed_ttl)
+            pipe.zremrangebyrank(key, 0, -settings.seen_recent_max - 1)
+            pipe.expire(key, settings.feed_ttl)
         pipe.execute()
     # Every user of the request, not only those with newly stored events: a client retrying after a 503 that
     # came after the commit gets "duplicates" back, and its users must still be recomputed.
-    notify_changed(ctx["settings"], ctx["redis"], {e.user_id for e in events})
+    notify_changed(settings, ctx["redis"], {e.user_id for e in events})
     return json_response({"accepted": result.accepted, "duplicates": result.duplicates}, 202)
 
 
-def _parse(obj: dict, now: float, index: int | None) -> NewEvent:
+def _parse(obj: dict, now: float, window: tuple[float, float], index: int | None) -> NewEvent:
     try:
         kind = obj.get("type")
         if kind not in _TYPES:
@@ -69,7 +70,7 @@ def _parse(obj: dict, now: float, index: int | None) -> NewEvent:
         if unknown:
             raise InvalidInput(f"unknown field(s): {', '.join(sorted(map(str, unknown)))[:200]}")
         return NewEvent(user_id=field_id(obj, "user_id"), item_id=field_id(obj, "item_id"), type=_TYPES[kind],
-                        ts=field_number(obj, "ts", now - _PAST, now + _FUTURE, default=now),
+                        ts=field_number(obj, "ts", *window, default=now),
                         client_event_id=event_id)
     except InvalidInput as exc:
         if index is None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from flask import Blueprint, current_app
 
-from precompute.db import ping
+from precompute.data.engine import ping
 from precompute.errors import Unavailable
-from precompute.services import ping_redis
+from precompute.feeds.client import ping_redis
 
 from .errors import json_response
 

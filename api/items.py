@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from flask import Blueprint, current_app
-from sqlalchemy import update
 
-from precompute.errors import InvalidInput, NotFound
-from precompute.models import Item
-from precompute.services import ping_redis
+from precompute.data import catalog
+from precompute.errors import InvalidInput
+from precompute.feeds.client import ping_redis
 
 from .auth import admin_required
 from .errors import json_response
@@ -26,9 +25,7 @@ def put_item(item_id: str):
         raise InvalidInput('body must be {"active": true|false}')
     ctx = current_app.extensions["prefeed"]
     ping_redis(ctx["redis"])
-    with ctx["engine"].begin() as conn:
-        if conn.execute(update(Item).where(Item.id == iid).values(active=active)).rowcount == 0:
-            raise NotFound(f"item {iid} does not exist")
+    catalog.set_active(ctx["engine"], iid, active)
     # The database is the record; the Redis set is what serving reads. PUT is idempotent, so a client that
     # sees a 503 here retries and both agree.
     if active:

@@ -8,7 +8,7 @@ import re
 import orjson
 from flask import request
 
-from precompute.errors import InvalidInput
+from precompute.errors import InvalidInput, UnsupportedMediaType
 
 MAX_ID = 2**31 - 1
 _DIGITS = re.compile(r"[0-9]{1,10}")
@@ -56,10 +56,3 @@ def field_number(obj: dict, name: str, lo: float, hi: float, default: float | No
     if type(value) not in (int, float) or not math.isfinite(value) or not lo <= value <= hi:
         raise InvalidInput(f"{name} must be a number between {lo:g} and {hi:g}")
     return float(value)
-
-
-class UnsupportedMediaType(InvalidInput):
-    http_status = 415
-
-    def __init__(self) -> None:
-        super().__init__("request body must be JSON (Content-Type: application/json)")

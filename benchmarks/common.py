@@ -16,8 +16,9 @@ import time
 import uuid
 from pathlib import Path
 
-from precompute import bundle, db, ranker, seed, synth
-from precompute.config import Settings
+from precompute.data import bulk, engine as db, synthetic
+from precompute.ranking import bundle, ranker
+from precompute.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(os.environ.get("PREFEED_BENCH_RESULTS") or ROOT / "benchmarks" / "results")
@@ -39,8 +40,8 @@ class World:
 
     def pipeline(self):
         """A loaded precompute pipeline on this world's database and Redis."""
-        from precompute.pipeline import Pipeline
-        from precompute.services import redis_client
+        from precompute.ranking.pipeline import Pipeline
+        from precompute.feeds.client import redis_client
 
         pipeline = Pipeline(self.settings, self.engine, redis_client(self.settings.redis_url))
         pipeline.load()
@@ -76,8 +77,8 @@ def make_world(users: int, items: int, events: int, iterations: int, *, seed_: i
                         key_prefix=f"pfbench:{tag}:", queue_name=f"pfbench-{tag}", admin_token="bench")
     engine = db.make_engine(settings.database_url)
     db.init_db(engine)
-    seed.load(engine, synth.generate(users, items, events, seed=seed_, now=time.time()))
-    result = ranker.train(engine, iterations=iterations, depth=depth, users=min(train_users, users))
+    bulk.load(engine, synthetic.generate(users, items, events, seed=seed_, now=time.time()), settings.history_limit)
+    result = ranker.train(engine, settings, iterations=iterations, depth=depth, users=min(train_users, users))
     bundle.promote(settings.model_dir, bundle.write(settings.model_dir, result.model, result.pairs,
                                                     {"metrics": result.metrics}))
     return World(settings, engine, tmp, server)

@@ -19,8 +19,8 @@ import time
 
 
 from jobs.queues import enqueue_batches, make_queue
-from precompute import defaults
-from precompute.services import redis_client
+from precompute.settings import Settings
+from precompute.feeds.client import redis_client
 
 from .common import ROOT, make_world, table, write_result
 
@@ -30,7 +30,7 @@ QUICK = dict(users=200, items=2000, events=20_000, jobs=60, jobs_a=6, batch=20)
 
 def run(quick: bool = False) -> dict:
     cfg = QUICK if quick else FULL
-    world = make_world(cfg["users"], cfg["items"], cfg["events"], 30 if quick else defaults.TRAIN_ITERATIONS)
+    world = make_world(cfg["users"], cfg["items"], cfg["events"], 30 if quick else Settings().train_iterations)
     try:
         r = redis_client(world.settings.redis_url)
         queue = make_queue(world.settings, r)
@@ -60,10 +60,10 @@ def run(quick: bool = False) -> dict:
                                              "--burst"], env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
                                             stderr=subprocess.DEVNULL)]
 
-        span_a, n_a = measure(lambda: enqueue_batches(queue, users[: cfg["jobs_a"]], 1), two_stock)
-        span_b, n_b = measure(lambda: enqueue_batches(queue, users, 1), prefeed)
+        span_a, n_a = measure(lambda: enqueue_batches(queue, users[: cfg["jobs_a"]], 1, world.settings), two_stock)
+        span_b, n_b = measure(lambda: enqueue_batches(queue, users, 1, world.settings), prefeed)
         span_c, n_c = measure(lambda: _enqueue_noops(queue, cfg["jobs"]), two_stock)
-        span_d, n_d = measure(lambda: enqueue_batches(queue, users, cfg["batch"]), prefeed)
+        span_d, n_d = measure(lambda: enqueue_batches(queue, users, cfg["batch"], world.settings), prefeed)
         rate = {"a": n_a / span_a, "b": n_b / span_b, "c": n_c / span_c, "d_users": len(users) / span_d,
                 "d_jobs": n_d / span_d}
         out = dict(config=cfg, jobs_per_s=rate, ratio_b_over_a=rate["b"] / rate["a"],

@@ -13,10 +13,11 @@ import numpy as np
 from rq import Worker
 
 from jobs.queues import make_queue, notify_changed
-from precompute import defaults
-from precompute.events import NewEvent, record
-from precompute.services import redis_client
-from precompute.store import HEADER, HEADER_SIZE, Keys
+from precompute.data.recording import NewEvent, record
+from precompute.settings import Settings
+from precompute.feeds.client import redis_client
+from precompute.feeds.codec import HEADER, HEADER_SIZE
+from precompute.feeds.keys import Keys
 
 from .common import ROOT, make_world, median, table, write_result
 
@@ -26,7 +27,7 @@ QUICK = dict(users=150, items=2000, events=15_000, rate=20, seconds=3, deadline=
 
 def run(quick: bool = False) -> dict:
     cfg = QUICK if quick else FULL
-    world = make_world(cfg["users"], cfg["items"], cfg["events"], 30 if quick else defaults.TRAIN_ITERATIONS)
+    world = make_world(cfg["users"], cfg["items"], cfg["events"], 30 if quick else Settings().train_iterations)
     worker = None
     try:
         s = world.settings
@@ -40,7 +41,7 @@ def run(quick: bool = False) -> dict:
         rng = np.random.default_rng(0)
         from sqlalchemy import select
 
-        from precompute.models import Item
+        from precompute.data.models import Item
         with world.engine.connect() as conn:
             item_ids = np.array(conn.execute(select(Item.id).where(Item.active)).scalars().all())
         pending: dict[int, list[tuple[int, float]]] = {}   # user -> [(version awaited, accepted at), ...]
@@ -89,7 +90,7 @@ def run(quick: bool = False) -> dict:
                 time.sleep(delay)
             uid = int(rng.integers(1, cfg["users"] + 1))
             ev = NewEvent(uid, int(rng.choice(item_ids)), int(rng.choice([1, 1, 1, 2, 3])), time.time())
-            rec = record(world.engine, [ev])
+            rec = record(world.engine, [ev], s.history_limit)
             notify_changed(s, r, rec.versions)
             with lock:
                 pending.setdefault(uid, []).append((rec.versions[uid], time.perf_counter()))

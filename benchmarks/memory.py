@@ -12,9 +12,9 @@ import numpy as np
 import psutil
 
 from jobs.queues import enqueue_batches, make_queue
-from precompute import defaults
-from precompute.services import redis_client
-from precompute.store import Keys
+from precompute.feeds.client import redis_client
+from precompute.feeds.keys import Keys
+from precompute.settings import Settings
 
 from .common import ROOT, make_world, table, write_result
 
@@ -25,11 +25,11 @@ MiB = 1 << 20
 
 def run(quick: bool = False) -> dict:
     cfg = QUICK if quick else FULL
-    world = make_world(cfg["users"], cfg["items"], cfg["events"], 30 if quick else defaults.TRAIN_ITERATIONS)
+    world = make_world(cfg["users"], cfg["items"], cfg["events"], 30 if quick else Settings().train_iterations)
     try:
         s = world.settings
         r = redis_client(s.redis_url)
-        enqueue_batches(make_queue(s, r), range(1, cfg["rebuild_users"] + 1), s.batch_size)
+        enqueue_batches(make_queue(s, r), range(1, cfg["rebuild_users"] + 1), s.batch_size, s)
         proc = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "worker", "--workers", "2", "--burst"],
                                 env=world.env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         samples: dict[str, dict[int, tuple[float, float, float]]] = {"pool": {}, "worker": {}, "horse": {}}

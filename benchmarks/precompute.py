@@ -14,13 +14,14 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from jobs.queues import enqueue_batches, make_queue
-from precompute import defaults, features, ranker
-from precompute.history import load_histories
-from precompute.pipeline import STAGES
+from precompute.data.history import load_histories
+from precompute.ranking import features, ranker
+from precompute.settings import Settings
+from precompute.ranking.pipeline import STAGES
 
 from .common import make_world, median, table, write_result
 
-FULL = dict(users=3000, items=45_000, events=600_000, iterations=defaults.TRAIN_ITERATIONS, rebuild_users=2000,
+FULL = dict(users=3000, items=45_000, events=600_000, iterations=Settings().train_iterations, rebuild_users=2000,
             repeats=3)
 QUICK = dict(users=200, items=3000, events=20_000, iterations=30, rebuild_users=100, repeats=1)
 
@@ -41,9 +42,10 @@ def run(quick: bool = False) -> dict:
         now = time.time()
         mats = []
         for batch in batches:
-            hist = load_histories(world.engine, batch, pipeline.items)
-            for a in range(0, len(hist), defaults.RANK_CHUNK_USERS):
-                part = hist.slice(a, min(a + defaults.RANK_CHUNK_USERS, len(hist)))
+            hist = load_histories(world.engine, batch, pipeline.items, pipeline.settings.history_limit)
+            chunk = pipeline.settings.rank_chunk_users
+            for a in range(0, len(hist), chunk):
+                part = hist.slice(a, min(a + chunk, len(hist)))
                 mats.append(features.build(pipeline.items, part, pipeline.candidates(part), now))
         rows = sum(len(X) for X in mats)
 
@@ -135,7 +137,7 @@ def _rebuild_through_workers(world, queue, users: list[int]) -> dict:
     jobs' own timings back from RQ."""
     r = queue.connection
     done_before = set(queue.finished_job_registry.get_job_ids())
-    n_jobs = enqueue_batches(queue, users, world.settings.batch_size)
+    n_jobs = enqueue_batches(queue, users, world.settings.batch_size, world.settings)
     t0 = time.perf_counter()
     world.manage("worker", "--workers", "2", "--burst")
     wall = time.perf_counter() - t0

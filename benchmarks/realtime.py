@@ -8,11 +8,11 @@ import time
 import orjson
 from flask import Flask, Response
 
-from precompute.config import Settings
-from precompute.db import make_engine
-from precompute.history import load_histories
-from precompute.pipeline import STAGES, Pipeline
-from precompute.services import redis_client
+from precompute.settings import Settings
+from precompute.data.engine import make_engine
+from precompute.data.history import load_histories
+from precompute.ranking.pipeline import STAGES, Pipeline
+from precompute.feeds.client import redis_client
 
 
 def create_app() -> Flask:
@@ -23,7 +23,7 @@ def create_app() -> Flask:
 
     @app.get("/feed/<int:user_id>")
     def feed(user_id: int):
-        hist = load_histories(pipeline.engine, [user_id], pipeline.items)
+        hist = load_histories(pipeline.engine, [user_id], pipeline.items, settings.history_limit)
         cand, scores = pipeline.rank(hist, time.time(), dict.fromkeys(STAGES, 0.0))
         top = scores.argsort()[::-1][:20]
         items = [{"item_id": int(pipeline.items.ids[cand.rows[i]]), "score": float(scores[i]), "boosted": False}

@@ -7,8 +7,8 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from precompute import defaults
-from precompute.pipeline import STAGES, Pipeline
+from precompute.settings import Settings
+from precompute.ranking.pipeline import STAGES, Pipeline
 
 from .common import RESULTS, make_world, table, write_result
 
@@ -21,7 +21,7 @@ QUICK = dict(users=150, items=2000, events=15_000, user_steps=[25, 50], candidat
 def run(quick: bool = False) -> dict:
     cfg = QUICK if quick else FULL
     world = make_world(cfg["users"], cfg["items"], cfg["events"], max(cfg["tree_steps"]) if quick
-                       else defaults.TRAIN_ITERATIONS)
+                       else Settings().train_iterations)
     try:
         base = world.pipeline()
         r = base.store.r

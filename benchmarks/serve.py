@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from cli.net import free_port, wait_for_http
-from precompute.services import redis_client
+from precompute.feeds.client import redis_client
+from precompute.settings import Settings
 
 from .common import ROOT, make_world, median, table, write_result
 
@@ -33,10 +34,9 @@ QUICK = dict(users=150, items=2000, events=15_000, iterations=30, seconds=2, con
 
 
 def run(quick: bool = False) -> dict:
-    from precompute import defaults
 
     cfg = QUICK if quick else FULL
-    world = make_world(cfg["users"], cfg["items"], cfg["events"], cfg["iterations"] or defaults.TRAIN_ITERATIONS)
+    world = make_world(cfg["users"], cfg["items"], cfg["events"], cfg["iterations"] or Settings().train_iterations)
     servers = []
     try:
         s = world.settings

@@ -1,4 +1,8 @@
-"""The ``manage.py`` command group. Expected failures print one line and exit non-zero; see ``run``."""
+"""The ``manage.py`` command group; each module of this package adds the commands of one area.
+
+Expected failures print one line (``error: ...``) on stderr and exit with the code their class declares in
+``precompute.errors``; bad arguments exit 2 the same way. ``main`` is all ``manage.py`` calls.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +10,9 @@ import functools
 import logging
 
 import click
-import redis
-from sqlalchemy.exc import SQLAlchemyError
 
-from precompute.config import Settings
-from precompute.errors import PrefeedError, Unavailable
+from precompute.errors import as_prefeed_error
+from precompute.settings import Settings
 
 
 @click.group()
@@ -36,29 +38,41 @@ class _Lazy:
 
 
 def command(group: click.Group = cli, **kwargs):
-    """Like ``group.command`` but expected failures become one line on stderr and a non-zero exit code."""
+    """Like ``group.command`` but expected failures become one line on stderr and their declared exit code."""
 
     def decorate(fn):
         @functools.wraps(fn)
         def wrapper(*args, **kw):
             try:
                 return fn(*args, **kw)
-            except PrefeedError as exc:
-                _fail(str(exc), exc.exit_code)
-            except redis.RedisError as exc:
-                _fail(str(Unavailable("redis", str(exc).splitlines()[0][:200])), Unavailable.exit_code)
-            except SQLAlchemyError as exc:
-                from precompute.db import _short
-                _fail(str(Unavailable("database", _short(exc))), Unavailable.exit_code)
+            except Exception as exc:
+                known = as_prefeed_error(exc)
+                if known is None:
+                    raise
+                fail(str(known), known.exit_code)
 
         return group.command(**kwargs)(wrapper)
 
     return decorate
 
 
-def _fail(message: str, code: int):
+def fail(message: str, code: int):
+    """Print ``error: message`` on stderr and exit with ``code``."""
     click.echo(f"error: {message}", err=True)
     raise SystemExit(code)
 
 
-from . import data, run  # noqa: E402,F401  (commands register themselves on ``cli``)
+def main() -> int:
+    """``manage.py``: run the group; bad arguments and Ctrl-C end in one line too."""
+    try:
+        result = cli.main(standalone_mode=False)
+    except click.ClickException as exc:          # bad arguments: one line, exit 2
+        click.echo(f"error: {exc.format_message()}", err=True)
+        return exc.exit_code
+    except click.Abort:
+        click.echo("aborted", err=True)
+        return 130
+    return result if isinstance(result, int) else 0
+
+
+from . import data, demo, models, server, settings, workers  # noqa: E402,F401  (commands register themselves on ``cli``)

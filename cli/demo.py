@@ -14,9 +14,9 @@ import urllib.request
 
 import click
 
-from precompute import db, seed as seeding
+from precompute.data import bulk, engine as db
 
-from . import command
+from . import command, fail
 from .embedded import ensure_redis
 from .net import free_port, wait_for_http
 
@@ -37,9 +37,15 @@ def demo(obj, users: int, items: int, events: int, port: int, once: bool) -> Non
     manage = [sys.executable, os.path.abspath(sys.argv[0])]
     engine = db.make_engine(settings.database_url)
     db.init_db(engine)
-    step = lambda *args: subprocess.run(manage + list(args), env=env, check=True)  # noqa: E731
+
+    def step(*args: str) -> None:
+        # The step prints its own one-line error; the demo adds which step stopped it, and exits with its code.
+        done = subprocess.run(manage + list(args), env=env)
+        if done.returncode != 0:
+            fail(f"demo stopped: `manage.py {args[0]}` failed (exit {done.returncode})", done.returncode)
+
     step("seed", "--users", str(users), "--items", str(items), "--events", str(events), "--reset")
-    step("train", "--iterations", "150", "--users", str(min(users, 1500)))
+    step("train", "--iterations", "150", "--users", str(max(20, min(users, 1500))))   # train samples at least 20
     step("precompute", "--all")
     click.echo("draining the queue with 2 forking RQ workers ...")
     t0 = time.perf_counter()
@@ -57,8 +63,11 @@ def demo(obj, users: int, items: int, events: int, port: int, once: bool) -> Non
             wait_for_http(base + "/healthz")
         except TimeoutError as exc:
             raise click.ClickException(str(exc)) from None
-        user = int(seeding.event_count(engine) and 1)
-        sample = json.loads(urllib.request.urlopen(f"{base}/feed/{user}?limit=5").read())
+        user = int(bulk.event_count(engine) and 1)
+        try:
+            sample = json.loads(urllib.request.urlopen(f"{base}/feed/{user}?limit=5", timeout=10).read())
+        except OSError as exc:
+            raise click.ClickException(f"the API at {base} did not serve a feed: {exc}") from None
         click.echo("\nsample feed:\n" + json.dumps(sample, indent=2))
         click.echo(f"""
 try it:

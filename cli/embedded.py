@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 import redis
 
-from precompute.config import Settings
+from precompute.settings import Settings
 
 
 def ensure_redis(settings: Settings) -> Settings:

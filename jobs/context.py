@@ -14,10 +14,10 @@ import os
 from sqlalchemy import event
 from sqlalchemy.orm import Mapper, configure_mappers
 
-from precompute.config import Settings
-from precompute.db import make_engine
-from precompute.pipeline import Pipeline
-from precompute.services import redis_client
+from precompute.data.engine import make_engine
+from precompute.feeds.client import redis_client
+from precompute.ranking.pipeline import Pipeline
+from precompute.settings import Settings
 
 log = logging.getLogger(__name__)
 

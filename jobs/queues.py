@@ -10,10 +10,8 @@ import redis
 from rq import Queue, Retry
 from rq.serializers import JSONSerializer
 
-from precompute import defaults
-from precompute.config import Settings
-from precompute.dirty import DirtyUsers
-from precompute.store import Keys
+from precompute.feeds.dirty import DirtyUsers
+from precompute.settings import Settings
 
 RECOMPUTE = "jobs.tasks.recompute_users"
 DRAIN = "jobs.tasks.drain_dirty"
@@ -21,16 +19,16 @@ DRAIN = "jobs.tasks.drain_dirty"
 
 def make_queue(settings: Settings, r: redis.Redis) -> Queue:
     return Queue(settings.queue_name, connection=r, serializer=JSONSerializer,
-                 default_timeout=defaults.JOB_TIMEOUT_SECONDS)
+                 default_timeout=settings.job_timeout)
 
 
-def retry(settings: Settings | None = None) -> Retry:
+def retry(settings: Settings) -> Retry:
     """RQ's Retry with the configured backoff (``PREFEED_RETRY_INTERVALS``)."""
-    intervals = settings.retry_intervals if settings else defaults.JOB_RETRY_INTERVALS
+    intervals = settings.retry_intervals
     return Retry(max=len(intervals), interval=list(intervals))
 
 
-def enqueue_batches(queue: Queue, user_ids: Iterable[int], batch_size: int, settings: Settings | None = None) -> int:
+def enqueue_batches(queue: Queue, user_ids: Iterable[int], batch_size: int, settings: Settings) -> int:
     """One job per ``batch_size`` users, enqueued in pipelined chunks; returns the number of jobs."""
     ids = [int(u) for u in user_ids]
     specs = [Queue.prepare_data(RECOMPUTE, args=(ids[i:i + batch_size],), retry=retry(settings), result_ttl=3600,
@@ -43,7 +41,7 @@ def enqueue_batches(queue: Queue, user_ids: Iterable[int], batch_size: int, sett
 
 def notify_changed(settings: Settings, r: redis.Redis, user_ids: Iterable[int]) -> bool:
     """Mark users dirty and make sure a drain job is waiting. True if this call enqueued it."""
-    dirty = DirtyUsers(r, Keys(settings.key_prefix))
+    dirty = DirtyUsers(r, settings)
     dirty.mark(list(user_ids))
     if dirty.try_flag_drain():
         try:

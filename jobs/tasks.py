@@ -6,13 +6,10 @@ import time
 
 from rq import get_current_job
 
-from precompute.dirty import DirtyUsers
 from precompute.errors import InvalidInput
+from precompute.feeds.dirty import DirtyUsers
 
 from . import context, queues
-
-#: Batches one drain job processes before handing the rest to a fresh job, so a job stays short.
-DRAIN_MAX_BATCHES = 20
 
 
 def recompute_users(user_ids: list[int]) -> dict:
@@ -29,10 +26,10 @@ def drain_dirty() -> dict:
     pipeline = context.get()
     settings = pipeline.settings
     r = pipeline.store.r
-    dirty = DirtyUsers(r, pipeline.store.keys)
+    dirty = DirtyUsers(r, settings)
     dirty.clear_drain_flag()          # events from now on enqueue another drain job: no wake-up is lost
     users = batches = written = 0
-    while batches < DRAIN_MAX_BATCHES:
+    while batches < settings.drain_max_batches:      # then hand the rest to a fresh job, so a job stays short
         claimed, stamp = dirty.claim(settings.batch_size)
         if not claimed:
             break

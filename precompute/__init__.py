@@ -1,4 +1,12 @@
-"""prefeed's core: data model, candidate generation, features, ranking and the feed codec.
+"""prefeed's core, importable without Flask or RQ; ``api`` and ``jobs`` build on it.
 
-Nothing here imports Flask or RQ; ``api`` and ``jobs`` build on this package.
+    settings, errors    one settings object, one error tree
+    data/               the database: models, engine, recording events, histories, catalogue, bulk loading,
+                        the synthetic marketplace
+    ranking/            item matrices, co-visitation, candidates, features, the CatBoost ranker, bundles, the
+                        Pipeline that glues them (reads ``data``, writes through ``feeds``)
+    feeds/              everything in Redis: key names, the feed codec, the guarded store, the dirty set, the
+                        live page (seen/inactive drop, boost rule, fallback)
+
+Dependencies point one way: ``data`` ← ``ranking`` → ``feeds``; ``data`` and ``feeds`` know nothing of each other.
 """

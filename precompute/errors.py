@@ -1,13 +1,20 @@
-"""One exception base with a small tree. ``api.errors`` and ``cli`` map each class to an HTTP status / exit code.
+"""One exception base with a small tree; each class declares its HTTP status and CLI exit code here, and only here.
 
-    PrefeedError
-    ├── ConfigError            bad settings or arguments                 → 400 / exit 2
-    ├── InvalidInput           a request or argument that cannot be used → 400 / exit 2
-    │   └── NotFound           a referenced user or item does not exist  → 404
-    ├── Unauthorized           missing or wrong admin token              → 401
-    ├── BundleError            model bundle missing, truncated or incompatible → 503 / exit 3
-    └── Unavailable            Redis or the database cannot be reached   → 503 / exit 4
+    PrefeedError                                                        HTTP   exit
+    ├── ConfigError            bad settings                             400     2
+    ├── InvalidInput           a request or argument that cannot be used 400     2
+    │   ├── NotFound           a referenced user or item does not exist 404     2
+    │   └── UnsupportedMediaType  a request body that is not JSON       415     2
+    ├── Unauthorized           missing or wrong admin token             401     2
+    ├── BundleError            model bundle missing, truncated or incompatible 503  3
+    └── Unavailable            Redis or the database cannot be reached  503     4
+
+``api.errors`` answers ``{"error": str(exc)}`` with ``exc.http_status``; ``cli`` prints ``error: str(exc)`` and exits
+with ``exc.exit_code``. Driver errors of the two dependencies (redis, SQLAlchemy) become ``Unavailable`` through
+``as_prefeed_error``, the one place that translates them.
 """
+
+from __future__ import annotations
 
 
 class PrefeedError(Exception):
@@ -31,6 +38,13 @@ class NotFound(InvalidInput):
     http_status = 404
 
 
+class UnsupportedMediaType(InvalidInput):
+    http_status = 415
+
+    def __init__(self, message: str = "request body must be JSON (Content-Type: application/json)") -> None:
+        super().__init__(message)
+
+
 class Unauthorized(PrefeedError):
     http_status = 401
     exit_code = 2
@@ -50,3 +64,26 @@ class Unavailable(PrefeedError):
     def __init__(self, which: str, detail: str = "") -> None:
         self.which = which
         super().__init__(f"{which} is unavailable" + (f": {detail}" if detail else ""))
+
+
+def first_line(exc: BaseException) -> str:
+    """First line of a driver error (at most 200 characters), without the SQL or parameters it may carry."""
+    orig = getattr(exc, "orig", None) or exc
+    text = str(orig).strip()
+    return text.splitlines()[0][:200] if text else type(orig).__name__
+
+
+def as_prefeed_error(exc: BaseException, detail: bool = True) -> PrefeedError | None:
+    """``exc`` itself if it is a ``PrefeedError``; ``Unavailable`` for a Redis or database driver error (with the
+    driver's first line unless ``detail`` is False, as the API answers strangers); else None (an unexpected error,
+    which callers let surface as a bug)."""
+    if isinstance(exc, PrefeedError):
+        return exc
+    import redis
+    from sqlalchemy.exc import SQLAlchemyError
+
+    if isinstance(exc, redis.RedisError):
+        return Unavailable("redis", first_line(exc) if detail else "")
+    if isinstance(exc, SQLAlchemyError):
+        return Unavailable("database", first_line(exc) if detail else "")
+    return None

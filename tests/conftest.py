@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-from precompute import bundle, db, ranker, seed, synth
-from precompute.config import Settings, normalize_database_url
-from precompute.pipeline import Pipeline
-from precompute.services import redis_client
+from precompute.data import bulk, engine as db, synthetic
+from precompute.ranking import bundle, ranker
+from precompute.settings import Settings, normalize_database_url
+from precompute.ranking.pipeline import Pipeline
+from precompute.feeds.client import redis_client
 
 ROOT = Path(__file__).resolve().parent.parent
 N_USERS, N_ITEMS, N_EVENTS = 300, 800, 30_000
@@ -70,8 +71,8 @@ def world(tmp_path_factory, database_url, redis_url) -> World:
                         admin_token="test-admin-token", batch_size=25)
     engine = db.make_engine(database_url)
     db.init_db(engine)
-    seed.load(engine, synth.generate(N_USERS, N_ITEMS, N_EVENTS, seed=7, now=time.time()))
-    result = ranker.train(engine, iterations=40, users=N_USERS, max_candidates=settings.max_candidates)
+    bulk.load(engine, synthetic.generate(N_USERS, N_ITEMS, N_EVENTS, seed=7, now=time.time()), settings.history_limit)
+    result = ranker.train(engine, settings, iterations=40, users=N_USERS)
     version = bundle.write(settings.model_dir, result.model, result.pairs, {"metrics": result.metrics})
     bundle.promote(settings.model_dir, version)
     return World(settings, engine, version)

@@ -8,7 +8,7 @@ import orjson
 import pytest
 from sqlalchemy import func, select
 
-from precompute.models import Event, User
+from precompute.data.models import Event, User
 
 
 def _json(resp):

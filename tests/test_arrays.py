@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from precompute.arrays import top_desc_grouped, unique_sorted
+from precompute.ranking.arrays import top_desc_grouped, unique_sorted
 
 scores = hnp.arrays(np.float32, st.integers(0, 300),
                     elements=st.floats(-1e6, 1e6, width=32) | st.sampled_from([0.0, -0.0, 1.5, -2.25]))

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from precompute.config import without_prefeed_config
+from precompute.settings import without_prefeed_config
 from tests.conftest import ROOT
 
 EXPECTED = {

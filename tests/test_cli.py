@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from sqlalchemy import text
 
-from precompute import db, seed, synth
-from precompute.history import load_histories
-from precompute.items import load_item_table
+from precompute.data import bulk, engine as db, synthetic
+from precompute.data.history import load_histories
+from precompute.ranking.item_table import load_item_table
 
 from tests.conftest import manage
 
@@ -69,9 +69,9 @@ def test_init_db_brings_an_older_database_up_to_date(settings, tmp_path):
     old = dataclasses.replace(settings, database_url=f"sqlite:///{tmp_path / 'old.db'}")
     engine = db.make_engine(old.database_url)
     db.init_db(engine)
-    seed.load(engine, synth.generate(30, 60, 900, seed=3, now=time.time()))
-    items = load_item_table(engine)
-    want = load_histories(engine, list(range(1, 31)), items)
+    bulk.load(engine, synthetic.generate(30, 60, 900, seed=3, now=time.time()), old.history_limit)
+    items = load_item_table(engine, old)
+    want = load_histories(engine, list(range(1, 31)), items, old.history_limit)
     with engine.begin() as conn:
         conn.execute(text("ALTER TABLE users DROP COLUMN recent"))
     # when init-db runs
@@ -80,7 +80,7 @@ def test_init_db_brings_an_older_database_up_to_date(settings, tmp_path):
     assert done.returncode == 0, done.stderr
     assert "kept recent events for 30 existing users" in done.stdout
     engine.dispose()
-    got = load_histories(engine, list(range(1, 31)), items)
+    got = load_histories(engine, list(range(1, 31)), items, old.history_limit)
     for field in ("versions", "offsets", "item_rows", "types", "ts"):
         assert np.array_equal(getattr(want, field), getattr(got, field)), field
     with engine.connect() as conn:
@@ -107,7 +107,7 @@ def test_demo_runs_the_newcomers_path_on_embedded_defaults(tmp_path):
     import subprocess
     import sys
 
-    from precompute.config import without_prefeed_config
+    from precompute.settings import without_prefeed_config
     from tests.conftest import ROOT
 
     env = without_prefeed_config()
@@ -131,7 +131,7 @@ def test_stopping_the_demo_stops_everything_it_started(tmp_path, sig):
 
     import psutil
 
-    from precompute.config import without_prefeed_config
+    from precompute.settings import without_prefeed_config
     from tests.conftest import ROOT
 
     # given the demo serving on embedded defaults
@@ -165,3 +165,22 @@ def test_stopping_the_demo_stops_everything_it_started(tmp_path, sig):
                 p.kill()
             except psutil.NoSuchProcess:
                 pass
+
+
+@pytest.mark.timeout(200)
+def test_a_failing_demo_step_is_one_line(tmp_path):
+    # given a marketplace too small to train on (the demo's train step refuses it)
+    import subprocess
+    import sys
+
+    from precompute.settings import without_prefeed_config
+    from tests.conftest import ROOT
+
+    env = without_prefeed_config()
+    env["PREFEED_VAR_DIR"] = str(tmp_path / "var")
+    done = subprocess.run([sys.executable, str(ROOT / "manage.py"), "demo", "--once", "--port", "0", "--users", "10",
+                           "--items", "50", "--events", "100"], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=180)
+    # then the demo stops with the step's own error and one line of its own, and the step's exit code
+    _one_line_error(done, 2, "demo stopped: `manage.py train` failed (exit 2)")
+    assert "error: too few users" in done.stderr or "error: only" in done.stderr, done.stderr

@@ -16,10 +16,12 @@ from rq.registry import StartedJobRegistry
 from sqlalchemy import func, select
 
 from jobs.queues import enqueue_batches, make_queue
-from precompute import defaults, history, recent
-from precompute.dirty import DirtyUsers
-from precompute.models import Event, User
-from precompute.store import CorruptFeed, FeedStore, Keys, decode
+from precompute.data import history
+from precompute.feeds.dirty import DirtyUsers
+from precompute.data.models import Event, User
+from precompute.feeds.codec import CorruptFeed, decode
+from precompute.feeds.keys import Keys
+from precompute.feeds.store import FeedStore
 from tests.conftest import manage
 from tests.faults import Proxy, horses_of, spawn_worker, wait_until
 
@@ -152,7 +154,7 @@ def test_racing_events_end_with_the_newest_feed_and_every_event_once(app, settin
             t.start()
         for t in threads:
             t.join()
-        dirty = DirtyUsers(r, Keys(settings.key_prefix))
+        dirty = DirtyUsers(r, settings)
         queue = make_queue(settings, r)
         wait_until(lambda: dirty.pending() == 0 and queue.count == 0
                    and StartedJobRegistry(queue=queue).count == 0, 120, "the queue to drain")
@@ -170,10 +172,10 @@ def test_racing_events_end_with_the_newest_feed_and_every_event_once(app, settin
     assert sum(after.values()) - sum(before.values()) == len(posted)
     assert all(after[u] == counts[u] for u in users)          # the version counts events exactly
     with world.engine.connect() as conn:                      # each user's kept events match the events table
-        from_table = history._from_events(conn, users, defaults.HISTORY_LIMIT)
+        from_table = history._from_events(conn, users, settings.history_limit)
         kept = dict(conn.execute(select(User.id, User.recent).where(User.id.in_(users))).all())
     for u in users:
-        rec, _ = recent.unpack(kept[u])
+        rec, _ = history.unpack(kept[u])
         assert rec.tobytes() == from_table[u].tobytes(), u
     assert queue.failed_job_registry.count == 0
     _assert_all_fresh(r, settings, world.engine, users)
@@ -198,8 +200,8 @@ def own_redis(tmp_path):
 @pytest.mark.timeout(300)
 def test_redis_going_away_gives_503s_and_everything_recovers(own_redis, settings, world):
     from api import create_app
-    from precompute.pipeline import Pipeline
-    from precompute.services import redis_client
+    from precompute.ranking.pipeline import Pipeline
+    from precompute.feeds.client import redis_client
 
     server, port = own_redis
     s = dataclasses.replace(settings, redis_url=f"redis://127.0.0.1:{port}/0")
@@ -237,11 +239,10 @@ def test_redis_going_away_gives_503s_and_everything_recovers(own_redis, settings
         assert client.get("/feed/311").status_code == 200
         resp = client.post("/events", json={"user_id": 311, "item_id": 5, "type": "click"})
         assert resp.status_code == 202
-        keys = Keys(s.key_prefix)
         with world.engine.connect() as conn:
             version = conn.execute(select(User.history_version).where(User.id == 311)).scalar()
-        wait_until(lambda: (FeedStore(r, keys).read(311) or None) is not None
-                   and FeedStore(r, keys).read(311).header.history_version == version, 90,
+        wait_until(lambda: (FeedStore(r, s).read(311) or None) is not None
+                   and FeedStore(r, s).read(311).header.history_version == version, 90,
                    "the running worker to recompute after the outage")
     finally:
         worker.terminate()

@@ -8,7 +8,7 @@ import orjson
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 from sqlalchemy import select, update
 
-from precompute.models import Item
+from precompute.data.models import Item
 
 TOKEN = {"Authorization": "Bearer test-admin-token"}
 ids = st.one_of(st.integers(-2**70, 2**70).map(str), st.text(max_size=30),

@@ -11,9 +11,9 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from jobs.queues import enqueue_batches, make_queue, notify_changed
-from precompute import bundle
-from precompute.dirty import DirtyUsers
-from precompute.store import FeedStore, Keys
+from precompute.ranking import bundle
+from precompute.feeds.dirty import DirtyUsers
+from precompute.feeds.store import FeedStore
 from tests.conftest import ROOT, manage
 
 
@@ -25,10 +25,10 @@ def _results(r, queue):
 def test_batches_are_computed_by_a_real_forking_worker(settings, r, world):
     users = list(range(200, 260))
     queue = make_queue(settings, r)
-    assert enqueue_batches(queue, users, batch_size=25) == 3
+    assert enqueue_batches(queue, users, 25, settings) == 3
     done = manage(settings, "worker", "--burst")
     assert done.returncode == 0, done.stderr
-    store = FeedStore(r, Keys(settings.key_prefix))
+    store = FeedStore(r, settings)
     assert all(store.read(u) is not None for u in users)
     assert queue.failed_job_registry.count == 0
     results = _results(r, queue)
@@ -37,7 +37,7 @@ def test_batches_are_computed_by_a_real_forking_worker(settings, r, world):
 
 def test_work_horses_inherit_init_instead_of_repeating_it(settings, r):
     queue = make_queue(settings, r)
-    enqueue_batches(queue, [1, 2, 3, 4], batch_size=1)
+    enqueue_batches(queue, [1, 2, 3, 4], 1, settings)
     done = manage(settings, "worker", "--burst")
     assert done.returncode == 0, done.stderr
     procs = [res["process"] for res in _results(r, queue)]
@@ -58,14 +58,14 @@ def test_a_burst_of_events_for_one_user_yields_one_pending_recompute(client, set
     for k in range(20):
         resp = client.post("/events", json={"user_id": user_id, "item_id": item, "type": "view"})
         assert resp.status_code == 202
-    assert DirtyUsers(r, Keys(settings.key_prefix)).pending() == 1
+    assert DirtyUsers(r, settings).pending() == 1
     assert queue.count == 1
     done = manage(settings, "worker", "--burst")
     assert done.returncode == 0, done.stderr
-    assert DirtyUsers(r, Keys(settings.key_prefix)).pending() == 0
-    feed = FeedStore(r, Keys(settings.key_prefix)).read(user_id)
+    assert DirtyUsers(r, settings).pending() == 0
+    feed = FeedStore(r, settings).read(user_id)
     from sqlalchemy import select
-    from precompute.models import User
+    from precompute.data.models import User
     with pipeline.engine.connect() as conn:
         version = conn.execute(select(User.history_version).where(User.id == user_id)).scalar()
     assert feed.header.history_version == version
@@ -80,12 +80,12 @@ def test_events_for_many_users_are_drained_in_batches(settings, r, pipeline):
     assert done.returncode == 0, done.stderr
     res = _results(r, queue)
     assert sum(x["users"] for x in res) == 50 and max(x["batches"] for x in res) >= 2
-    store = FeedStore(r, Keys(settings.key_prefix))
+    store = FeedStore(r, settings)
     assert all(store.read(u) is not None for u in users)
 
 
 def test_a_user_marked_again_while_claimed_stays_dirty(settings, r):
-    dirty = DirtyUsers(r, Keys(settings.key_prefix))
+    dirty = DirtyUsers(r, settings)
     dirty.mark([7, 8])
     claimed, stamp = dirty.claim(10)
     assert sorted(claimed) == [7, 8]
@@ -133,7 +133,7 @@ def test_a_failing_drain_job_hands_its_users_back(settings, r, pipeline, monkeyp
     from jobs import context, tasks
 
     monkeypatch.setattr(context, "_pipeline", pipeline)
-    dirty = DirtyUsers(r, Keys(settings.key_prefix))
+    dirty = DirtyUsers(r, settings)
     dirty.mark([21, 22])
 
     def broken(user_ids):
@@ -152,7 +152,7 @@ def test_users_leased_by_a_dead_drain_job_get_a_scheduled_drain(settings, r, pip
     from jobs import context, tasks
 
     monkeypatch.setattr(context, "_pipeline", pipeline)
-    dirty = DirtyUsers(r, Keys(settings.key_prefix))
+    dirty = DirtyUsers(r, settings)
     dirty.mark([23])
     dirty.claim(10)                        # claimed by a job that is then SIGKILLed: never completed
     result = tasks.drain_dirty()           # a later drain finds nothing due ...

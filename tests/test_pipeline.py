@@ -1,19 +1,24 @@
-"""The core pipeline: candidates, feature parity between training and precompute, the version guard across
-racing jobs, and model bundle checks."""
+"""The core pipeline: candidates, feature parity between training and precompute, histories, and the version
+guard across racing jobs."""
 
-import shutil
+import dataclasses
 import time
 
 import numpy as np
 import pytest
 from sqlalchemy import select, update
 
-from precompute import bundle, candidates, defaults, features, history, ranker
-from precompute.errors import BundleError
-from precompute.events import NewEvent, record
-from precompute.history import load_histories
-from precompute.models import Item, User
-from precompute.pipeline import STAGES
+from precompute.data import history
+from precompute.data.models import Item, User
+from precompute.data.recording import NewEvent, record
+from precompute.ranking import candidates, features, ranker
+from precompute.ranking.layout import LAYOUT
+from precompute.ranking.pipeline import STAGES
+
+
+def histories(pipeline, user_ids, limit=None):
+    """The pipeline's history read, at its settings' limit unless one is given."""
+    return history.load_histories(pipeline.engine, user_ids, pipeline.items, limit or pipeline.settings.history_limit)
 
 
 def test_recompute_writes_a_ranked_feed_per_user(pipeline, user_id):
@@ -27,7 +32,7 @@ def test_recompute_writes_a_ranked_feed_per_user(pipeline, user_id):
 
 
 def test_candidates_exclude_seen_and_inactive_items(pipeline, world, user_id):
-    hist = load_histories(world.engine, [user_id], pipeline.items)
+    hist = histories(pipeline, [user_id])
     cand = pipeline.candidates(hist)
     seen = hist.item_rows[hist.item_rows >= 0]
     assert len(cand.rows) > 0
@@ -44,14 +49,14 @@ def test_popular_lists_are_each_categorys_most_popular_active_items(pipeline):
                     key=lambda r: (-items.popularity[r], items.ids[r]))
     # then each category's list is its first CATEGORY_POPULAR items, most popular first, and nothing else
     for c, rows in enumerate(items.category_popular):
-        want = [r for r in ranked if items.category[r] == c][: defaults.CATEGORY_POPULAR]
+        want = [r for r in ranked if items.category[r] == c][: pipeline.settings.category_popular]
         assert rows.tolist() == want, c
-    assert items.global_popular.tolist() == ranked[: defaults.GLOBAL_POPULAR]
+    assert items.global_popular.tolist() == ranked[: pipeline.settings.global_popular]
     # and rows themselves are in popularity order, which candidate generation relies on
     assert np.all(np.diff(items.popularity) <= 0)
 
 
-def _reference_candidates(items, cov, rows, types):
+def _reference_candidates(settings, items, cov, rows, types):
     """Candidates of one user the slow, obvious way: Python sets and dicts, no scratch arrays."""
     known = [int(r) for r in rows if r >= 0]
     recent = []
@@ -59,19 +64,19 @@ def _reference_candidates(items, cov, rows, types):
         if r not in recent:
             recent.append(r)
     score, count, flags = {}, {}, {}
-    for i, r in enumerate(recent[: defaults.COVISIT_RECENT_ITEMS]):
+    for i, r in enumerate(recent[: settings.covisit_recent_items]):
         for j in range(cov.indptr[r], cov.indptr[r + 1]):
             n = int(cov.nbr[j])
-            score[n] = score.get(n, 0.0) + cov.weight[j] * candidates.RECENCY_DECAY ** i
+            score[n] = score.get(n, 0.0) + cov.weight[j] * settings.recency_decay ** i
             count[n] = count.get(n, 0) + 1
             flags[n] = flags.get(n, 0) | candidates.FROM_COVISIT
     weight = {}
     for r, t in zip(rows, types):
         if r >= 0:
             c = int(items.category[r])
-            weight[c] = weight.get(c, 0.0) + candidates.TYPE_WEIGHT[t]
+            weight[c] = weight.get(c, 0.0) + settings.category_weights[t - 1]     # view, click, contact, purchase
     top = sorted((c for c in weight if weight[c] > 0), key=lambda c: (-weight[c], c))
-    for c in top[: defaults.USER_TOP_CATEGORIES]:
+    for c in top[: settings.user_top_categories]:
         for n in items.category_popular[c]:
             flags[int(n)] = flags.get(int(n), 0) | candidates.FROM_CATEGORY
     for n in items.global_popular:
@@ -83,12 +88,14 @@ def _reference_candidates(items, cov, rows, types):
 def test_candidates_match_a_plain_python_reference(pipeline, world, user_id):
     # given a batch of users with long, short and no histories (user_id + 10**6 does not exist)
     batch = [user_id, user_id + 1, user_id + 2, user_id + 10**6]
-    hist = load_histories(world.engine, batch, pipeline.items)
+    hist = histories(pipeline, batch)
     # when candidates are generated without a cap
-    cand = candidates.for_batch(pipeline.items, pipeline.cov, hist, max_candidates=10**9)
+    uncapped = dataclasses.replace(pipeline.settings, max_candidates=10**9)
+    cand = candidates.for_batch(pipeline.items, pipeline.cov, hist, uncapped)
     for k in range(len(batch)):
         a, b = hist.offsets[k], hist.offsets[k + 1]
-        want = _reference_candidates(pipeline.items, pipeline.cov, hist.item_rows[a:b], hist.types[a:b])
+        want = _reference_candidates(pipeline.settings, pipeline.items, pipeline.cov, hist.item_rows[a:b],
+                                     hist.types[a:b])
         lo, hi = cand.offsets[k], cand.offsets[k + 1]
         got = {int(r): (s, c, f) for r, s, c, f in zip(cand.rows[lo:hi], cand.cov_score[lo:hi],
                                                         cand.cov_count[lo:hi], cand.flags[lo:hi])}
@@ -101,7 +108,8 @@ def test_candidates_match_a_plain_python_reference(pipeline, world, user_id):
     full = cand.rows[: cand.offsets[1]]
     covisited = set(full[cand.cov_score[: cand.offsets[1]] > 0].tolist())
     cap = len(covisited) + 100
-    capped = candidates.for_batch(pipeline.items, pipeline.cov, hist.slice(0, 1), max_candidates=cap)
+    capped = candidates.for_batch(pipeline.items, pipeline.cov, hist.slice(0, 1),
+                                  dataclasses.replace(pipeline.settings, max_candidates=cap))
     kept = set(capped.rows.tolist())
     assert len(kept) == len(capped.rows) == cap and covisited < kept < set(full.tolist())
     rank = pipeline.items.pop_rank
@@ -110,12 +118,13 @@ def test_candidates_match_a_plain_python_reference(pipeline, world, user_id):
 
 def test_feature_gathers_match_fancy_indexing(pipeline, world, user_id):
     # given a batch's candidates and features
-    hist = load_histories(world.engine, [user_id, user_id + 1], pipeline.items)
+    hist = histories(pipeline, [user_id, user_id + 1])
     cand = pipeline.candidates(hist)
     X = features.build(pipeline.items, hist, cand, time.time())
     # then the gathered item block is the item table's rows, and user columns are constant within each user
-    assert np.array_equal(X[:, : features.ITEM_STATIC], pipeline.items.static_features()[cand.rows])
-    user_cols = slice(features.ITEM_STATIC + 1, features.ITEM_STATIC + 15)
+    static = slice(LAYOUT.start("item_static"), LAYOUT.start("item_static") + len(LAYOUT.group("item_static")))
+    assert np.array_equal(X[:, static], pipeline.items.static_features()[cand.rows])
+    user_cols = slice(LAYOUT.start("user"), LAYOUT.start("user") + len(LAYOUT.group("user")))
     for k in range(2):
         block = X[cand.offsets[k]: cand.offsets[k + 1], user_cols]
         assert (block == block[0]).all()
@@ -129,8 +138,8 @@ def test_training_and_precompute_build_identical_feature_rows(pipeline, world, u
     now = time.time()
     events = ranker.load_events(world.engine)
     _, cand_t, X_t = ranker.feature_rows(pipeline.items, pipeline.cov, events, np.array([user_id]), now,
-                                         pipeline.settings.max_candidates)
-    hist = load_histories(world.engine, [user_id], pipeline.items)
+                                         pipeline.settings)
+    hist = histories(pipeline, [user_id])
     cand_s = pipeline.candidates(hist)
     X_s = features.build(pipeline.items, hist, cand_s, now)
     # then the candidates and every feature of every row are identical
@@ -139,34 +148,33 @@ def test_training_and_precompute_build_identical_feature_rows(pipeline, world, u
     assert np.array_equal(X_t, X_s)
 
 
-def test_history_truncation_is_the_same_on_both_paths(pipeline, world, user_id, monkeypatch):
-    monkeypatch.setattr(defaults, "HISTORY_LIMIT", 5)
-    from precompute import history
-
+def test_history_truncation_is_the_same_on_both_paths(pipeline, world, user_id):
     events = ranker.load_events(world.engine)
-    a = history.histories_from_arrays(np.array([user_id]), *events, pipeline.items, limit=5)
-    b = history.load_histories(world.engine, [user_id], pipeline.items, limit=5)
+    a = history.histories_from_arrays(np.array([user_id]), *events, pipeline.items, 5)
+    b = histories(pipeline, [user_id], 5)
     assert len(a.ts) == len(b.ts) == 5
     assert np.array_equal(a.item_rows, b.item_rows) and np.array_equal(a.ts, b.ts)
 
 
-def _from_events(world, user_ids, limit=defaults.HISTORY_LIMIT):
+def _from_events(world, user_ids, limit):
     with world.engine.connect() as conn:
         return history._from_events(conn, user_ids, limit)
 
 
 def test_kept_recent_events_follow_the_event_log(pipeline, world, user_id):
     # given new events out of time order, ties with stored ones, and a duplicate client id
-    stored = load_histories(world.engine, [user_id], pipeline.items)
+    stored = histories(pipeline, [user_id])
     items = pipeline.items.ids[pipeline.items.global_popular[:4]].tolist()
     newest, oldest = float(stored.ts.max()), float(stored.ts.min())
+    limit = pipeline.settings.history_limit
     record(world.engine, [NewEvent(user_id, items[0], 1, newest + 5, "kept-a"),
-                          NewEvent(user_id, items[1], 2, newest),           # same ts as the newest stored
-                          NewEvent(user_id, items[2], 3, oldest - 86400)])  # older than everything kept
-    record(world.engine, [NewEvent(user_id, items[3], 4, newest + 1), NewEvent(user_id, items[0], 1, 0, "kept-a")])
+                          NewEvent(user_id, items[1], 2, newest),             # same ts as the newest stored
+                          NewEvent(user_id, items[2], 3, oldest - 86400)], limit)  # older than everything kept
+    record(world.engine, [NewEvent(user_id, items[3], 4, newest + 1), NewEvent(user_id, items[0], 1, 0, "kept-a")],
+           limit)
     # then the kept value equals the events table's newest events, in (ts, id) order, at every limit
-    for limit in (defaults.HISTORY_LIMIT, 5):
-        kept = load_histories(world.engine, [user_id], pipeline.items, limit=limit)
+    for limit in (pipeline.settings.history_limit, 5):
+        kept = histories(pipeline, [user_id], limit)
         want = _from_events(world, [user_id], limit)[user_id]
         assert np.array_equal(pipeline.items.ids[kept.item_rows], want["item"])
         assert np.array_equal(kept.types, want["type"]) and np.array_equal(kept.ts, want["ts"])
@@ -174,44 +182,44 @@ def test_kept_recent_events_follow_the_event_log(pipeline, world, user_id):
 
 
 def test_users_without_a_kept_value_are_read_from_the_events_table(pipeline, world, user_id):
-    before = load_histories(world.engine, [user_id, user_id + 1], pipeline.items)
+    before = histories(pipeline, [user_id, user_id + 1])
     with world.engine.begin() as conn:
         conn.execute(update(User).where(User.id == user_id).values(recent=None))
-    after = load_histories(world.engine, [user_id, user_id + 1], pipeline.items)
+    after = histories(pipeline, [user_id, user_id + 1])
     for field in ("user_ids", "versions", "offsets", "item_rows", "types", "ts"):
         assert np.array_equal(getattr(before, field), getattr(after, field)), field
     # and recording events leaves it to the events table (no value is invented from a partial view)
-    record(world.engine, [NewEvent(user_id, int(pipeline.items.ids[0]), 1, time.time())])
+    record(world.engine, [NewEvent(user_id, int(pipeline.items.ids[0]), 1, time.time())], pipeline.settings.history_limit)
     with world.engine.connect() as conn:
         assert conn.execute(select(User.recent).where(User.id == user_id)).scalar() is None
     n_before = int(before.offsets[1])
-    assert len(load_histories(world.engine, [user_id], pipeline.items).ts) == min(n_before + 1, defaults.HISTORY_LIMIT)
+    assert len(histories(pipeline, [user_id]).ts) == min(n_before + 1, pipeline.settings.history_limit)
 
 
 def test_a_malformed_kept_value_is_replaced_by_the_events_table(pipeline, world, user_id):
-    before = load_histories(world.engine, [user_id], pipeline.items)
+    before = histories(pipeline, [user_id])
     with world.engine.begin() as conn:
         conn.execute(update(User).where(User.id == user_id).values(recent=b"not a packed history"))
     # reading falls back to the events table
-    after = load_histories(world.engine, [user_id], pipeline.items)
+    after = histories(pipeline, [user_id])
     assert np.array_equal(before.item_rows, after.item_rows) and np.array_equal(before.ts, after.ts)
     # recording still succeeds; the unreadable value is dropped (NULL) instead of failing the events
-    rec = record(world.engine, [NewEvent(user_id, int(pipeline.items.ids[0]), 1, time.time())])
+    rec = record(world.engine, [NewEvent(user_id, int(pipeline.items.ids[0]), 1, time.time())],
+                 pipeline.settings.history_limit)
     assert rec.accepted == 1
     with world.engine.connect() as conn:
         assert conn.execute(select(User.recent).where(User.id == user_id)).scalar() is None
-    assert len(load_histories(world.engine, [user_id], pipeline.items).ts) == min(len(before.ts) + 1,
-                                                                                defaults.HISTORY_LIMIT)
+    assert len(histories(pipeline, [user_id]).ts) == min(len(before.ts) + 1, pipeline.settings.history_limit)
 
 
 def test_a_slow_job_never_overwrites_a_newer_feed(pipeline, world, user_id):
     # given job A read the user's history at version v
     seconds = dict.fromkeys(STAGES, 0.0)
-    hist_a = load_histories(world.engine, [user_id], pipeline.items)
+    hist_a = histories(pipeline, [user_id])
     feeds_a, _ = pipeline.build_feeds(hist_a, seconds)
     # when a new event arrives and job B recomputes and finishes first
     item = int(pipeline.items.ids[pipeline.items.global_popular[0]])
-    rec = record(world.engine, [NewEvent(user_id, item, 2, time.time())])
+    rec = record(world.engine, [NewEvent(user_id, item, 2, time.time())], pipeline.settings.history_limit)
     result_b = pipeline.recompute([user_id])
     assert result_b.written == 1
     # then job A finishing late is refused, and the stored feed carries B's newer version
@@ -233,67 +241,10 @@ def test_deactivated_items_leave_candidates_after_reload(pipeline, world):
             conn.execute(update(Item).where(Item.id == item_id).values(active=True))
 
 
-_copies = iter(range(1, 1000))
-
-
-def _copy_bundle(settings, version) -> int:
-    """A byte-identical copy of bundle ``version`` under a new version number."""
-    new = version + 1_000_000 * next(_copies)
-    shutil.copytree(settings.model_dir / str(version), settings.model_dir / str(new))
-    return new
-
-
-def test_bad_bundles_are_refused_and_the_pipeline_keeps_its_own(pipeline, settings, world):
-    good = pipeline.bundle.version
-    truncated = _copy_bundle(settings, world.version)
-    path = settings.model_dir / str(truncated) / "model.cbm"
-    path.write_bytes(path.read_bytes()[:100])
-    with pytest.raises(BundleError, match="truncated"):
-        bundle.promote(settings.model_dir, truncated)
-    assert bundle.current_version(settings.model_dir) == world.version
-
-    wrong_format = _copy_bundle(settings, world.version)
-    meta = settings.model_dir / str(wrong_format) / "meta.json"
-    meta.write_text(meta.read_text().replace('"format": 1', '"format": 99'))
-    with pytest.raises(BundleError, match="format 99"):
-        bundle.load(settings.model_dir, wrong_format)
-
-    wrong_features = _copy_bundle(settings, world.version)
-    meta = settings.model_dir / str(wrong_features) / "meta.json"
-    meta.write_text(meta.read_text().replace('"item_log_price"', '"something_else"'))
-    with pytest.raises(BundleError, match="features"):
-        bundle.load(settings.model_dir, wrong_features)
-
-    # a running pipeline told to use a broken bundle keeps the one it has
-    pointer = settings.model_dir / "CURRENT"
-    pointer.write_text(f"{truncated}\n")
-    try:
-        pipeline.refresh()
-        assert pipeline.bundle.version == good
-    finally:
-        pointer.write_text(f"{world.version}\n")
-
-
-def test_a_promoted_bundle_is_picked_up_by_refresh(pipeline, settings, world):
-    new = _copy_bundle(settings, world.version)
-    bundle.promote(settings.model_dir, new)
-    try:
-        assert pipeline.refresh() is True
-        assert pipeline.bundle.version == new
-        assert pipeline.refresh() is False
-    finally:
-        bundle.promote(settings.model_dir, world.version)
-
-
-def test_model_beats_popularity_on_the_seeded_marketplace(world):
-    metrics = bundle.load(world.settings.model_dir).meta["metrics"]
-    assert metrics["ndcg10"] > metrics["ndcg10_popular"]
-
-
 def test_stale_users_are_those_whose_feed_is_missing_or_older(pipeline, world, user_id):
     from sqlalchemy import select
 
-    from precompute.models import User
+    from precompute.data.models import User
 
     fresh, missing = user_id, user_id + 2000        # ``missing`` has never had a feed stored
     pipeline.recompute([fresh])

@@ -1,9 +1,13 @@
 """The feed codec and the version guard, against a real Redis-protocol server."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
-from precompute.store import HEADER_SIZE, RECORD_SIZE, CorruptFeed, FeedStore, Keys, decode, encode
+from precompute.feeds.codec import HEADER_SIZE, RECORD_SIZE, CorruptFeed, decode, encode
+from precompute.feeds.keys import Keys
+from precompute.feeds.store import FeedStore
 
 
 def test_encode_decode_roundtrip_and_partial_read():
@@ -26,7 +30,7 @@ def test_decode_rejects_garbage(blob):
 
 
 def test_guard_keeps_the_newer_feed_whatever_the_write_order(r, settings):
-    store = FeedStore(r, Keys(settings.key_prefix), ttl=60)
+    store = FeedStore(r, dataclasses.replace(settings, feed_ttl=60))
     newer = encode(np.array([1, 2]), np.array([0.9, 0.8]), 5, 2.0, 1)
     older = encode(np.array([3, 4]), np.array([0.9, 0.8]), 4, 1.0, 1)
     # given the newer feed landed first, when the older one arrives, then it is refused

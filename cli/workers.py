@@ -1,17 +1,16 @@
-"""Running commands: precompute, worker, serve, demo, requeue-failed."""
+"""Feed computation commands: precompute, worker, requeue-failed."""
 
 from __future__ import annotations
 
 import logging
-import os
-import sys
 
 import click
 from sqlalchemy import select
 
-from precompute import db
+from precompute.data import engine as db
+from precompute.data.models import User
 from precompute.errors import InvalidInput
-from precompute.models import User
+from precompute.feeds.client import ping_redis, redis_client
 
 from . import command
 from .embedded import ensure_redis
@@ -44,14 +43,12 @@ def precompute(obj, all_users: bool, stale: bool, user_ids: tuple[int, ...], inl
     settings = ensure_redis(obj.settings)
     engine = db.make_engine(settings.database_url)
     db.ping(engine)
-    from precompute.services import ping_redis, redis_client
-
     r = redis_client(settings.redis_url)
     ping_redis(r)
     if stale:
-        from precompute.store import FeedStore, Keys
+        from precompute.feeds.store import FeedStore
 
-        ids = FeedStore(r, Keys(settings.key_prefix)).stale_users(_all_user_versions(engine))
+        ids = FeedStore(r, settings).stale_users(_all_user_versions(engine))
     else:
         ids = _all_user_ids(engine) if all_users else sorted(set(user_ids))
     size = batch_size or settings.batch_size
@@ -106,7 +103,6 @@ def worker(obj, workers: int, burst: bool) -> None:
 def requeue_failed(obj) -> None:
     """Move every job in RQ's failed registry back onto the queue."""
     settings = ensure_redis(obj.settings)
-    from precompute.services import redis_client
     from jobs.queues import make_queue
 
     queue = make_queue(settings, redis_client(settings.redis_url))
@@ -115,23 +111,3 @@ def requeue_failed(obj) -> None:
     for job_id in ids:
         registry.requeue(job_id)
     click.echo(f"requeued {len(ids)} failed jobs")
-
-
-@command()
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
-@click.option("--workers", "http_workers", type=click.IntRange(1, 64), default=2, show_default=True)
-@click.pass_obj
-def serve(obj, host: str, port: int, http_workers: int) -> None:
-    """Serve the API under gunicorn."""
-    ensure_redis(obj.settings)
-    _gunicorn(host, port, http_workers)
-
-
-def _gunicorn(host: str, port: int, http_workers: int) -> None:
-    os.execvp(sys.executable, [sys.executable, "-m", "gunicorn", "--workers", str(http_workers),
-                               "--bind", f"{host}:{port}", "--access-logfile", "-", "--log-level", "warning",
-                               "api.wsgi:app"])
-
-
-from .demo import demo  # noqa: E402,F401

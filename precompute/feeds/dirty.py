@@ -13,8 +13,8 @@ import time
 
 import redis
 
-from . import defaults
-from .store import Keys
+from ..settings import Settings
+from .keys import Keys
 
 _CLAIM = """
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
@@ -48,10 +48,11 @@ def _ms() -> int:
 
 
 class DirtyUsers:
-    def __init__(self, r: redis.Redis, keys: Keys, lease_seconds: int = defaults.DIRTY_LEASE_SECONDS) -> None:
+    def __init__(self, r: redis.Redis, settings: Settings) -> None:
         self.r = r
-        self.keys = keys
-        self.lease_ms = lease_seconds * 1000
+        self.keys = Keys(settings.key_prefix)
+        self.lease_ms = settings.dirty_lease * 1000
+        self.flag_ttl = settings.drain_flag_ttl
         self._claim = r.register_script(_CLAIM)
         self._complete = r.register_script(_COMPLETE)
         self._release = r.register_script(_RELEASE)
@@ -92,7 +93,7 @@ class DirtyUsers:
 
     def try_flag_drain(self) -> bool:
         """True if the caller should enqueue a drain job: at most one is waiting in the queue at a time."""
-        return bool(self.r.set(self.keys.drain_flag, 1, nx=True, ex=defaults.DRAIN_FLAG_TTL_SECONDS))
+        return bool(self.r.set(self.keys.drain_flag, 1, nx=True, ex=self.flag_ttl))
 
     def clear_drain_flag(self) -> None:
         self.r.delete(self.keys.drain_flag)

@@ -1,40 +1,34 @@
 """The one feature function, used by both training and precompute.
 
-``build(items, hist, cand, now)`` returns a float32 matrix with one row per candidate and the columns named in
-``FEATURE_NAMES``. User-level quantities are computed once per user (length-B arrays) and broadcast to
-candidates by fancy-indexing; nothing loops over candidates in Python.
+``build(items, hist, cand, now)`` returns a float32 matrix with one row per candidate and the columns declared in
+``layout.LAYOUT``, each written by name. User-level quantities are computed once per user (length-B arrays) and
+broadcast to candidates by fancy-indexing; nothing loops over candidates in Python.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..data.history import Histories
 from .arrays import unique_sorted
 from .candidates import FROM_CATEGORY, FROM_COVISIT, FROM_GLOBAL, Candidates
-from .history import Histories
-from .items import ItemTable
+from .item_table import ItemTable
+from .layout import LAYOUT
 
 DAY = 86400.0
-
-FEATURE_NAMES: tuple[str, ...] = (
-    # item (18): 17 static ones precomputed per item (``ItemTable.static_features``), then the age
-    "item_log_price", "item_price_vs_category", "item_quality", "item_photos", "item_seller_rating", "item_log_views", "item_log_clicks", "item_log_contacts", "item_log_purchases",
-    "item_click_rate", "item_contact_rate", "item_purchase_rate", "item_log_recent_views", "item_log_pop_rank",
-    "item_log_category_rank", "item_log_category_size", "item_category_global_share", "item_age_days",
-    # user (14)
-    "user_log_events", "user_log_views", "user_log_clicks", "user_log_contacts", "user_log_purchases",
-    "user_log_distinct_items", "user_distinct_categories", "user_days_since_last", "user_days_since_first",
-    "user_events_24h", "user_events_7d", "user_click_rate", "user_mean_log_price", "user_std_log_price",
-    # user x item (16)
-    "ux_category_share", "ux_category_rank", "ux_days_since_category", "ux_log_category_contacts",
-    "ux_category_events_7d", "ux_price_diff", "ux_price_z", "ux_price_ratio", "ux_covisit_score",
-    "ux_log_covisit_score", "ux_covisit_count", "ux_covisit_norm", "ux_from_covisit", "ux_from_category",
-    "ux_from_global", "ux_n_sources",
-)
-N_FEATURES = len(FEATURE_NAMES)
-ITEM_STATIC = 17
-_FLAG_TABLE = np.array([[(f & FROM_COVISIT) > 0, (f & FROM_CATEGORY) > 0, (f & FROM_GLOBAL) > 0, bin(f).count("1")]
-                        for f in range(8)], dtype=np.float32)
+N_FEATURES = len(LAYOUT)
+#: The "user_item" group, computed in place column by column in ``build`` (in this order, by name).
+_USER_ITEM = ("ux_price_diff", "ux_price_z", "ux_price_ratio", "ux_covisit_score", "ux_log_covisit_score",
+              "ux_covisit_count", "ux_covisit_norm")
+if set(_USER_ITEM) != set(LAYOUT.group("user_item")):       # a column declared but never written would be garbage
+    raise RuntimeError("features.build computes a different user_item group than layout.LAYOUT declares")
+#: The source group by candidate flags (index = the FROM_* bits), looked up per candidate.
+_FLAG_TABLE = LAYOUT.stack("source", {
+    "ux_from_covisit": [(f & FROM_COVISIT) > 0 for f in range(8)],
+    "ux_from_category": [(f & FROM_CATEGORY) > 0 for f in range(8)],
+    "ux_from_global": [(f & FROM_GLOBAL) > 0 for f in range(8)],
+    "ux_n_sources": [bin(f).count("1") for f in range(8)],
+})
 
 
 def build(items: ItemTable, hist: Histories, cand: Candidates, now: float) -> np.ndarray:
@@ -42,11 +36,11 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float) -> np
     n_users, n_cat = len(hist), items.n_categories
     # Column-major: each feature is written as one contiguous column, and CatBoost builds its Pool from a
     # Fortran-ordered float32 matrix without copying (C order costs it a transposing copy larger than the predict).
-    out = np.empty((len(r), N_FEATURES), dtype=np.float32, order="F")
+    out = np.empty((len(r), N_FEATURES), dtype=LAYOUT.dtype, order="F")
 
     # ---- item: one gather from the table's precomputed block, plus the clock-dependent age -----------------
-    _gather(out, 0, items.static_features(), r)
-    age = out[:, ITEM_STATIC]
+    _gather(out, LAYOUT.start("item_static"), items.static_features(), r)
+    age = out[:, LAYOUT.index("item_age_days")]
     np.take(items.created_day32, r, out=age, mode="clip")
     np.subtract(np.float32(now / DAY), age, out=age)
     cat = items.category[r]
@@ -78,15 +72,19 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float) -> np
     u_mean = np.bincount(h_owner[known], weights=h_lp[known], minlength=n_users) / k
     u_sq = np.bincount(h_owner[known], weights=h_lp[known] ** 2, minlength=n_users) / k
     u_std = np.sqrt(np.maximum(u_sq - u_mean ** 2, 0.0))
-    user_table = np.column_stack([
-        np.log1p(n_events), *(np.log1p(v) for v in by_type), np.log1p(distinct_items), distinct_cats, days_last,
-        days_first, ev24, ev7, (by_type[1] + 1.0) / (by_type[0] + 10.0), u_mean, u_std,
-    ]).astype(np.float32)
-    u0 = ITEM_STATIC + 1
+    user_table = LAYOUT.stack("user", {
+        "user_log_events": np.log1p(n_events), "user_log_views": np.log1p(by_type[0]),
+        "user_log_clicks": np.log1p(by_type[1]), "user_log_contacts": np.log1p(by_type[2]),
+        "user_log_purchases": np.log1p(by_type[3]), "user_log_distinct_items": np.log1p(distinct_items),
+        "user_distinct_categories": distinct_cats, "user_days_since_last": days_last,
+        "user_days_since_first": days_first, "user_events_24h": ev24, "user_events_7d": ev7,
+        "user_click_rate": (by_type[1] + 1.0) / (by_type[0] + 10.0), "user_mean_log_price": u_mean,
+        "user_std_log_price": u_std,
+    })
+    u0 = LAYOUT.start("user")
     # Candidates are grouped by user: one broadcast row per user fills its block (~6x faster than gathering by o).
     for k, (a, b) in enumerate(zip(cand.offsets[:-1].tolist(), cand.offsets[1:].tolist())):
         out[a:b, u0:u0 + user_table.shape[1]] = user_table[k]
-    c0 = u0 + user_table.shape[1]
 
     # ---- user x item ------------------------------------------------------------------------------------
     uc = cand.category_weight                            # computed once per batch by the candidate stage
@@ -100,15 +98,15 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float) -> np
     uc_week = np.bincount((h_owner * n_cat + h_cat)[known & (hist.ts >= now - 7 * DAY)],
                           minlength=n_users * n_cat)
     oc = np.repeat(np.arange(n_users) * n_cat, sizes) + cat
-    uc_table = np.column_stack([
-        share.ravel(), rank.ravel(), np.where(np.isfinite(uc_last), (now - uc_last) / DAY, 365.0),
-        np.log1p(uc_contacts), uc_week,
-    ]).astype(np.float32)
-    _gather(out, c0, uc_table, oc)
+    uc_table = LAYOUT.stack("user_category", {
+        "ux_category_share": share.ravel(), "ux_category_rank": rank.ravel(),
+        "ux_days_since_category": np.where(np.isfinite(uc_last), (now - uc_last) / DAY, 365.0),
+        "ux_log_category_contacts": np.log1p(uc_contacts), "ux_category_events_7d": uc_week,
+    })
+    _gather(out, LAYOUT.start("user_category"), uc_table, oc)
     # Price and co-visitation columns, computed in place in float32. Per-user factors are repeated over the user's
     # candidates (grouped by user); a user with no history gets diff 0, z 0 and ratio exp(0) = 1.
-    c = c0 + uc_table.shape[1]
-    diff, z, ratio, cov, log_cov, cov_count, cov_norm = (out[:, c + j] for j in range(7))
+    diff, z, ratio, cov, log_cov, cov_count, cov_norm = (out[:, LAYOUT.index(name)] for name in _USER_ITEM)
     np.take(items.log_price32, r, out=diff, mode="clip")
     diff -= np.repeat(u_mean.astype(np.float32), sizes)
     diff *= np.repeat(has.astype(np.float32), sizes)
@@ -124,8 +122,7 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float) -> np
         nonempty = sizes > 0
         top[nonempty] = np.maximum.reduceat(cand.cov_score, cand.offsets[:-1][nonempty])
     np.multiply(cov, np.repeat((1.0 / np.maximum(top, 1e-9)).astype(np.float32), sizes), out=cov_norm)
-    assert c + 7 == N_FEATURES - 4, "FEATURE_NAMES and build() disagree"
-    _gather(out, N_FEATURES - 4, _FLAG_TABLE, cand.flags)       # source bits and their count, by lookup
+    _gather(out, LAYOUT.start("source"), _FLAG_TABLE, cand.flags)    # source bits and their count, by lookup
     return out
 
 

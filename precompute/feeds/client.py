@@ -1,10 +1,11 @@
-"""Connections built from settings: one SQLAlchemy engine, one Redis client. Created by the caller, passed in."""
+"""The Redis client: built by the caller from ``Settings.redis_url`` and passed in (the database engine is
+``data/engine.py``)."""
 
 from __future__ import annotations
 
 import redis
 
-from .errors import Unavailable
+from ..errors import Unavailable, first_line
 
 
 def redis_client(url: str) -> redis.Redis:
@@ -16,4 +17,4 @@ def ping_redis(r: redis.Redis) -> None:
     try:
         r.ping()
     except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-        raise Unavailable("redis", str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__) from exc
+        raise Unavailable("redis", first_line(exc)) from exc

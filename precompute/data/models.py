@@ -48,7 +48,7 @@ class User(Base):
     #: Bumped in the same transaction as every batch of this user's events; feeds are stamped with it and a feed
     #: is never replaced by one computed from a lower version.
     history_version: Mapped[int] = mapped_column(BigInteger, default=0)
-    #: The newest events, packed (``precompute/recent.py``), rewritten with every version bump; NULL = not kept.
+    #: The newest events, packed (``precompute/data/history.py``), rewritten with every version bump; NULL = not kept.
     recent: Mapped[bytes | None] = mapped_column(LargeBinary, default=None)
 
 

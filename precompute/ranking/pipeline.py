@@ -15,15 +15,16 @@ import numpy as np
 import redis
 from sqlalchemy import Engine
 
+from ..data.history import Histories, load_histories
+from ..errors import BundleError
+from ..feeds.codec import encode_many
+from ..feeds.store import FeedStore
+from ..settings import Settings
 from . import bundle as bundles
-from . import candidates, defaults, features, ranker
+from . import candidates, features, ranker
 from .arrays import top_desc_grouped
-from .config import Settings
 from .covisit import CoVisit, index_for
-from .errors import BundleError
-from .history import Histories, load_histories
-from .items import ItemTable, load_item_table
-from .store import FeedStore, Keys, encode_many
+from .item_table import ItemTable, load_item_table
 
 log = logging.getLogger(__name__)
 STAGES = ("history", "candidates", "features", "model", "store")
@@ -45,7 +46,7 @@ class Pipeline:
     def __init__(self, settings: Settings, engine: Engine, r: redis.Redis) -> None:
         self.settings = settings
         self.engine = engine
-        self.store = FeedStore(r, Keys(settings.key_prefix), settings.feed_ttl)
+        self.store = FeedStore(r, settings)
         self.bundle: bundles.Bundle | None = None
         self.items: ItemTable | None = None
         self.cov: CoVisit | None = None
@@ -56,7 +57,7 @@ class Pipeline:
     def load(self) -> None:
         """Load the current bundle and fresh item matrices, and publish the fallback popular lists."""
         new_bundle = bundles.load(self.settings.model_dir)
-        self._install(new_bundle, load_item_table(self.engine))
+        self._install(new_bundle, load_item_table(self.engine, self.settings))
 
     def _install(self, new_bundle: bundles.Bundle, items: ItemTable) -> None:
         self.cov = index_for(items, new_bundle.pairs)
@@ -80,7 +81,7 @@ class Pipeline:
         except BundleError as exc:
             log.error("keeping bundle %s: %s", self.bundle and self.bundle.version, exc)
             return False
-        stale = self.items is None or time.time() - self.items.loaded_at > defaults.ITEM_TABLE_MAX_AGE_SECONDS
+        stale = self.items is None or time.time() - self.items.loaded_at > self.settings.item_table_max_age
         current = self.bundle is not None and version in (self.bundle.version, self._refused)
         if current and not stale:
             return False
@@ -94,13 +95,13 @@ class Pipeline:
             new_bundle = self.bundle
             if not stale:
                 return False
-        self._install(new_bundle, load_item_table(self.engine))
+        self._install(new_bundle, load_item_table(self.engine, self.settings))
         log.info("loaded bundle %s and %d items", new_bundle.version, len(self.items))
         return True
 
     # -- ranking ----------------------------------------------------------------------------------------
     def candidates(self, hist: Histories) -> candidates.Candidates:
-        return candidates.for_batch(self.items, self.cov, hist, self.settings.max_candidates)
+        return candidates.for_batch(self.items, self.cov, hist, self.settings)
 
     def rank(self, hist: Histories, now: float, seconds: dict[str, float]) -> tuple[candidates.Candidates,
                                                                                     np.ndarray]:
@@ -122,15 +123,16 @@ class Pipeline:
     def build_feeds(self, hist: Histories, seconds: dict[str, float]) -> tuple[list[tuple[int, bytes, int]], int]:
         """Encoded feed values ``(user_id, value, history_version)`` for a batch, and the items scored.
 
-        Ranked ``RANK_CHUNK_USERS`` users at a time: the feature matrix stays ~15 MB, so after the first chunk
+        Ranked ``Settings.rank_chunk_users`` users at a time: the feature matrix stays ~15 MB, so after the first chunk
         malloc hands back the same memory instead of faulting in fresh pages (which costs a forked work horse,
         whose heap starts cold, more than the arithmetic).
         """
         now = time.time()
         values, scored = [], 0
         keep = self.settings.feed_length
-        for start in range(0, len(hist), defaults.RANK_CHUNK_USERS):
-            part = hist.slice(start, min(start + defaults.RANK_CHUNK_USERS, len(hist)))
+        chunk = self.settings.rank_chunk_users
+        for start in range(0, len(hist), chunk):
+            part = hist.slice(start, min(start + chunk, len(hist)))
             cand, scores = self.rank(part, now, seconds)
             scored += len(scores)
             t0 = time.perf_counter()
@@ -146,7 +148,7 @@ class Pipeline:
         """Rank ``user_ids`` and write their feeds (version-guarded). One history query for the batch."""
         seconds = dict.fromkeys(STAGES, 0.0)
         t0 = time.perf_counter()
-        hist = load_histories(self.engine, user_ids, self.items)
+        hist = load_histories(self.engine, user_ids, self.items, self.settings.history_limit)
         seconds["history"] = time.perf_counter() - t0
         values, scored = self.build_feeds(hist, seconds)
         t0 = time.perf_counter()

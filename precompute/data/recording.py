@@ -1,5 +1,5 @@
 """Recording interaction events: one transaction that stores them, bumps each user's history version and rewrites
-the user's kept newest events (``recent.py``)."""
+the user's kept newest events (``history.py``)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
 
-from . import recent
-from .db import _short
-from .errors import NotFound, Unavailable
+from ..errors import NotFound, Unavailable, first_line
+from . import history
 from .models import Event, Item, User
 
 
@@ -33,8 +32,9 @@ class Recorded:
     seen: list[tuple[int, int, int]]  # (user_id, item_id, version) of the stored events
 
 
-def record(engine: Engine, events: list[NewEvent]) -> Recorded:
-    """Store ``events`` atomically; unknown item ids reject the whole batch (nothing is written)."""
+def record(engine: Engine, events: list[NewEvent], history_limit: int) -> Recorded:
+    """Store ``events`` atomically; unknown item ids reject the whole batch (nothing is written). Each user's kept
+    newest events (at most ``history_limit``) are rewritten in the same transaction."""
     insert = pg_insert if engine.dialect.name == "postgresql" else sqlite_insert
     item_ids = sorted({e.item_id for e in events})
     user_ids = sorted({e.user_id for e in events})
@@ -46,7 +46,7 @@ def record(engine: Engine, events: list[NewEvent]) -> Recorded:
                 raise NotFound(f"unknown item id(s): {', '.join(map(str, missing[:10]))}")
             first_ts = min(e.ts for e in events)
             conn.execute(insert(User).values([{"id": u, "created_at": first_ts, "history_version": 0,
-                                               "recent": recent.empty()} for u in user_ids])
+                                               "recent": history.empty(history_limit)} for u in user_ids])
                          .on_conflict_do_nothing(index_elements=["id"]))
             stored = conn.execute(
                 insert(Event).values([dataclasses.asdict(e) for e in events])
@@ -66,12 +66,12 @@ def record(engine: Engine, events: list[NewEvent]) -> Recorded:
                 if kept is not None:
                     # A malformed value is dropped (NULL: read from the events table until init-db refills it)
                     # rather than failing the user's events.
-                    kept = recent.append(kept, [e.item_id for e in new], [e.type for e in new],
-                                         [e.ts for e in new]) if recent.readable(kept) else None
+                    kept = history.append(kept, [e.item_id for e in new], [e.type for e in new],
+                                          [e.ts for e in new], history_limit) if history.readable(kept) else None
                     conn.execute(update(User).where(User.id == uid).values(recent=kept))
                 versions[uid] = int(v)
                 seen += [(uid, e.item_id, int(v)) for e in new]
     except SQLAlchemyError as exc:
-        raise Unavailable("database", _short(exc)) from exc
+        raise Unavailable("database", first_line(exc)) from exc
     return Recorded(accepted=len(stored), duplicates=len(events) - len(stored), versions=versions, seen=seen)
 

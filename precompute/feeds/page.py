@@ -1,25 +1,20 @@
-"""What must be live at request time, applied to a precomputed feed: drop items deactivated or interacted with
-since the feed was computed, and lift boosted items.
-
-Boost rule: a boosted item already in the user's ranked feed (at most ``BOOST_LOOKAHEAD`` places below the
-requested page) is lifted into the earliest free boost slot. Boost slots are constrained by density: any prefix of
-the feed of length n holds at most ``n // BOOST_EVERY + 1`` boosted items (one in four with the default), so a
-page is never all ads. Among waiting boosted items the higher weight goes first, then the better organic rank.
-Boosts never add items the model did not rank for this user. The rule is applied to the feed from its top, so
-pages are consistent: an item lifted onto page 1 does not appear again on page 2.
+"""The live page: what must be live at request time, applied to a precomputed feed in one Lua call per page. Items
+deactivated or interacted with since the feed was computed are dropped, boosted items are lifted (``boosts.py``),
+and users without a feed get a fallback of popular items.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import heapq
 from collections.abc import Callable
 
 import numpy as np
 import redis
 
-from . import defaults
-from .store import HEADER_SIZE, RECORD_SIZE, CorruptFeed, FeedHeader, Keys, decode
+from ..settings import Settings
+from .boosts import lift_boosts
+from .codec import HEADER_SIZE, RECORD_SIZE, CorruptFeed, FeedHeader, decode
+from .keys import Keys
 
 
 @dataclasses.dataclass
@@ -29,50 +24,6 @@ class Page:
     header: FeedHeader | None
 
 
-def lift_boosts(ids: np.ndarray, scores: np.ndarray, weights: np.ndarray, need: int,
-                every: int = defaults.BOOST_EVERY, lookahead: int = defaults.BOOST_LOOKAHEAD) -> list[tuple]:
-    """Apply the boost rule to a filtered ranked list; returns the first ``need`` (id, score, boosted)."""
-    boosted = weights > 0
-    if not boosted.any():
-        return [(int(i), float(s), False) for i, s in zip(ids[:need], scores[:need])]
-    waiting: list[tuple[float, int]] = []     # (-weight, position)
-    b_positions = np.flatnonzero(boosted)
-    horizon = need + lookahead
-    for p in b_positions[b_positions < horizon]:
-        heapq.heappush(waiting, (-float(weights[p]), int(p)))
-    out: list[tuple] = []
-    n_boosted = 0
-    organic = 0
-    n = len(ids)
-    while len(out) < need and (organic < n or waiting):
-        slot = len(out)
-        if waiting and n_boosted < slot // every + 1:
-            _, p = heapq.heappop(waiting)
-            out.append((int(ids[p]), float(scores[p]), True))
-            n_boosted += 1
-            continue
-        while organic < n and boosted[organic] and organic < horizon:
-            organic += 1                          # already queued as a boost
-        if organic >= n:
-            if not waiting:
-                break
-            _, p = heapq.heappop(waiting)         # nothing organic left: boosted items fill the tail
-            out.append((int(ids[p]), float(scores[p]), True))
-            n_boosted += 1
-            continue
-        if boosted[organic]:                      # beyond the lookahead: waits for a boost slot like the rest
-            heapq.heappush(waiting, (-float(weights[organic]), organic))
-            organic += 1
-            continue
-        out.append((int(ids[organic]), float(scores[organic]), False))
-        organic += 1
-    return out
-
-
-# One round trip per page: read the head of the feed and, server-side, look up for each of its items whether it is
-# inactive and its boost, plus the user's interactions newer than the feed's history version. Returns
-# four strings, so the client parses four values rather than one per boost or seen item: {blob, inactive flags as
-# '0'/'1' per item, "index=weight,..." for boosted items, "id,id,..." seen since the feed was computed}.
 # Boosts are one key per item (expiring natively) read with MGET: a hash of a few hundred boosts is stored as a
 # listpack, which HMGET scans linearly (measured 290 µs server-side for 140 lookups in 445 boosts).
 # The boost keys are built from ARGV[2] inside the script, so prefeed does not run on Redis Cluster.
@@ -104,15 +55,17 @@ return {blob, table.concat(flags), table.concat(pairs, ','), table.concat(seen, 
 
 
 class LiveFeeds:
-    def __init__(self, r: redis.Redis, keys: Keys) -> None:
+    def __init__(self, r: redis.Redis, settings: Settings) -> None:
         self.r = r
-        self.keys = keys
+        self.keys = Keys(settings.key_prefix)
+        self.every = settings.boost_every
+        self.lookahead = settings.boost_lookahead
         self._page = r.register_script(_PAGE)
 
     def page(self, user_id: int, limit: int, offset: int) -> Page | None:
         """The live page of ``user_id``'s precomputed feed, or None when the user has no feed."""
         need = offset + limit
-        n_read = need + defaults.BOOST_LOOKAHEAD + limit
+        n_read = need + self.lookahead + limit
         keys = [self.keys.feed(user_id), self.keys.inactive, self.keys.seen(user_id)]
         while True:
             reply = self._page(keys=keys, args=[HEADER_SIZE + n_read * RECORD_SIZE, self.keys.boost_prefix])
@@ -132,7 +85,7 @@ class LiveFeeds:
                 k, _, w = pair.partition(b"=")
                 weights[int(k)] = float(w)
             ids, scores, weights = ids[keep], scores[keep], weights[keep]
-            out = lift_boosts(ids, scores, weights, need)
+            out = lift_boosts(ids, scores, weights, need, self.every, self.lookahead)
             if len(out) >= need or n_read >= feed.header.count:
                 return Page(items=out[offset:need], source="precomputed", header=feed.header)
             n_read *= 2                          # many items dropped: read further down the feed
@@ -170,7 +123,7 @@ class LiveFeeds:
         _, first = np.unique(merged, return_index=True)
         merged = merged[np.sort(first)]
         need = offset + limit
-        head = merged[: need + len(seen) + defaults.BOOST_LOOKAHEAD]
+        head = merged[: need + len(seen) + self.lookahead]
         head = head[self.filter_live(head, seen)] if len(head) else head
         items = [(int(i), 0.0, False) for i in head[offset:need]]
         return Page(items=items, source="fallback", header=None)

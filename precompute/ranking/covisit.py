@@ -10,8 +10,7 @@ import dataclasses
 
 import numpy as np
 
-from . import defaults
-from .items import ItemTable
+from .item_table import ItemTable
 
 
 @dataclasses.dataclass
@@ -35,13 +34,12 @@ class CoVisit:
         return self.nbr[idx], self.weight[idx] * np.repeat(row_weight, lens), lens
 
 
-def build_pairs(ev_user: np.ndarray, ev_item: np.ndarray, ev_ts: np.ndarray,
-                window: int = defaults.COVISIT_WINDOW, gap: float = defaults.SESSION_GAP_SECONDS,
-                top_k: int = defaults.COVISIT_NEIGHBOURS) -> dict[str, np.ndarray]:
+def build_pairs(ev_user: np.ndarray, ev_item: np.ndarray, ev_ts: np.ndarray, window: int, gap: float,
+                top_k: int) -> dict[str, np.ndarray]:
     """Top-``top_k`` neighbours per item id as flat arrays (``src``, ``dst``, ``weight``), sorted by src.
 
     A pair within ``window`` events of each other in one session (same user, gaps under ``gap`` seconds)
-    counts 1/distance, in both directions.
+    counts 1/distance, in both directions (``Settings.covisit_window``, ``session_gap``, ``covisit_neighbours``).
     """
     order = np.lexsort((ev_ts, ev_user))
     u, it, ts = ev_user[order], ev_item[order].astype(np.int64), ev_ts[order]

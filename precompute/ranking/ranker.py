@@ -13,10 +13,13 @@ from collections.abc import Callable
 import numpy as np
 from sqlalchemy import Engine, select
 
-from . import candidates, covisit, defaults, features
-from .history import histories_from_arrays
-from .items import load_item_table
-from .models import Event
+from ..data.history import histories_from_arrays
+from ..data.models import Event
+from ..errors import InvalidInput
+from ..settings import Settings
+from . import candidates, covisit, features
+from .item_table import load_item_table
+from .layout import LAYOUT
 
 
 @dataclasses.dataclass
@@ -40,13 +43,12 @@ def load_events(engine: Engine) -> tuple[np.ndarray, ...]:
     return ev[:, 0].astype(np.int64), ev[:, 1].astype(np.int64), ev[:, 2].astype(np.int64), ev[:, 3]
 
 
-def feature_rows(items, cov, events: tuple[np.ndarray, ...], user_ids: np.ndarray, now: float,
-                 max_candidates: int = defaults.MAX_CANDIDATES):
+def feature_rows(items, cov, events: tuple[np.ndarray, ...], user_ids: np.ndarray, now: float, settings: Settings):
     """Training's path from an in-memory event log to feature rows: the same candidate and feature functions
     precompute uses, on histories truncated the same way. Returns (histories, candidates, X)."""
     ev_user, ev_item, ev_type, ev_ts = events
-    hist = histories_from_arrays(user_ids, ev_user, ev_item, ev_type, ev_ts, items)
-    cand = candidates.for_batch(items, cov, hist, max_candidates)
+    hist = histories_from_arrays(user_ids, ev_user, ev_item, ev_type, ev_ts, items, settings.history_limit)
+    cand = candidates.for_batch(items, cov, hist, settings)
     return hist, cand, features.build(items, hist, cand, now=now)
 
 
@@ -58,22 +60,29 @@ def ndcg_at(k: int, ranked_rel: np.ndarray, ideal_rel: np.ndarray) -> float:
     return float(gain / best) if best > 0 else 0.0
 
 
-def train(engine: Engine, *, iterations: int = defaults.TRAIN_ITERATIONS, depth: int = defaults.TRAIN_DEPTH,
-          users: int = defaults.TRAIN_USERS, negatives: int = defaults.TRAIN_NEGATIVES,
-          max_candidates: int = defaults.MAX_CANDIDATES, seed: int = 0,
-          progress: Callable[[str], None] = lambda msg: None) -> TrainResult:
+def train(engine: Engine, settings: Settings, *, iterations: int | None = None, depth: int | None = None,
+          users: int | None = None, seed: int = 0, progress: Callable[[str], None] = lambda msg: None) -> TrainResult:
+    """Train on a time split of the whole event log. ``iterations``, ``depth`` and ``users`` default to the
+    ``train_*`` settings; everything else (negatives, learning rate, the cut, candidates) comes from ``settings``."""
     from catboost import CatBoost, Pool
 
-    from .errors import InvalidInput
-
+    iterations = iterations or settings.train_iterations
+    depth = depth or settings.train_depth
+    users = users or settings.train_users
+    negatives = settings.train_negatives
     ev_user, ev_item, ev_type, ev_ts = load_events(engine)
     if len(ev_user) < 100:
         raise InvalidInput(f"only {len(ev_user)} events in the database; seed or collect more before training")
-    cut = float(np.quantile(ev_ts, defaults.TRAIN_CUT_QUANTILE))
+    cut = float(np.quantile(ev_ts, settings.train_cut_quantile))
     pre = ev_ts < cut
     progress(f"time split at {cut:.0f}: {pre.sum()} events before, {(~pre).sum()} after")
-    items = load_item_table(engine, as_of=cut)
-    pre_pairs = covisit.build_pairs(ev_user[pre], ev_item[pre], ev_ts[pre])
+    items = load_item_table(engine, settings, as_of=cut)
+
+    def pairs_of(keep) -> dict[str, np.ndarray]:
+        return covisit.build_pairs(ev_user[keep], ev_item[keep], ev_ts[keep], settings.covisit_window,
+                                   settings.session_gap, settings.covisit_neighbours)
+
+    pre_pairs = pairs_of(pre)
     cov = covisit.index_for(items, pre_pairs)
 
     # Truth: strongest post-cut interaction per (user, item row), excluding items seen before the cut.
@@ -96,7 +105,7 @@ def train(engine: Engine, *, iterations: int = defaults.TRAIN_ITERATIONS, depth:
 
     def examples(user_ids: np.ndarray):
         hist, cand, X = feature_rows(items, cov, (ev_user[pre], ev_item[pre], ev_type[pre], ev_ts[pre]), user_ids,
-                                     cut, max_candidates)
+                                     cut, settings)
         code = hist.user_ids[cand.owner] * span + cand.rows
         pos = np.searchsorted(truth_code, code)
         pos = np.minimum(pos, len(truth_code) - 1)
@@ -123,9 +132,9 @@ def train(engine: Engine, *, iterations: int = defaults.TRAIN_ITERATIONS, depth:
         raise InvalidInput("no training user has a relevant candidate; the log has too little structure to learn")
     progress(f"training CatBoost YetiRank on {len(y_train)} rows x {X_train.shape[1]} features")
     model = CatBoost(dict(loss_function="YetiRank", iterations=iterations, depth=depth,
-                          learning_rate=defaults.TRAIN_LEARNING_RATE, random_seed=seed, verbose=False,
+                          learning_rate=settings.train_learning_rate, random_seed=seed, verbose=False,
                           thread_count=-1, allow_writing_files=False))
-    model.fit(Pool(X_train, y_train, group_id=g_train, feature_names=list(features.FEATURE_NAMES)))
+    model.fit(Pool(X_train, y_train, group_id=g_train, feature_names=list(LAYOUT.names)))
 
     progress(f"validating on {len(valid_users)} held-out users")
     hist, cand, X, rel = examples(valid_users)
@@ -146,7 +155,7 @@ def train(engine: Engine, *, iterations: int = defaults.TRAIN_ITERATIONS, depth:
         p = np.minimum(np.searchsorted(truth_code, tcode), len(truth_code) - 1)
         pop_ndcg.append(ndcg_at(10, np.where(truth_code[p] == tcode, truth_rel[p], 0.0), ideal))
 
-    all_pairs = covisit.build_pairs(ev_user, ev_item, ev_ts)     # serving index uses the whole log
+    all_pairs = pairs_of(slice(None))     # serving index uses the whole log
     metrics = dict(ndcg10=float(np.mean(model_ndcg)), ndcg10_popular=float(np.mean(pop_ndcg)),
                    valid_users=int(len(valid_users)), train_users=int(len(train_users)),
                    train_rows=int(len(y_train)), iterations=iterations, depth=depth, cut=cut,

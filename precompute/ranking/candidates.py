@@ -13,16 +13,13 @@ import dataclasses
 
 import numpy as np
 
-from . import defaults
+from ..data.history import Histories
+from ..settings import Settings
 from .covisit import CoVisit
-from .history import Histories
-from .items import POPULAR_CATEGORY, POPULAR_GLOBAL, ItemTable
+from .item_table import POPULAR_CATEGORY, POPULAR_GLOBAL, ItemTable
 
 FROM_COVISIT = 1
 FROM_CATEGORY, FROM_GLOBAL = POPULAR_CATEGORY, POPULAR_GLOBAL     # the bits of ``ItemTable.popular_bits``
-#: How much each interaction type counts towards a user's category preference (index = EventType value).
-TYPE_WEIGHT = np.array([0.0, 1.0, 2.0, 4.0, 6.0])
-RECENCY_DECAY = 0.85
 
 
 @dataclasses.dataclass
@@ -44,12 +41,13 @@ class Candidates:
         return np.repeat(np.arange(len(self.offsets) - 1), np.diff(self.offsets))
 
 
-def category_weights(items: ItemTable, hist: Histories) -> np.ndarray:
-    """``(B, n_categories)`` interaction-weighted count of each user's history per category."""
+def category_weights(items: ItemTable, hist: Histories, type_weights: tuple[float, ...]) -> np.ndarray:
+    """``(B, n_categories)`` count of each user's history per category, each event weighted by its type
+    (``type_weights``: view, click, contact, purchase)."""
     n_users, n_cat = len(hist), items.n_categories
     known = hist.item_rows >= 0
     cat = items.category[np.where(known, hist.item_rows, 0)]
-    w = TYPE_WEIGHT[hist.types] * known
+    w = np.r_[0.0, type_weights][hist.types] * known
     return np.bincount(hist.owner * n_cat + cat, weights=w, minlength=n_users * n_cat).reshape(n_users, n_cat)
 
 
@@ -91,7 +89,7 @@ def recent_items(hist: Histories, k: int) -> tuple[np.ndarray, np.ndarray, np.nd
 
 
 def for_user(items: ItemTable, known: np.ndarray, cov_rows: np.ndarray, cov_w: np.ndarray, top_cats: np.ndarray,
-             max_candidates: int = defaults.MAX_CANDIDATES) -> tuple[np.ndarray, ...]:
+             max_candidates: int) -> tuple[np.ndarray, ...]:
     """Candidates for one user from their known history rows, co-visited neighbours and strongest categories.
 
     Every co-visited item is kept (the strongest ``max_candidates`` if there are more), then the most popular of
@@ -137,15 +135,16 @@ def for_user(items: ItemTable, known: np.ndarray, cov_rows: np.ndarray, cov_w: n
     return rows, np.concatenate([cov_score[keep], zeros]), np.concatenate([cov_count[keep], zeros]), flags
 
 
-def for_batch(items: ItemTable, cov: CoVisit, hist: Histories,
-              max_candidates: int = defaults.MAX_CANDIDATES) -> Candidates:
+def for_batch(items: ItemTable, cov: CoVisit, hist: Histories, settings: Settings) -> Candidates:
+    """Candidates of every user of ``hist``; list lengths, weights and the cap from ``settings``."""
     n_users = len(hist)
-    weight = category_weights(items, hist)
+    max_candidates = settings.max_candidates
+    weight = category_weights(items, hist, settings.category_weights)
     order = np.argsort(-weight, axis=1, kind="stable")
-    k = defaults.USER_TOP_CATEGORIES
+    k = settings.user_top_categories
     # Co-visited neighbours of every user's recent items in one gather, grouped by user.
-    recent, recent_owner, recent_rank = recent_items(hist, defaults.COVISIT_RECENT_ITEMS)
-    cov_rows, cov_w, per_recent = cov.gather(recent, RECENCY_DECAY ** recent_rank)
+    recent, recent_owner, recent_rank = recent_items(hist, settings.covisit_recent_items)
+    cov_rows, cov_w, per_recent = cov.gather(recent, settings.recency_decay ** recent_rank)
     cov_at = np.r_[0, np.cumsum(np.bincount(recent_owner, weights=per_recent, minlength=n_users))].astype(np.int64)
     parts = []
     for u, (a, b) in enumerate(zip(hist.offsets[:-1], hist.offsets[1:])):

@@ -15,12 +15,11 @@ import time
 import numpy as np
 from sqlalchemy import Engine, case, func, select
 
-from . import defaults
-from .models import Event, Item
+from ..data.models import Event, Item
+from ..settings import Settings
+from .layout import LAYOUT
 
 DAY = 86400.0
-#: Interaction weights used for popularity: views count least, purchases most.
-POPULARITY_WEIGHTS = np.array([0.0, 1.0, 3.0, 8.0, 12.0])
 #: Bits of ``ItemTable.popular_bits``; the same values as the candidate source bits ``FROM_CATEGORY``/``FROM_GLOBAL``.
 POPULAR_CATEGORY, POPULAR_GLOBAL = 2, 4
 
@@ -38,12 +37,15 @@ class ItemTable:
     counts: np.ndarray         # (n, 5) interactions by EventType value (column 0 unused)
     recent_views: np.ndarray   # views in the 7 days before ``as_of``
     as_of: float               # epoch s the statistics were taken at
+    popularity_weights: tuple[float, ...]   # weight of a view, click, contact, purchase (``Settings``)
+    n_global_popular: int      # length of the global popular list
+    n_category_popular: int    # length of each category's popular list
     loaded_at: float = dataclasses.field(default_factory=time.time)
 
     def __post_init__(self) -> None:
         n = len(self.ids)
         # Reorder every per-item array so that rows follow popularity, most popular first, ties by id.
-        popularity = self.counts @ POPULARITY_WEIGHTS + 0.1 * self.recent_views
+        popularity = self.counts @ np.r_[0.0, self.popularity_weights] + 0.1 * self.recent_views
         order = np.lexsort((self.ids, -popularity))
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
@@ -74,10 +76,10 @@ class ItemTable:
         self.cat_log_price_mean = np.bincount(self.category, weights=log_price, minlength=self.n_categories) \
             / np.maximum(self.cat_size, 1)
         # Popular active items: global list and per category, most popular first, i.e. ascending rows.
-        self.global_popular = np.flatnonzero(self.active)[: defaults.GLOBAL_POPULAR]
+        self.global_popular = np.flatnonzero(self.active)[: self.n_global_popular]
         cat_active = cat_order[self.active[cat_order]]
         bounds = np.searchsorted(self.category[cat_active], np.arange(self.n_categories + 1))
-        self.category_popular = [cat_active[bounds[c]: min(bounds[c] + defaults.CATEGORY_POPULAR, bounds[c + 1])]
+        self.category_popular = [cat_active[bounds[c]: min(bounds[c] + self.n_category_popular, bounds[c + 1])]
                                  for c in range(self.n_categories)]
         # Which popular list(s) each row is on, as candidate source bits (the category bit still needs the row's
         # category to be one of the user's top categories).
@@ -89,20 +91,25 @@ class ItemTable:
         self.global_on_category_list = (self.popular_bits[self.global_popular] & POPULAR_CATEGORY) > 0
 
     def static_features(self) -> np.ndarray:
-        """The 17 per-item features that do not depend on the user or the clock, as float32 rows (computed once
-        per table, column-major: ``features.build`` gathers each column). Column order follows ``features.FEATURE_NAMES``."""
+        """The per-item features that do not depend on the user or the clock (``layout`` group "item_static"), as
+        float32 rows, computed once per table; column-major: ``features.build`` gathers each column."""
         if self._static is None:
             views, clicks, contacts, purchases = (self.counts[:, t] for t in (1, 2, 3, 4))
-            cols = [
-                self.log_price,
-                self.log_price - self.cat_log_price_mean[self.category],
-                self.quality, self.photos, self.seller_rating,
-                np.log1p(views), np.log1p(clicks), np.log1p(contacts), np.log1p(purchases),
-                (clicks + 1.0) / (views + 10.0), (contacts + 0.5) / (views + 10.0), (purchases + 0.2) / (views + 10.0),
-                np.log1p(self.recent_views), np.log1p(self.pop_rank), np.log1p(self.cat_rank),
-                np.log1p(self.cat_size[self.category]), self.cat_share[self.category],
-            ]
-            self._static = np.asfortranarray(np.column_stack(cols), dtype=np.float32)
+            block = LAYOUT.stack("item_static", {
+                "item_log_price": self.log_price,
+                "item_price_vs_category": self.log_price - self.cat_log_price_mean[self.category],
+                "item_quality": self.quality, "item_photos": self.photos, "item_seller_rating": self.seller_rating,
+                "item_log_views": np.log1p(views), "item_log_clicks": np.log1p(clicks),
+                "item_log_contacts": np.log1p(contacts), "item_log_purchases": np.log1p(purchases),
+                "item_click_rate": (clicks + 1.0) / (views + 10.0),
+                "item_contact_rate": (contacts + 0.5) / (views + 10.0),
+                "item_purchase_rate": (purchases + 0.2) / (views + 10.0),
+                "item_log_recent_views": np.log1p(self.recent_views), "item_log_pop_rank": np.log1p(self.pop_rank),
+                "item_log_category_rank": np.log1p(self.cat_rank),
+                "item_log_category_size": np.log1p(self.cat_size[self.category]),
+                "item_category_global_share": self.cat_share[self.category],
+            })
+            self._static = np.asfortranarray(block)
         return self._static
 
     def __len__(self) -> int:
@@ -117,8 +124,9 @@ class ItemTable:
         return out
 
 
-def load_item_table(engine: Engine, as_of: float | None = None) -> ItemTable:
-    """Items plus interaction statistics from events strictly before ``as_of`` (default: now).
+def load_item_table(engine: Engine, settings: Settings, as_of: float | None = None) -> ItemTable:
+    """Items plus interaction statistics from events strictly before ``as_of`` (default: now); popularity weights
+    and popular-list lengths from ``settings``.
 
     Training passes its time cut as ``as_of`` so the statistics hold no future information; precompute uses now.
     """
@@ -164,4 +172,7 @@ def load_item_table(engine: Engine, as_of: float | None = None) -> ItemTable:
         counts=counts,
         recent_views=recent_views,
         as_of=as_of,
+        popularity_weights=settings.popularity_weights,
+        n_global_popular=settings.global_popular,
+        n_category_popular=settings.category_popular,
     )

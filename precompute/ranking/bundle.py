@@ -3,10 +3,11 @@
     MODEL_DIR/CURRENT              the version in use (replaced atomically)
     MODEL_DIR/<version>/model.cbm
     MODEL_DIR/<version>/covisit.npz
-    MODEL_DIR/<version>/meta.json  format, feature names, checksums, training metrics
+    MODEL_DIR/<version>/meta.json  format, feature layout (names in order, dtype), checksums, training metrics
 
-A bundle is written to a temporary directory and renamed into place, and is checked (format, feature names and
-count, file checksums, model loads) before it is made current and whenever it is loaded. A bad bundle is refused
+A bundle is written to a temporary directory and renamed into place, and is checked (format, the feature layout
+recorded in meta.json and the one inside the model against ``layout.LAYOUT``, file checksums, model loads) before it
+is made current and whenever it is loaded. A bad bundle is refused
 with a ``BundleError``; workers keep the bundle they have.
 """
 
@@ -23,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import BundleError
-from .features import FEATURE_NAMES
+from ..errors import BundleError
+from .layout import LAYOUT
 
 BUNDLE_FORMAT = 1
 FILES = ("model.cbm", "covisit.npz")
@@ -59,8 +60,7 @@ def write(model_dir: Path, model, pairs: dict[str, np.ndarray], meta: dict) -> i
     try:
         model.save_model(str(tmp / "model.cbm"))
         np.savez(tmp / "covisit.npz", **pairs)
-        full = dict(meta, format=BUNDLE_FORMAT, version=version, feature_names=list(FEATURE_NAMES),
-                    n_features=len(FEATURE_NAMES), created_at=time.time(),
+        full = dict(meta, format=BUNDLE_FORMAT, version=version, **LAYOUT.as_meta(), created_at=time.time(),
                     sha256={name: _sha256(tmp / name) for name in FILES})
         (tmp / "meta.json").write_text(json.dumps(full, indent=2))
         os.replace(tmp, model_dir / str(version))
@@ -98,12 +98,7 @@ def load(model_dir: Path, version: int | None = None) -> Bundle:
     if meta.get("format") != BUNDLE_FORMAT:
         raise BundleError(f"model bundle {version}: format {meta.get('format')!r}, this prefeed reads "
                           f"{BUNDLE_FORMAT}")
-    names = meta.get("feature_names")
-    if names != list(FEATURE_NAMES):
-        detail = (f"{len(names)} features, this prefeed builds {len(FEATURE_NAMES)}"
-                  if isinstance(names, list) and len(names) != len(FEATURE_NAMES)
-                  else "the same number of features in a different order or with other names")
-        raise BundleError(f"model bundle {version} was built for a different feature set ({detail}); retrain")
+    LAYOUT.check(meta.get("feature_names"), meta.get("feature_dtype"), f"model bundle {version}")
     for name in FILES:
         try:
             digest = _sha256(path / name)
@@ -116,9 +111,9 @@ def load(model_dir: Path, version: int | None = None) -> Bundle:
         model.load_model(str(path / "model.cbm"))
     except CatBoostError as exc:
         raise BundleError(f"model bundle {version}: model.cbm does not load ({str(exc)[:120]})") from None
-    if model.feature_names_ is not None and len(model.feature_names_) != len(FEATURE_NAMES):
-        raise BundleError(f"model bundle {version}: model expects {len(model.feature_names_)} features, "
-                          f"features.py builds {len(FEATURE_NAMES)}")
+    # The model carries the names it was trained with (training passes them to its Pool): checked too, so a
+    # meta.json edited or copied from another bundle cannot pair a model with columns in another order.
+    LAYOUT.check(list(model.feature_names_ or []), None, f"the model in bundle {version}")
     with np.load(path / "covisit.npz") as npz:
         pairs = {k: npz[k] for k in ("src", "dst", "weight")}
     return Bundle(version=version, model=model, pairs=pairs, meta=meta)

@@ -1,21 +1,96 @@
-"""Users' recent interaction histories for a batch, in one flat set of arrays.
+"""Users' interaction histories: the newest events kept packed on each user row, and a batch's histories read
+from it in one query, as one flat set of arrays.
 
-Events of user ``k`` (k-th in ``user_ids``) live at ``offsets[k]:offsets[k+1]``, oldest first. The same
-``Histories`` is built from the database at precompute time and from in-memory arrays at training time, with the
-same truncation to the newest ``limit`` events, so both paths feed identical inputs to the feature code.
+Kept value (``users.recent``, next to ``history_version``): the events table stays the source of truth; this is a
+copy of its newest ``limit`` events per user, rewritten in the same transaction that stores new events and bumps the
+version (``recording.py``), so the value a batch reads always matches the version it reads with it. A precompute
+batch then reads one short binary value per user instead of ~100 rows, which turns Python tuple building (the
+dominant cost of the history stage) into one ``frombuffer``. Layout (little-endian)::
+
+    limit u4                          how many events the writer kept at most
+    records, 13 bytes each            item_id i4, type u1, ts f8 — oldest first, in (ts, id) order
+
+A value with fewer records than its ``limit`` is the user's complete history. ``NULL`` means "not kept" (rows
+written before this column existed): readers fall back to the events table.
+
+``Histories``: events of user ``k`` (k-th in ``user_ids``) live at ``offsets[k]:offsets[k+1]``, oldest first. The
+same ``Histories`` is built from the database at precompute time and from in-memory arrays at training time, with
+the same truncation to the newest ``limit`` events, so both paths feed identical inputs to the feature code. Item
+ids are mapped to the rows of the caller's item table (anything with a ``rows(ids)`` method, see ``ItemRows``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import struct
+from typing import Protocol
 
 import numpy as np
 from sqlalchemy import Engine, select, update
 
-from . import defaults, recent
-from .items import ItemTable
 from .models import User
+
+RECORD = np.dtype([("item", "<i4"), ("type", "u1"), ("ts", "<f8")])     # packed: 13 bytes
+HEADER = struct.Struct("<I")
+
+
+def empty(limit: int) -> bytes:
+    """The value of a user with no events yet."""
+    return HEADER.pack(limit)
+
+
+def records(item, type_, ts) -> np.ndarray:
+    """Events as a ``RECORD`` array (columns of equal length)."""
+    rec = np.empty(len(item), dtype=RECORD)
+    rec["item"], rec["type"], rec["ts"] = item, type_, ts
+    return rec
+
+
+def pack(item: np.ndarray, type_: np.ndarray, ts: np.ndarray, limit: int) -> bytes:
+    """The value for events already in (ts, id) order; keeps the newest ``limit``."""
+    newest = slice(max(len(item) - limit, 0), None)
+    return HEADER.pack(limit) + records(item[newest], type_[newest], ts[newest]).tobytes()
+
+
+def readable(value: bytes) -> bool:
+    """Whether ``value`` has this layout's shape (a header and whole records)."""
+    return len(value) >= HEADER.size and (len(value) - HEADER.size) % RECORD.itemsize == 0
+
+
+def unpack(value: bytes) -> tuple[np.ndarray, int]:
+    """Records (oldest first) and the writer's limit. Raises ``ValueError`` on a malformed value."""
+    if not readable(value):
+        raise ValueError(f"recent-history value of {len(value)} bytes is malformed")
+    (limit,) = HEADER.unpack_from(value)
+    return np.frombuffer(value, dtype=RECORD, offset=HEADER.size), limit
+
+
+def covers(value: bytes, limit: int) -> bool:
+    """Whether ``value`` holds a user's newest ``limit`` events (complete, or kept with a limit at least as big);
+    False for a malformed value, which readers then replace with the events table."""
+    if not readable(value):
+        return False
+    n = (len(value) - HEADER.size) // RECORD.itemsize
+    (kept,) = HEADER.unpack_from(value)
+    return n < kept or limit <= kept
+
+
+def append(value: bytes, item: list[int], type_: list[int], ts: list[float], limit: int) -> bytes:
+    """``value`` with new events (in id order, all newer ids than any stored) merged in (ts, id) order.
+
+    A stable sort on ts keeps stored events before new ones with the same ts, which is (ts, id) order because new
+    events have larger ids. An event older than the newest ``limit`` falls off the front, as it would in SQL.
+    """
+    old, _ = unpack(value)
+    both = np.concatenate([old, records(item, type_, ts)])
+    both = both[np.argsort(both["ts"], kind="stable")]
+    return pack(both["item"], both["type"], both["ts"], limit)
+
+class ItemRows(Protocol):
+    """What histories need of an item table: the row of each item id (-1 for unknown ids)."""
+
+    def rows(self, item_ids: np.ndarray) -> np.ndarray: ...
 
 
 @dataclasses.dataclass
@@ -23,7 +98,7 @@ class Histories:
     user_ids: np.ndarray     # (B,) int64
     versions: np.ndarray     # (B,) history version each history was read at
     offsets: np.ndarray      # (B+1,)
-    item_rows: np.ndarray    # rows in the ItemTable; -1 for items it does not know
+    item_rows: np.ndarray    # rows in the caller's item table; -1 for items it does not know
     types: np.ndarray        # EventType values
     ts: np.ndarray           # epoch s
 
@@ -42,11 +117,10 @@ class Histories:
         return np.repeat(np.arange(len(self.user_ids)), np.diff(self.offsets))
 
 
-def load_histories(engine: Engine, user_ids: list[int], items: ItemTable,
-                   limit: int = defaults.HISTORY_LIMIT) -> Histories:
+def load_histories(engine: Engine, user_ids: list[int], items: ItemRows, limit: int) -> Histories:
     """Each user's newest ``limit`` events and history version, in one query for the whole batch.
 
-    Both come from the user row (``users.recent``, see ``recent.py``), written in the transaction that bumped the
+    Both come from the user row (``users.recent``, above), written in the transaction that bumped the
     version, so a feed is stamped with exactly the version of the history it was ranked from. Users whose row has
     no kept value fall back to the events table (``_from_events``).
     """
@@ -60,14 +134,14 @@ def load_histories(engine: Engine, user_ids: list[int], items: ItemTable,
             rest = []
             for uid, version, value in rows:
                 versions[uid] = version
-                if value is not None and recent.covers(value, limit):
-                    rec, _ = recent.unpack(value)
+                if value is not None and covers(value, limit):
+                    rec, _ = unpack(value)
                     parts[uid] = rec[max(len(rec) - limit, 0):]
                 else:
                     rest.append(uid)
             if rest:
                 parts.update(_from_events(conn, rest, limit))
-    empty = np.empty(0, dtype=recent.RECORD)
+    empty = np.empty(0, dtype=RECORD)
     per_user = [parts.get(int(u), empty) for u in uids]
     rec = np.concatenate(per_user) if per_user else empty
     owner = np.repeat(uids, [len(x) for x in per_user])
@@ -76,7 +150,7 @@ def load_histories(engine: Engine, user_ids: list[int], items: ItemTable,
 
 
 def _from_events(conn, user_ids: list[int], limit: int) -> dict[int, np.ndarray]:
-    """Newest ``limit`` events of each user from the events table, as ``recent.RECORD`` arrays oldest first.
+    """Newest ``limit`` events of each user from the events table, as ``RECORD`` arrays oldest first.
 
     One statement: a UNION ALL of one index range scan per user (newest first, LIMIT), so a long history costs no
     more than ``limit`` rows. Literal integers (ids are ints we produced, limit an int): SQLite plans a bound LIMIT
@@ -93,14 +167,14 @@ def _from_events(conn, user_ids: list[int], limit: int) -> dict[int, np.ndarray]
     # oldest first, ties in (ts, id) order, as the event log has them.
     ev = ev[::-1]
     ev = ev[np.argsort(ev[:, 0], kind="stable")]
-    rec = recent.records(ev[:, 1], ev[:, 2], ev[:, 3])
+    rec = records(ev[:, 1], ev[:, 2], ev[:, 3])
     user = ev[:, 0].astype(np.int64)
     bounds = np.searchsorted(user, user_ids, side="left"), np.searchsorted(user, user_ids, side="right")
     return {uid: rec[a:b] for uid, a, b in zip(user_ids, *bounds)}
 
 
 def histories_from_arrays(user_ids: np.ndarray, ev_user: np.ndarray, ev_item: np.ndarray, ev_type: np.ndarray,
-                          ev_ts: np.ndarray, items: ItemTable, limit: int = defaults.HISTORY_LIMIT,
+                          ev_ts: np.ndarray, items: ItemRows, limit: int,
                           versions: np.ndarray | None = None) -> Histories:
     """Same as ``load_histories`` from arrays already in memory, ordered by (ts, id) as the event log is."""
     uids, u, it, ty, ts = _newest(user_ids, ev_user, ev_item, ev_type, ev_ts, limit)
@@ -110,11 +184,11 @@ def histories_from_arrays(user_ids: np.ndarray, ev_user: np.ndarray, ev_item: np
 
 
 def recent_values_from_arrays(user_ids: np.ndarray, ev_user: np.ndarray, ev_item: np.ndarray, ev_type: np.ndarray,
-                              ev_ts: np.ndarray) -> dict[int, bytes]:
+                              ev_ts: np.ndarray, limit: int) -> dict[int, bytes]:
     """``users.recent`` of each of ``user_ids`` from an in-memory log in (ts, id) order (bulk loading)."""
-    uids, u, it, ty, ts = _newest(user_ids, ev_user, ev_item, ev_type, ev_ts, defaults.HISTORY_LIMIT)
+    uids, u, it, ty, ts = _newest(user_ids, ev_user, ev_item, ev_type, ev_ts, limit)
     lo, hi = np.searchsorted(u, uids, side="left"), np.searchsorted(u, uids, side="right")
-    return {uid: recent.pack(it[a:b], ty[a:b], ts[a:b]) for uid, a, b in zip(uids.tolist(), lo, hi)}
+    return {uid: pack(it[a:b], ty[a:b], ts[a:b], limit) for uid, a, b in zip(uids.tolist(), lo, hi)}
 
 
 def _newest(user_ids, ev_user, ev_item, ev_type, ev_ts, limit: int) -> tuple[np.ndarray, ...]:
@@ -129,7 +203,7 @@ def _newest(user_ids, ev_user, ev_item, ev_type, ev_ts, limit: int) -> tuple[np.
     return uids, u[newest], it[newest], ty[newest], ts[newest]
 
 
-def _assemble(uids, versions, ev_user, ev_item, ev_type, ev_ts, items: ItemTable) -> Histories:
+def _assemble(uids, versions, ev_user, ev_item, ev_type, ev_ts, items: ItemRows) -> Histories:
     counts = np.bincount(np.searchsorted(uids, ev_user), minlength=len(uids)) if len(ev_user) else \
         np.zeros(len(uids), dtype=np.int64)
     return Histories(
@@ -142,7 +216,7 @@ def _assemble(uids, versions, ev_user, ev_item, ev_type, ev_ts, items: ItemTable
     )
 
 
-def fill_missing(engine: Engine, batch: int = 500) -> int:
+def fill_missing(engine: Engine, limit: int, batch: int = 500) -> int:
     """Write ``users.recent`` for users that have none (databases from before the column), from the events
     table; returns how many were filled.
 
@@ -157,9 +231,9 @@ def fill_missing(engine: Engine, batch: int = 500) -> int:
             if not ids:
                 return filled
             conn.execute(update(User).where(User.id.in_(ids)).values(history_version=User.history_version))
-            events = _from_events(conn, ids, defaults.HISTORY_LIMIT)
+            events = _from_events(conn, ids, limit)
             for uid in ids:
                 rec = events[uid]
                 conn.execute(update(User).where(User.id == uid)
-                             .values(recent=recent.pack(rec["item"], rec["type"], rec["ts"])))
+                             .values(recent=pack(rec["item"], rec["type"], rec["ts"], limit)))
             filled += len(ids)

@@ -9,7 +9,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from .errors import Unavailable
+from ..errors import Unavailable, first_line
 from .models import Base
 
 
@@ -53,7 +53,7 @@ def init_db(engine: Engine) -> None:
                         kind = column.type.compile(dialect=engine.dialect)
                         conn.execute(text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}'))
     except SQLAlchemyError as exc:
-        raise Unavailable("database", _short(exc)) from exc
+        raise Unavailable("database", first_line(exc)) from exc
 
 
 def ping(engine: Engine) -> None:
@@ -61,10 +61,5 @@ def ping(engine: Engine) -> None:
         with engine.connect() as conn:
             conn.execute(text("SELECT 1"))
     except SQLAlchemyError as exc:
-        raise Unavailable("database", _short(exc)) from exc
+        raise Unavailable("database", first_line(exc)) from exc
 
-
-def _short(exc: BaseException) -> str:
-    """First line of a driver error, without the SQL or parameters it may carry."""
-    orig = getattr(exc, "orig", None) or exc
-    return str(orig).strip().splitlines()[0][:200] if str(orig).strip() else type(orig).__name__

@@ -9,13 +9,14 @@ from sqlalchemy import Engine, delete, func, select
 
 from .history import recent_values_from_arrays
 from .models import Event, Item, User
-from .synth import Marketplace
+from .synthetic import Marketplace
 
 CHUNK = 50_000
 
 
-def load(engine: Engine, m: Marketplace, progress: Callable[[int], None] = lambda n: None) -> None:
-    """Insert items, users and events in one transaction; on any error nothing is left behind.
+def load(engine: Engine, m: Marketplace, history_limit: int, progress: Callable[[int], None] = lambda n: None) -> None:
+    """Insert items, users and events in one transaction; on any error nothing is left behind. Each user row gets
+    its newest ``history_limit`` events packed (``history.py``).
 
     Refuses to load into a database that already holds events, so a second ``seed`` cannot mix two
     marketplaces (``--reset`` in the CLI clears them first).
@@ -25,7 +26,7 @@ def load(engine: Engine, m: Marketplace, progress: Callable[[int], None] = lambd
                 m.item_seller_rating.tolist())
     by_time = np.argsort(m.event_ts, kind="stable")      # (ts, id) order: ids follow the arrays' order
     kept = recent_values_from_arrays(m.user_id, m.event_user[by_time], m.event_item[by_time],
-                                     m.event_type[by_time], m.event_ts[by_time])
+                                     m.event_type[by_time], m.event_ts[by_time], history_limit)
     users = zip(m.user_id.tolist(), m.user_created_at.tolist(), m.user_history_version.tolist(),
                 [kept[u] for u in m.user_id.tolist()])
     events = (m.event_user, m.event_item, m.event_type, m.event_ts)

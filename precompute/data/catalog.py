@@ -1,0 +1,38 @@
+"""The catalogue as the API and the fallback feed see it: does an item exist, (de)activate it, the newest active
+listings, and a user's latest interactions with their items' categories."""
+
+from __future__ import annotations
+
+from sqlalchemy import Engine, select, update
+
+from ..errors import NotFound
+from .models import Event, Item
+
+
+def require_item(engine: Engine, item_id: int) -> None:
+    """Raise ``NotFound`` unless ``item_id`` is in the catalogue."""
+    with engine.connect() as conn:
+        if conn.execute(select(Item.id).where(Item.id == item_id)).scalar() is None:
+            raise NotFound(f"item {item_id} does not exist")
+
+
+def set_active(engine: Engine, item_id: int, active: bool) -> None:
+    """Mark ``item_id`` active or not; ``NotFound`` if it does not exist."""
+    with engine.begin() as conn:
+        if conn.execute(update(Item).where(Item.id == item_id).values(active=active)).rowcount == 0:
+            raise NotFound(f"item {item_id} does not exist")
+
+
+def newest_active(engine: Engine, n: int) -> list[int]:
+    """Ids of the ``n`` most recently listed active items, newest first."""
+    with engine.connect() as conn:
+        return list(conn.execute(select(Item.id).where(Item.active).order_by(Item.created_at.desc(), Item.id.desc())
+                                 .limit(n)).scalars())
+
+
+def latest_interactions(engine: Engine, user_id: int, n: int) -> list[tuple[int, int]]:
+    """``(item_id, category)`` of the user's newest ``n`` events, newest first."""
+    with engine.connect() as conn:
+        return [tuple(row) for row in conn.execute(
+            select(Event.item_id, Item.category).join(Item, Item.id == Event.item_id)
+            .where(Event.user_id == user_id).order_by(Event.ts.desc()).limit(n)).all()]

@@ -1,0 +1,100 @@
+"""The model's input columns, declared once: names, order, groups and dtype.
+
+``features.build`` writes every column by name through this declaration, ``ItemTable.static_features`` orders its
+block by it, bundles record it in their metadata, and a bundle whose names, order or dtype differ is refused
+(``bundle.load``). Reordering two names here therefore reorders the matrix consistently (and makes existing bundles
+refuse to load until retrained); it can never feed a model columns in an order it was not trained on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..errors import BundleError
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureLayout:
+    groups: tuple[tuple[str, tuple[str, ...]], ...]
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        names = self.names
+        if len(set(names)) != len(names):
+            raise ValueError("feature names must be unique")
+        object.__setattr__(self, "_index", {name: k for k, name in enumerate(names)})
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(name for _, group in self.groups for name in group)
+
+    def __len__(self) -> int:
+        return sum(len(group) for _, group in self.groups)
+
+    def group(self, name: str) -> tuple[str, ...]:
+        return dict(self.groups)[name]
+
+    def start(self, group: str) -> int:
+        """Column of the group's first feature (a group's columns are contiguous)."""
+        return self._index[self.group(group)[0]]
+
+    def index(self, name: str) -> int:
+        return self._index[name]
+
+    def stack(self, group: str, columns: dict[str, np.ndarray]) -> np.ndarray:
+        """The group's columns from ``{name: array}``, in declared order, as one ``dtype`` matrix. Raises if
+        ``columns`` names a feature the group does not declare or misses one it does."""
+        want = self.group(group)
+        if set(columns) != set(want):
+            raise ValueError(f"feature group {group!r}: built {sorted(set(columns) ^ set(want))} differ from the "
+                             "declared layout")
+        return np.column_stack([columns[name] for name in want]).astype(self.dtype)
+
+    def as_meta(self) -> dict:
+        """What a bundle records about the layout it was trained with."""
+        return {"feature_names": list(self.names), "n_features": len(self), "feature_dtype": self.dtype}
+
+    def check(self, names, dtype, what: str) -> None:
+        """Refuse (``BundleError``) a model or bundle built for other names, another order or another dtype."""
+        mine = list(self.names)
+        if not isinstance(names, list) or names != mine:
+            if not isinstance(names, list):
+                detail = "no feature names recorded"
+            elif len(names) != len(mine):
+                detail = f"{len(names)} features, this prefeed builds {len(mine)}"
+            else:
+                k = next(i for i, (a, b) in enumerate(zip(names, mine)) if a != b)
+                detail = (f"the same number of features in a different order or with other names: column {k} is "
+                          f"{names[k]!r} there, {mine[k]!r} here")
+            raise BundleError(f"{what} was built for a different feature set ({detail}); retrain")
+        if dtype is not None and dtype != self.dtype:
+            raise BundleError(f"{what} was built for {dtype} features, this prefeed builds {self.dtype}; retrain")
+
+
+LAYOUT = FeatureLayout(groups=(
+    # Per item, independent of user and clock: computed once per item table (``ItemTable.static_features``).
+    ("item_static", (
+        "item_log_price", "item_price_vs_category", "item_quality", "item_photos", "item_seller_rating",
+        "item_log_views", "item_log_clicks", "item_log_contacts", "item_log_purchases", "item_click_rate",
+        "item_contact_rate", "item_purchase_rate", "item_log_recent_views", "item_log_pop_rank",
+        "item_log_category_rank", "item_log_category_size", "item_category_global_share")),
+    # Per item, at the clock of the batch.
+    ("item_clock", ("item_age_days",)),
+    # Per user, broadcast over the user's candidates.
+    ("user", (
+        "user_log_events", "user_log_views", "user_log_clicks", "user_log_contacts", "user_log_purchases",
+        "user_log_distinct_items", "user_distinct_categories", "user_days_since_last", "user_days_since_first",
+        "user_events_24h", "user_events_7d", "user_click_rate", "user_mean_log_price", "user_std_log_price")),
+    # Per (user, category of the item).
+    ("user_category", (
+        "ux_category_share", "ux_category_rank", "ux_days_since_category", "ux_log_category_contacts",
+        "ux_category_events_7d")),
+    # Per (user, item): price fit and co-visitation with the user's recent items.
+    ("user_item", (
+        "ux_price_diff", "ux_price_z", "ux_price_ratio", "ux_covisit_score", "ux_log_covisit_score",
+        "ux_covisit_count", "ux_covisit_norm")),
+    # Which candidate sources produced the item.
+    ("source", ("ux_from_covisit", "ux_from_category", "ux_from_global", "ux_n_sources")),
+))

@@ -1,0 +1,278 @@
+"""Settings: one object, built from the environment when the CLI, app or worker starts (never at import).
+
+Every tunable is a field of ``Settings`` declared with ``setting(...)``: its environment variable, default, unit and
+meaning live in that one declaration. ``from_env`` parses the environment from it, ``as_env`` writes it back for
+child processes, and ``markdown_table`` renders the README's table (``tests/test_settings.py`` checks they agree).
+Code receives a ``Settings`` (or the values it needs) from its caller; nothing reads a module-level default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+DAY = 86400
+
+
+def setting(default: Any, env: str, doc: str, unit: str = "", minimum: float | None = 1,
+            maximum: float | None = None, secret: bool = False) -> Any:
+    """A ``Settings`` field read from ``env``. Numbers must lie in ``[minimum, maximum]``; tuples are
+    comma-separated numbers, each checked the same way."""
+    meta = dict(env=env, doc=doc, unit=unit, minimum=minimum, maximum=maximum, secret=secret)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    # -- where things live ---------------------------------------------------------------------------------
+    database_url: str = setting("", "DATABASE_URL", "SQLAlchemy URL; `postgresql://…` uses psycopg 3",
+                                unit="default `sqlite:///var/prefeed.db`")
+    redis_url: str | None = setting(None, "REDIS_URL", "feeds, live state and the RQ queue; unset: the CLI starts "
+                                    "the embedded Valkey under `var/valkey`")
+    model_dir: Path = setting(Path(""), "MODEL_DIR", "model bundles and the `CURRENT` pointer",
+                              unit="default `var/models`")
+    admin_token: str | None = setting(None, "PREFEED_ADMIN_TOKEN", "bearer token for boosts and item status; unset: "
+                                      "admin endpoints refuse", secret=True)
+    var_dir: Path = setting(Path("var"), "PREFEED_VAR_DIR", "SQLite, model bundles and the embedded server's files "
+                            "when nothing else is configured")
+    key_prefix: str = setting("prefeed:", "PREFEED_KEY_PREFIX", "prefix of every Redis key prefeed writes")
+    queue_name: str = setting("prefeed", "PREFEED_QUEUE", "RQ queue name")
+
+    # -- precompute ----------------------------------------------------------------------------------------
+    batch_size: int = setting(500, "PREFEED_BATCH_SIZE", "users per job (one history query, one feed write "
+                              "pipeline); a job's fixed cost (fork, RQ bookkeeping, a fresh horse's cold start, "
+                              "~60 ms) is ~4% of 500 users' work, ~9% of 200's", unit="users")
+    rank_chunk_users: int = setting(25, "PREFEED_RANK_CHUNK_USERS", "users ranked together inside a job: one "
+                                    "feature matrix (~15 MB) and one CatBoost call", unit="users")
+    history_limit: int = setting(200, "PREFEED_HISTORY_LIMIT", "newest events per user kept on the user row and "
+                                 "read for candidates and features", unit="events")
+    max_candidates: int = setting(3000, "PREFEED_MAX_CANDIDATES", "candidates scored per user", unit="items")
+    feed_length: int = setting(1000, "PREFEED_FEED_LENGTH", "ranked items stored per user (8 bytes each)",
+                               unit="items")
+    feed_ttl: int = setting(7 * DAY, "PREFEED_FEED_TTL", "feed time-to-live", unit="s")
+    item_table_max_age: int = setting(300, "PREFEED_ITEM_TABLE_MAX_AGE", "workers reload item matrices between "
+                                      "jobs once they are older than this", unit="s")
+
+    # -- candidates ----------------------------------------------------------------------------------------
+    covisit_recent_items: int = setting(20, "PREFEED_COVISIT_RECENT_ITEMS", "most recent distinct items whose "
+                                        "co-visited neighbours become candidates", unit="items")
+    covisit_neighbours: int = setting(50, "PREFEED_COVISIT_NEIGHBOURS", "neighbours kept per item in the "
+                                      "co-visitation index (at training time)", unit="items")
+    covisit_window: int = setting(5, "PREFEED_COVISIT_WINDOW", "events apart within a session that count as "
+                                  "co-visited", unit="events")
+    session_gap: int = setting(1800, "PREFEED_SESSION_GAP", "a longer gap between two events starts a new session",
+                               unit="s")
+    recency_decay: float = setting(0.85, "PREFEED_RECENCY_DECAY", "weight of the k-th most recent item's neighbours "
+                                   "is decay^k", minimum=0.0, maximum=1.0)
+    user_top_categories: int = setting(3, "PREFEED_USER_TOP_CATEGORIES", "a user's strongest categories that "
+                                       "contribute popular items", unit="categories")
+    category_popular: int = setting(1200, "PREFEED_CATEGORY_POPULAR", "popular items taken from each of those "
+                                    "categories", unit="items")
+    global_popular: int = setting(1000, "PREFEED_GLOBAL_POPULAR", "globally popular items added to every user's "
+                                  "candidates", unit="items")
+    popularity_weights: tuple[float, ...] = setting(
+        (1.0, 3.0, 8.0, 12.0), "PREFEED_POPULARITY_WEIGHTS", "weight of a view, click, contact and purchase in an "
+        "item's popularity", minimum=0.0)
+    category_weights: tuple[float, ...] = setting(
+        (1.0, 2.0, 4.0, 6.0), "PREFEED_CATEGORY_WEIGHTS", "weight of a view, click, contact and purchase in a "
+        "user's category preference", minimum=0.0)
+
+    # -- serving -------------------------------------------------------------------------------------------
+    page_limit_default: int = setting(20, "PREFEED_PAGE_LIMIT_DEFAULT", "items per page when `limit` is not given",
+                                      unit="items")
+    page_limit_max: int = setting(100, "PREFEED_PAGE_LIMIT_MAX", "largest `limit` a feed request may ask for",
+                                  unit="items")
+    boost_every: int = setting(4, "PREFEED_BOOST_EVERY", "at most one boosted item per this many feed slots",
+                               unit="slots")
+    boost_lookahead: int = setting(100, "PREFEED_BOOST_LOOKAHEAD", "boosted items this far below the page may be "
+                                   "lifted into it", unit="items", minimum=0)
+    boost_max_weight: float = setting(1000.0, "PREFEED_BOOST_MAX_WEIGHT", "largest weight `PUT /boosts` accepts",
+                                      minimum=1e-6)
+    boost_default_ttl: int = setting(DAY, "PREFEED_BOOST_DEFAULT_TTL", "a boost's lifetime when `ttl_seconds` is "
+                                     "not given", unit="s")
+    boost_max_ttl: int = setting(90 * DAY, "PREFEED_BOOST_MAX_TTL", "longest `ttl_seconds` a boost may ask for",
+                                 unit="s")
+    seen_recent_max: int = setting(500, "PREFEED_SEEN_RECENT_MAX", "recent interactions kept per user for the live "
+                                   "seen filter and the fallback", unit="items")
+    events_batch_max: int = setting(500, "PREFEED_EVENTS_BATCH_MAX", "events accepted in one `POST /events`",
+                                    unit="events")
+    event_max_age: int = setting(365 * DAY, "PREFEED_EVENT_MAX_AGE", "oldest `ts` an event may carry, before now",
+                                 unit="s")
+    event_max_future: int = setting(60, "PREFEED_EVENT_MAX_FUTURE", "newest `ts` an event may carry, after now "
+                                    "(clock skew)", unit="s", minimum=0)
+    request_body_max: int = setting(1 << 20, "PREFEED_REQUEST_BODY_MAX", "largest request body", unit="bytes")
+
+    # -- jobs ----------------------------------------------------------------------------------------------
+    job_timeout: int = setting(600, "PREFEED_JOB_TIMEOUT", "RQ job timeout", unit="s")
+    retry_intervals: tuple[int, ...] = setting((5, 30, 120), "PREFEED_RETRY_INTERVALS", "seconds before each retry "
+                                               "of a failed job (their count = retries; RQ `Retry`)", unit="s",
+                                               minimum=0)
+    dirty_lease: int = setting(60, "PREFEED_DIRTY_LEASE", "a user claimed by a drain job becomes claimable again "
+                               "after this long", unit="s")
+    drain_flag_ttl: int = setting(30, "PREFEED_DRAIN_FLAG_TTL", "lifetime of the flag that keeps one drain job "
+                                  "waiting at a time", unit="s")
+    drain_max_batches: int = setting(20, "PREFEED_DRAIN_MAX_BATCHES", "batches one drain job processes before "
+                                     "handing the rest to a fresh job", unit="batches")
+
+    # -- training ------------------------------------------------------------------------------------------
+    train_iterations: int = setting(1000, "PREFEED_TRAIN_ITERATIONS", "CatBoost trees (`train --iterations`)",
+                                    unit="trees")
+    train_depth: int = setting(6, "PREFEED_TRAIN_DEPTH", "tree depth (`train --depth`)", maximum=16)
+    train_learning_rate: float = setting(0.05, "PREFEED_TRAIN_LEARNING_RATE", "CatBoost learning rate",
+                                         minimum=1e-6, maximum=1.0)
+    train_users: int = setting(3000, "PREFEED_TRAIN_USERS", "users sampled for training and validation "
+                               "(`train --users`)", unit="users")
+    train_negatives: int = setting(100, "PREFEED_TRAIN_NEGATIVES", "negative candidates sampled per training user",
+                                   unit="items")
+    train_cut_quantile: float = setting(0.85, "PREFEED_TRAIN_CUT_QUANTILE", "the time split: share of events "
+                                        "before it", minimum=0.01, maximum=0.99)
+
+    def __post_init__(self) -> None:
+        # Paths derived from ``var_dir`` unless given (the empty default means "derive").
+        if not self.database_url:
+            object.__setattr__(self, "database_url", f"sqlite:///{(Path(self.var_dir) / 'prefeed.db').as_posix()}")
+        object.__setattr__(self, "database_url", normalize_database_url(self.database_url))
+        if not str(self.model_dir) or self.model_dir == Path(""):
+            object.__setattr__(self, "model_dir", Path(self.var_dir) / "models")
+        for name in ("popularity_weights", "category_weights"):
+            if len(getattr(self, name)) != 4:
+                raise ConfigError(f"{_env(name)} needs 4 weights (view, click, contact, purchase)")
+        if self.page_limit_default > self.page_limit_max:
+            raise ConfigError("PREFEED_PAGE_LIMIT_DEFAULT must not exceed PREFEED_PAGE_LIMIT_MAX")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides) -> Settings:
+        """Settings from ``env`` (default: this process's environment); unset or empty variables keep their
+        default. A malformed value raises ``ConfigError`` naming the variable."""
+        env = os.environ if env is None else env
+        values = {}
+        for f in dataclasses.fields(cls):
+            raw = env.get(f.metadata["env"])
+            if raw is not None and raw != "":
+                values[f.name] = _parse(f, raw)
+        values.update(overrides)
+        return cls(**values)
+
+    def with_redis(self, url: str) -> Settings:
+        return dataclasses.replace(self, redis_url=url)
+
+    def child_env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """``base`` (default: this process's environment) without any prefeed configuration, plus these settings:
+        the environment for a child process that must see exactly these settings."""
+        return {**without_prefeed_config(base), **self.as_env()}
+
+    def as_env(self) -> dict[str, str]:
+        """The environment that makes a child process (worker, API) build these same settings."""
+        env = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                env[f.metadata["env"]] = _format(value)
+        return env
+
+    def public(self) -> dict[str, str]:
+        """Every setting as its environment variable and value, secrets and URL passwords masked (for display)."""
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                text = "(unset)"
+            elif f.metadata["secret"]:
+                text = "(set)"
+            else:
+                text = redact_url(_format(value)) if f.name.endswith("_url") else _format(value)
+            out[f.metadata["env"]] = text
+        return out
+
+
+def markdown_table() -> str:
+    """The README's table of settings, rendered from the declarations above."""
+    rows = ["| variable | default | unit | meaning |", "|---|---|---|---|"]
+    for f in dataclasses.fields(Settings):
+        m = f.metadata
+        default = "unset" if f.default is None or f.default in ("", Path("")) else f"`{_format(f.default)}`"
+        unit = m["unit"]
+        if unit.startswith("default "):              # derived defaults: the unit column says what they become
+            default, unit = unit[len("default "):], ""
+        rows.append(f"| `{m['env']}` | {default} | {unit} | {m['doc']} |")
+    return "\n".join(rows)
+
+
+def without_prefeed_config(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default: this process's environment) less every variable that configures prefeed."""
+    base = os.environ if base is None else base
+    names = {f.metadata["env"] for f in dataclasses.fields(Settings)}
+    return {k: v for k, v in base.items() if k not in names and not k.startswith("PREFEED_")}
+
+
+def normalize_database_url(url: str) -> str:
+    """Accept the usual ``postgresql://`` spelling and use psycopg 3 for it."""
+    for prefix in ("postgres://", "postgresql://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    return url
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***``."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, host = rest.rpartition("@")
+    if not sep or not at or ":" not in userinfo:
+        return url
+    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}"
+
+
+def _env(name: str) -> str:
+    return Settings.__dataclass_fields__[name].metadata["env"]
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, tuple):
+        return ",".join(_format(v) for v in value)
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def _parse(f: dataclasses.Field, raw: str) -> Any:
+    """``raw`` as the type of ``f``'s default, range-checked; ConfigError naming the variable otherwise."""
+    m, default = f.metadata, f.default
+    if isinstance(default, Path):
+        return Path(raw)
+    if isinstance(default, tuple):
+        kind = type(default[0])
+        try:
+            values = tuple(kind(x) for x in raw.split(","))
+        except ValueError:
+            raise ConfigError(f"{m['env']} must be comma-separated {_kind(kind)}s, got {raw!r}") from None
+        for v in values:
+            _check_range(m, v)
+        return values
+    if isinstance(default, bool) or not isinstance(default, (int, float)):
+        return raw                                   # strings (URLs, names, the token)
+    kind = type(default)
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise ConfigError(f"{m['env']} must be {_kind(kind, article=True)}, got {raw!r}") from None
+    _check_range(m, value)
+    return value
+
+
+def _check_range(m: Mapping, value: float) -> None:
+    lo, hi = m["minimum"], m["maximum"]
+    if lo is not None and value < lo:
+        raise ConfigError(f"{m['env']} must be " + ("positive" if lo == 1 and isinstance(value, int)
+                                                    else f"at least {lo}") + f", got {value}")
+    if hi is not None and value > hi:
+        raise ConfigError(f"{m['env']} must be at most {hi}, got {value}")
+
+
+def _kind(kind: type, article: bool = False) -> str:
+    word = "integer" if kind is int else "number"
+    return f"an {word}" if article and word == "integer" else (f"a {word}" if article else word)

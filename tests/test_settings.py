@@ -1,0 +1,152 @@
+"""One settings object, one error tree, one layout: what the code declares once is what the README, the CLI and the
+imports show."""
+
+import ast
+import dataclasses
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from precompute import errors
+from precompute.errors import ConfigError
+from precompute.settings import Settings, markdown_table, without_prefeed_config
+from tests.conftest import ROOT, manage
+
+PACKAGES = ("api", "cli", "jobs", "precompute", "benchmarks")
+
+
+def _sources():
+    for package in PACKAGES:
+        yield from sorted((ROOT / package).rglob("*.py"))
+    yield ROOT / "manage.py"
+
+
+def test_the_readme_table_is_the_declared_settings():
+    # given the README's settings table, between its markers
+    readme = (ROOT / "README.md").read_text()
+    table = re.search(r"<!-- settings -->\n(.*?)\n<!-- /settings -->", readme, re.S)
+    assert table, "README.md has no <!-- settings --> table"
+    # then it is exactly what the code declares (regenerate with `python manage.py settings --table`)
+    assert table.group(1).strip() == markdown_table()
+
+
+def test_every_setting_round_trips_through_the_environment(tmp_path):
+    # given settings where every field differs from its default
+    changed = {}
+    for f in dataclasses.fields(Settings):
+        d = f.default
+        if isinstance(d, tuple):
+            changed[f.name] = tuple(x + 1 for x in d)
+        elif isinstance(d, bool) or d is None or isinstance(d, str):
+            changed[f.name] = {"database_url": f"sqlite:///{tmp_path / 'x.db'}", "redis_url": "redis://h:1/2",
+                               "admin_token": "t0ken"}.get(f.name, f"{d}x")
+        elif isinstance(d, Path):
+            changed[f.name] = tmp_path / f.name
+        elif isinstance(d, float):
+            changed[f.name] = d / 2
+        else:
+            changed[f.name] = d + 1
+    s = Settings(**changed)
+    assert all(getattr(s, f.name) != f.default for f in dataclasses.fields(Settings))
+    # when a child process builds its settings from the environment they produce
+    again = Settings.from_env(s.as_env())
+    # then it has every one of them
+    assert again == s
+    # and an environment without prefeed variables gives the declared defaults
+    assert Settings.from_env(without_prefeed_config(s.child_env())) == Settings()
+
+
+@pytest.mark.parametrize("name,value,fragment", [
+    ("PREFEED_BATCH_SIZE", "x", "PREFEED_BATCH_SIZE must be an integer"),
+    ("PREFEED_BATCH_SIZE", "0", "PREFEED_BATCH_SIZE must be positive"),
+    ("PREFEED_RECENCY_DECAY", "1.5", "PREFEED_RECENCY_DECAY must be at most 1.0"),
+    ("PREFEED_RECENCY_DECAY", "fast", "PREFEED_RECENCY_DECAY must be a number"),
+    ("PREFEED_RETRY_INTERVALS", "5,x", "PREFEED_RETRY_INTERVALS must be comma-separated integers"),
+    ("PREFEED_RETRY_INTERVALS", "5,-1", "PREFEED_RETRY_INTERVALS must be at least 0"),
+    ("PREFEED_POPULARITY_WEIGHTS", "1,2", "PREFEED_POPULARITY_WEIGHTS needs 4 weights"),
+    ("PREFEED_PAGE_LIMIT_DEFAULT", "500", "must not exceed PREFEED_PAGE_LIMIT_MAX"),
+])
+def test_a_bad_value_is_refused_naming_its_variable(name, value, fragment):
+    with pytest.raises(ConfigError, match=re.escape(fragment)):
+        Settings.from_env({name: value})
+
+
+def test_a_bad_value_is_one_line_from_the_cli(settings):
+    done = manage(settings, "settings", extra_env={"PREFEED_TRAIN_DEPTH": "deep"})
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip() == "error: PREFEED_TRAIN_DEPTH must be an integer, got 'deep'"
+
+
+def test_the_settings_command_shows_no_secret(settings):
+    # given a token and passwords in both URLs
+    secret = dataclasses.replace(settings, admin_token="s3cret-token",
+                                 database_url="postgresql+psycopg://app:db-pa55@127.0.0.1:1/x",
+                                 redis_url="redis://:redis-pa55@127.0.0.1:1/0")
+    done = manage(secret, "settings")
+    assert done.returncode == 0, done.stderr
+    # then every setting is listed, and none of the secrets
+    assert len(done.stdout.splitlines()) == len(dataclasses.fields(Settings))
+    for word in ("s3cret-token", "db-pa55", "redis-pa55"):
+        assert word not in done.stdout
+    assert "PREFEED_ADMIN_TOKEN=(set)" in done.stdout and "app:***@127.0.0.1" in done.stdout
+
+
+def test_no_module_reads_a_default_around_the_settings_object():
+    offenders = [str(p.relative_to(ROOT)) for p in _sources()
+                 if p.name != "settings.py" and re.search(r"\bdefaults\.[A-Z_a-z]", p.read_text())]
+    assert offenders == []
+
+
+def _imports(path: Path) -> set[str]:
+    """Absolute names of the prefeed modules ``path`` imports (relative imports resolved)."""
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - (node.level - 1)] if node.level else []
+            module = ".".join([*base, node.module] if node.module else base)
+            names |= {module} | {f"{module}.{a.name}" for a in node.names}
+    return names
+
+
+@pytest.mark.parametrize("folder,forbidden", [
+    ("precompute", ("flask", "rq", "api", "jobs", "cli")),          # the core runs without Flask or RQ
+    ("precompute/data", ("precompute.ranking", "precompute.feeds")),
+    ("precompute/feeds", ("precompute.ranking", "precompute.data")),
+    ("api", ("jobs.tasks", "jobs.worker", "jobs.context", "cli")),  # the API enqueues through jobs.queues only
+    ("jobs", ("api", "cli")),
+])
+def test_dependencies_point_one_way(folder, forbidden):
+    bad = {str(p.relative_to(ROOT)): sorted(n for n in _imports(p) if n.split(".")[0] in forbidden
+                                            or any(n == f or n.startswith(f + ".") for f in forbidden))
+           for p in sorted((ROOT / folder).rglob("*.py"))}
+    assert {k: v for k, v in bad.items() if v} == {}
+
+
+def test_the_core_imports_without_flask_or_rq():
+    code = ("import sys, precompute.ranking.pipeline, precompute.feeds.page, precompute.data.bulk; "
+            "print(sorted(m for m in ('flask', 'rq', 'werkzeug') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_no_module_is_over_300_lines():
+    long = {str(p.relative_to(ROOT)): n for p in _sources() if (n := len(p.read_text().splitlines())) > 300}
+    assert long == {}
+
+
+def test_every_error_declares_its_status_and_exit_code_in_one_place():
+    tree = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, errors.PrefeedError)]
+    assert len(tree) >= 7
+    for cls in tree:
+        assert 400 <= cls.http_status < 600 and cls.exit_code > 0, cls
+    # and neither the API nor the CLI states a status or exit code of its own for them
+    for p in [*(ROOT / "api").rglob("*.py"), *(ROOT / "cli").rglob("*.py")]:
+        text = p.read_text()
+        assert "http_status =" not in text and "exit_code =" not in text, p
