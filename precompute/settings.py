@@ -20,10 +20,11 @@ DAY = 86400
 
 
 def setting(default: Any, env: str, doc: str, unit: str = "", minimum: float | None = 1,
-            maximum: float | None = None, secret: bool = False) -> Any:
+            maximum: float | None = None, secret: bool = False, shown: str | None = None) -> Any:
     """A ``Settings`` field read from ``env``. Numbers must lie in ``[minimum, maximum]``; tuples are
-    comma-separated numbers, each checked the same way."""
-    meta = dict(env=env, doc=doc, unit=unit, minimum=minimum, maximum=maximum, secret=secret)
+    comma-separated numbers, each checked the same way. ``shown``: the default as the README states it, for
+    defaults derived from other settings."""
+    meta = dict(env=env, doc=doc, unit=unit, minimum=minimum, maximum=maximum, secret=secret, shown=shown)
     return dataclasses.field(default=default, metadata=meta)
 
 
@@ -31,11 +32,11 @@ def setting(default: Any, env: str, doc: str, unit: str = "", minimum: float | N
 class Settings:
     # -- where things live ---------------------------------------------------------------------------------
     database_url: str = setting("", "DATABASE_URL", "SQLAlchemy URL; `postgresql://…` uses psycopg 3",
-                                unit="default `sqlite:///var/prefeed.db`")
+                                shown="`sqlite:///<PREFEED_VAR_DIR>/prefeed.db`")
     redis_url: str | None = setting(None, "REDIS_URL", "feeds, live state and the RQ queue; unset: the CLI starts "
                                     "the embedded Valkey under `var/valkey`")
     model_dir: Path = setting(Path(""), "MODEL_DIR", "model bundles and the `CURRENT` pointer",
-                              unit="default `var/models`")
+                              shown="`<PREFEED_VAR_DIR>/models`")
     admin_token: str | None = setting(None, "PREFEED_ADMIN_TOKEN", "bearer token for boosts and item status; unset: "
                                       "admin endpoints refuse", secret=True)
     var_dir: Path = setting(Path("var"), "PREFEED_VAR_DIR", "SQLite, model bundles and the embedded server's files "
@@ -195,11 +196,8 @@ def markdown_table() -> str:
     rows = ["| variable | default | unit | meaning |", "|---|---|---|---|"]
     for f in dataclasses.fields(Settings):
         m = f.metadata
-        default = "unset" if f.default is None or f.default in ("", Path("")) else f"`{_format(f.default)}`"
-        unit = m["unit"]
-        if unit.startswith("default "):              # derived defaults: the unit column says what they become
-            default, unit = unit[len("default "):], ""
-        rows.append(f"| `{m['env']}` | {default} | {unit} | {m['doc']} |")
+        default = m["shown"] or ("unset" if f.default is None else f"`{_format(f.default)}`")
+        rows.append(f"| `{m['env']}` | {default} | {m['unit']} | {m['doc']} |")
     return "\n".join(rows)
 
 
