@@ -61,7 +61,7 @@ def post_events():
 def _parse(obj: dict, now: float, window: tuple[float, float], index: int | None) -> NewEvent:
     try:
         kind = obj.get("type")
-        if kind not in _TYPES:
+        if not isinstance(kind, str) or kind not in _TYPES:      # a list or object is not even hashable
             raise InvalidInput(f"type must be one of {', '.join(_TYPES)}")
         event_id = obj.get("event_id")
         if event_id is not None and (not isinstance(event_id, str) or not 1 <= len(event_id) <= 64):

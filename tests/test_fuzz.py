@@ -2,6 +2,7 @@
 — wrong methods, odd paths, huge integers, unicode, deep or oversized JSON, wrong content types — the answer is
 never a 5xx, and every 4xx carries a JSON ``error``."""
 
+import json
 from urllib.parse import quote
 
 import orjson
@@ -18,12 +19,13 @@ json_values = st.recursive(
     lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=10), children, max_size=5),
     max_leaves=20,
 )
+# Every field sometimes takes any JSON kind (null, bool, int, huge int, float, string, list, object).
 events = st.fixed_dictionaries(
-    {"user_id": st.one_of(st.integers(1, 400), st.integers(-5, 2**40), st.text(max_size=5)),
-     "item_id": st.one_of(st.integers(1, 900), st.integers(-5, 2**40), st.none()),
-     "type": st.sampled_from(["view", "click", "contact", "purchase", "like", "", None])},
-    optional={"ts": st.one_of(st.floats(), st.integers(-2**64, 2**64), st.text(max_size=5)),
-              "event_id": st.one_of(st.text(max_size=80), st.integers())},
+    {"user_id": st.one_of(st.integers(1, 400), st.integers(-5, 2**40), st.text(max_size=5), json_values),
+     "item_id": st.one_of(st.integers(1, 900), st.integers(-5, 2**40), st.none(), json_values),
+     "type": st.one_of(st.sampled_from(["view", "click", "contact", "purchase", "like", "", None]), json_values)},
+    optional={"ts": st.one_of(st.floats(), st.integers(-2**64, 2**64), st.text(max_size=5), json_values),
+              "event_id": st.one_of(st.text(max_size=80), st.integers(), json_values)},
 )
 bodies = st.one_of(
     json_values.map(lambda v: orjson.dumps(v, option=orjson.OPT_NON_STR_KEYS) if _dumpable(v) else b"{}"),
@@ -89,3 +91,41 @@ def test_openapi_document_describes_the_api(client):
     spec = orjson.loads(client.get("/openapi.json").data)
     assert spec["openapi"].startswith("3.")
     assert {"/feed/{user_id}", "/events", "/boosts/{item_id}", "/items/{item_id}", "/healthz"} <= set(spec["paths"])
+
+
+#: One value of every JSON kind.
+KINDS = {"null": None, "bool": True, "int": 7, "huge int": 2**70, "float": 1.5, "string": "x", "list": [1, 2],
+         "object": {"a": 1}}
+
+
+def _valid_requests(item_id: int) -> list[tuple[str, str, dict]]:
+    """(method, path, body) of every route that takes a JSON body, each body valid as it stands."""
+    return [
+        ("POST", "/events", {"user_id": 5, "item_id": item_id, "type": "view", "ts": None, "event_id": "kinds-1"}),
+        ("PUT", f"/boosts/{item_id}", {"weight": 1.0, "ttl_seconds": 60}),
+        ("PUT", f"/items/{item_id}", {"active": True}),
+    ]
+
+
+def test_every_field_of_every_route_answers_every_json_kind_without_a_5xx(client, world, pipeline):
+    import time
+
+    item_id = int(pipeline.items.ids[pipeline.items.active][0])
+    cases = []
+    for method, path, body in _valid_requests(item_id):
+        body = {k: (time.time() if v is None else v) for k, v in body.items()}
+        cases += [(method, path, kind, value, value) for kind, value in KINDS.items()]          # the body itself
+        for field in body:
+            cases += [(method, path, f"{field}={kind}", value, {**body, field: value}) for kind, value in KINDS.items()]
+            if method == "POST":                                  # and inside a batch
+                cases += [(method, path, f"[{field}={kind}]", value, [{**body, field: value}])
+                          for kind, value in KINDS.items()]
+    # when each is sent with the admin token
+    for method, path, what, value, body in cases:
+        resp = client.open(path, method=method, data=json.dumps(body), headers=TOKEN,     # json: ints past 64 bits
+                           content_type="application/json")
+        # then none is a 5xx, and each refusal is a JSON error
+        assert resp.status_code < 500, (method, path, what, resp.data[:300])
+        if resp.status_code >= 400:
+            assert isinstance(orjson.loads(resp.data)["error"], str), (method, path, what)
+    assert len(cases) >= 8 * (1 + 5 + 5 + 1 + 2 + 1 + 1)
