@@ -83,6 +83,59 @@ def test_deactivated_items_disappear_from_served_feeds_at_once(client, pipeline,
     assert _ids(_feed(client, user_id, limit=5)) == first
 
 
+def test_deactivated_items_stay_out_after_redis_loses_data(client, pipeline, user_id, admin, world, r, settings):
+    # given feeds computed while their top items were active, then those items deactivated through the API
+    users = [user_id, user_id + 1]
+    pipeline.recompute(users)
+    firsts = {u: _ids(_feed(client, u, limit=5)) for u in users}
+    sold = sorted({ids[0] for ids in firsts.values()})
+    for item in sold:
+        assert client.put(f"/items/{item}", json={"active": False}, headers=admin).status_code == 200
+    try:
+        # when Redis comes back from an older snapshot: the feeds are there, every other key of prefeed is lost
+        feeds = {u: r.get(f"{settings.key_prefix}feed:{u}") for u in users}
+        r.delete(*r.scan_iter(match=f"{settings.key_prefix}*", count=1000))
+        for u, value in feeds.items():
+            r.set(f"{settings.key_prefix}feed:{u}", value)
+        assert all(firsts[u][0] in _ids(_feed(client, u, limit=5)) for u in users)      # served again
+        # and a worker reloads its item matrices
+        pipeline.load()
+        # then the deactivated items are out of every served feed again, and nothing else is
+        for u in users:
+            page = _feed(client, u, limit=5)
+            assert page["source"] == "precomputed" and not set(sold) & set(_ids(page))
+        assert r.smembers(f"{settings.key_prefix}inactive") >= {str(i).encode() for i in sold}
+    finally:
+        for item in sold:
+            assert client.put(f"/items/{item}", json={"active": True}, headers=admin).status_code == 200
+
+
+def test_a_rebuild_of_the_inactive_set_never_undoes_a_newer_deactivation(pipeline, r, settings):
+    from precompute.data import catalog
+
+    # given a rebuild that read the database before an item was deactivated, whose Redis write lands in between
+    item = int(pipeline.items.ids[pipeline.items.active][0])
+    key = f"{settings.key_prefix}inactive"
+
+    reads = []
+
+    def read_then_admin_writes():
+        ids = catalog.inactive_ids(pipeline.engine)            # the first snapshot: the item is still active
+        if not reads:                                          # PUT /items commits and writes the set now
+            catalog.set_active(pipeline.engine, item, False)
+            r.sadd(key, str(item))
+        reads.append(ids)
+        return ids
+
+    try:
+        pipeline.store.replace_inactive(read_then_admin_writes)
+        # then the rebuild was taken again from a fresh read, and the deactivation stands
+        assert len(reads) == 2 and item not in reads[0] and item in reads[1]
+        assert r.sismember(key, str(item))
+    finally:
+        catalog.set_active(pipeline.engine, item, True)
+
+
 def test_items_interacted_with_since_precompute_are_dropped(client, pipeline, user_id):
     pipeline.recompute([user_id])
     first = _ids(_feed(client, user_id, limit=5))

@@ -23,6 +23,12 @@ def set_active(engine: Engine, item_id: int, active: bool) -> None:
             raise NotFound(f"item {item_id} does not exist")
 
 
+def inactive_ids(engine: Engine) -> list[int]:
+    """Ids of every deactivated item."""
+    with engine.connect() as conn:
+        return list(conn.execute(select(Item.id).where(~Item.active)).scalars())
+
+
 def newest_active(engine: Engine, n: int) -> list[int]:
     """Ids of the ``n`` most recently listed active items, newest first."""
     with engine.connect() as conn:

@@ -6,6 +6,8 @@ guard), and set the TTL in the same step, so a reader sees either the old feed o
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 import numpy as np
 import redis
 
@@ -61,6 +63,30 @@ class FeedStore:
                 if fields is None or fields[0] != MAGIC or fields[4] < version:
                     stale.append(uid)
         return stale
+
+    def replace_inactive(self, read_inactive: Callable[[], Iterable[int]], attempts: int = 5) -> int:
+        """Make the inactive-item set exactly ``read_inactive()`` (the database's view), and return its size.
+
+        The set is what serving reads; the database is the record. ``PUT /items`` writes the database, then the
+        set, so the set can fall behind when Redis loses data. The set is WATCHed before the database is read: an
+        admin write that commits after the read writes the set after the WATCH, the replacement is aborted and
+        taken again, so a rebuild never undoes a newer (de)activation.
+        """
+        key = self.keys.inactive
+        for _ in range(attempts):
+            with self.r.pipeline(transaction=True) as pipe:
+                try:
+                    pipe.watch(key)
+                    ids = [str(int(i)) for i in read_inactive()]
+                    pipe.multi()
+                    pipe.delete(key)
+                    for i in range(0, len(ids), 10_000):
+                        pipe.sadd(key, *ids[i:i + 10_000])
+                    pipe.execute()
+                    return len(ids)
+                except redis.WatchError:
+                    continue
+        raise redis.WatchError(f"{key} kept changing during {attempts} rebuilds")
 
     def publish_popular(self, global_ids: np.ndarray, by_category: list[np.ndarray]) -> None:
         """Popular item ids for the fallback feed, one uint32 array per list, replaced in one transaction."""

@@ -15,6 +15,7 @@ import numpy as np
 import redis
 from sqlalchemy import Engine
 
+from ..data import catalog
 from ..data.history import Histories, load_histories
 from ..errors import BundleError
 from ..feeds.codec import encode_many
@@ -55,7 +56,8 @@ class Pipeline:
 
     # -- loading ----------------------------------------------------------------------------------------
     def load(self) -> None:
-        """Load the current bundle and fresh item matrices, and publish the fallback popular lists."""
+        """Load the current bundle and fresh item matrices; publish the fallback popular lists and rebuild the
+        inactive-item set from the database."""
         new_bundle = bundles.load(self.settings.model_dir)
         self._install(new_bundle, load_item_table(self.engine, self.settings))
 
@@ -69,6 +71,9 @@ class Pipeline:
         self.loads += 1
         self.store.publish_popular(items.ids[items.global_popular],
                                    [items.ids[rows] for rows in items.category_popular])
+        # Serving drops what this set holds; rebuilt at every load so it cannot stay behind the database after
+        # Redis lost data (within ``item_table_max_age`` of a running worker).
+        self.store.replace_inactive(lambda: catalog.inactive_ids(self.engine))
 
     def refresh(self) -> bool:
         """Reload if a different bundle is current or the item matrices are older than their max age.
