@@ -1,11 +1,19 @@
 """The boost rule: lifting paid listings within a user's ranked feed, as one plain function over arrays.
 
-A boosted item already in the user's ranked feed (at most ``lookahead`` places below the requested page) is lifted
-into the earliest free boost slot. Boost slots are constrained by density: any prefix of the feed of length n holds
-at most ``n // every + 1`` boosted items (one in four with the default), so a page is never all ads. Among waiting
-boosted items the higher weight goes first, then the better organic rank. Boosts never add items the model did not
-rank for this user. The rule is applied to the feed from its top, so pages are consistent: an item lifted onto
-page 1 does not appear again on page 2. (``Settings.boost_every``, ``Settings.boost_lookahead``.)
+The served list is a function of the user's filtered feed (inactive and seen-since items already dropped) and the
+boost weights alone, never of the page asked for, so reading pages one after another gives exactly the pages of one
+big read. Slot by slot, from the top:
+
+- a boosted item (weight > 0) already in the feed may fill slot ``s`` if its organic position is at most
+  ``s + lookahead`` (it is lifted at most ``lookahead`` places), and only if a boost slot is free: the first ``s + 1``
+  slots hold at most ``s // every + 1`` boosted items (one in ``every``, the first slot allowed);
+- when a boost slot is free, the waiting boosted item with the highest weight takes it (then the better organic
+  rank); otherwise the next organic item does. Boosted items are never shown as organic ones: one that no boost slot
+  reaches waits below its organic place;
+- once the organic items run out, every remaining boosted item may wait for a slot; those the density cap leaves
+  without one are not shown.
+
+Boosts never add an item the model did not rank for this user. (``Settings.boost_every``, ``boost_lookahead``.)
 """
 
 from __future__ import annotations
@@ -15,47 +23,37 @@ import heapq
 import numpy as np
 
 
-def lift_boosts(ids: np.ndarray, scores: np.ndarray, weights: np.ndarray, need: int, every: int,
-                lookahead: int) -> list[tuple]:
-    """Apply the boost rule to a filtered ranked list; returns the first ``need`` (id, score, boosted)."""
-    boosted = weights > 0
-    if not boosted.any():
-        return [(int(i), float(s), False) for i, s in zip(ids[:need], scores[:need])]
-    waiting: list[tuple[float, int]] = []     # (-weight, position)
-    b_positions = np.flatnonzero(boosted)
-    horizon = need + lookahead
-    for p in b_positions[b_positions < horizon]:
-        heapq.heappush(waiting, (-float(weights[p]), int(p)))
-    out: list[tuple] = []
-    n_boosted = 0
-    organic = 0
+def lift_boosts(ids: np.ndarray, scores: np.ndarray, weights: np.ndarray, need: int, every: int, lookahead: int,
+                complete: bool = True) -> list[tuple[int, float, bool]] | None:
+    """The first ``need`` ``(item_id, score, boosted)`` of the served list for the filtered feed ``ids``.
+
+    ``ids`` may be a prefix of the filtered feed (``complete`` False): the result is then None when deciding the
+    first ``need`` slots would look past it; the caller reads further and calls again. When it is not None it is
+    exactly what the whole feed gives.
+    """
     n = len(ids)
-    while len(out) < need and (organic < n or waiting):
-        slot = len(out)
-        if waiting and n_boosted < slot // every + 1:
+    boosted = weights > 0
+    b_pos = np.flatnonzero(boosted).tolist()
+    out: list[tuple[int, float, bool]] = []
+    waiting: list[tuple[float, int]] = []          # (-weight, position) of boosted items that may be lifted
+    bi = organic = n_boosted = 0
+    while len(out) < need:
+        s = len(out)
+        while organic < n and boosted[organic]:
+            organic += 1
+        if not complete and (s + lookahead >= n or organic >= n):
+            return None                              # the decision depends on items past the prefix
+        horizon = s + lookahead if organic < n else n        # organic items ran out: every boost may wait
+        while bi < len(b_pos) and b_pos[bi] <= horizon:
+            heapq.heappush(waiting, (-float(weights[b_pos[bi]]), b_pos[bi]))
+            bi += 1
+        if waiting and n_boosted < s // every + 1:
             _, p = heapq.heappop(waiting)
             out.append((int(ids[p]), float(scores[p]), True))
             n_boosted += 1
-            continue
-        while organic < n and boosted[organic] and organic < horizon:
-            organic += 1                          # already queued as a boost
-        if organic >= n:
-            if not waiting:
-                break
-            _, p = heapq.heappop(waiting)         # nothing organic left: boosted items fill the tail
-            out.append((int(ids[p]), float(scores[p]), True))
-            n_boosted += 1
-            continue
-        if boosted[organic]:                      # beyond the lookahead: waits for a boost slot like the rest
-            heapq.heappush(waiting, (-float(weights[organic]), organic))
+        elif organic < n:
+            out.append((int(ids[organic]), float(scores[organic]), False))
             organic += 1
-            continue
-        out.append((int(ids[organic]), float(scores[organic]), False))
-        organic += 1
+        else:
+            break                                    # nothing organic left, and no boost slot for what waits
     return out
-
-
-# One round trip per page: read the head of the feed and, server-side, look up for each of its items whether it is
-# inactive and its boost, plus the user's interactions newer than the feed's history version. Returns
-# four strings, so the client parses four values rather than one per boost or seen item: {blob, inactive flags as
-# '0'/'1' per item, "index=weight,..." for boosted items, "id,id,..." seen since the feed was computed}.

@@ -77,6 +77,8 @@ class LiveFeeds:
             except CorruptFeed:
                 return None                      # treated as missing: served from fallback and recomputed
             ids, scores = feed.items, feed.scores
+            # The whole value was read when it has no more records than were returned (or fewer than asked for).
+            complete = len(ids) >= feed.header.count or len(ids) < n_read
             keep = np.frombuffer(flags, dtype=np.uint8)[: len(ids)] != ord("1")
             if seen:
                 keep &= ~np.isin(ids, np.array(seen.split(b","), dtype=np.int64))
@@ -85,10 +87,10 @@ class LiveFeeds:
                 k, _, w = pair.partition(b"=")
                 weights[int(k)] = float(w)
             ids, scores, weights = ids[keep], scores[keep], weights[keep]
-            out = lift_boosts(ids, scores, weights, need, self.every, self.lookahead)
-            if len(out) >= need or n_read >= feed.header.count:
+            out = lift_boosts(ids, scores, weights, need, self.every, self.lookahead, complete)
+            if out is not None:
                 return Page(items=out[offset:need], source="precomputed", header=feed.header)
-            n_read *= 2                          # many items dropped: read further down the feed
+            n_read *= 2                          # the rule needs more of the feed (many items dropped): read on
 
     def filter_live(self, ids: np.ndarray, seen_since: np.ndarray) -> np.ndarray:
         """Mask of ``ids`` still active and not interacted with since the feed was computed."""
