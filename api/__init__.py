@@ -31,6 +31,7 @@ def create_app(settings: Settings | None = None, test_config: dict | None = None
 
     from . import boosts, errors, events, feed, health, items, openapi
 
+    app.extensions["prefeed"]["openapi"] = openapi.spec(settings)     # built once: it depends on settings only
     errors.register(app)
     for module in (feed, events, boosts, items, health, openapi):
         app.register_blueprint(module.bp)

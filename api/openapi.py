@@ -88,4 +88,4 @@ def spec(settings: Settings) -> dict:
 
 @bp.get("/openapi.json")
 def openapi():
-    return json_response(spec(current_app.extensions["prefeed"]["settings"]))
+    return json_response(current_app.extensions["prefeed"]["openapi"])

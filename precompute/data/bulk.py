@@ -75,6 +75,3 @@ def _copy_or_insert(cur, postgres: bool, table: str, columns: list[str], rows: l
 def event_count(engine: Engine) -> int:
     with engine.connect() as conn:
         return int(conn.execute(select(func.count()).select_from(Event)).scalar() or 0)
-
-
-

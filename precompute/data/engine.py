@@ -9,7 +9,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from ..errors import Unavailable, first_line
+from ..errors import as_prefeed_error
 from .models import Base
 
 
@@ -53,7 +53,7 @@ def init_db(engine: Engine) -> None:
                         kind = column.type.compile(dialect=engine.dialect)
                         conn.execute(text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}'))
     except SQLAlchemyError as exc:
-        raise Unavailable("database", first_line(exc)) from exc
+        raise as_prefeed_error(exc) from exc
 
 
 def ping(engine: Engine) -> None:
@@ -61,5 +61,5 @@ def ping(engine: Engine) -> None:
         with engine.connect() as conn:
             conn.execute(text("SELECT 1"))
     except SQLAlchemyError as exc:
-        raise Unavailable("database", first_line(exc)) from exc
+        raise as_prefeed_error(exc) from exc
 

@@ -87,6 +87,7 @@ def append(value: bytes, item: list[int], type_: list[int], ts: list[float], lim
     both = both[np.argsort(both["ts"], kind="stable")]
     return pack(both["item"], both["type"], both["ts"], limit)
 
+
 class ItemRows(Protocol):
     """What histories need of an item table: the row of each item id (-1 for unknown ids)."""
 

@@ -10,7 +10,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
 
-from ..errors import NotFound, Unavailable, first_line
+from ..errors import NotFound, as_prefeed_error
 from . import history
 from .models import Event, Item, User
 
@@ -72,6 +72,6 @@ def record(engine: Engine, events: list[NewEvent], history_limit: int) -> Record
                 versions[uid] = int(v)
                 seen += [(uid, e.item_id, int(v)) for e in new]
     except SQLAlchemyError as exc:
-        raise Unavailable("database", first_line(exc)) from exc
+        raise as_prefeed_error(exc) from exc
     return Recorded(accepted=len(stored), duplicates=len(events) - len(stored), versions=versions, seen=seen)
 
