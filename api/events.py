@@ -42,7 +42,7 @@ def post_events():
     events = [_parse(body_object(e), now, window, k if isinstance(body, list) else None)
               for k, e in enumerate(batch)]
     ping_redis(ctx["redis"])
-    result = record(ctx["engine"], events, settings.history_limit)
+    result = record(ctx["engine"], events, settings)
     if result.versions:
         pipe = ctx["redis"].pipeline(transaction=False)
         for uid, iid, version in result.seen:

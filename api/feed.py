@@ -38,7 +38,8 @@ def _fallback(ctx, uid: int, limit: int, offset: int):
     """Popular in the user's recent categories, else global popular; and ask for the real feed."""
     settings = ctx["settings"]
     recent = catalog.latest_interactions(ctx["engine"], uid, settings.seen_recent_max)
-    seen = np.array([r[0] for r in recent], dtype=np.int64)
+    seen = np.union1d(catalog.seen_items(ctx["engine"], uid, settings),
+                      np.array([r[0] for r in recent], dtype=np.int64))
     cats, counts = np.unique(np.array([r[1] for r in recent], dtype=np.int64), return_counts=True)
     top = cats[np.argsort(-counts, kind="stable")][: settings.user_top_categories].tolist()
     if len(recent):

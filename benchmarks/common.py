@@ -77,7 +77,7 @@ def make_world(users: int, items: int, events: int, iterations: int, *, seed_: i
                         key_prefix=f"pfbench:{tag}:", queue_name=f"pfbench-{tag}", admin_token="bench")
     engine = db.make_engine(settings.database_url)
     db.init_db(engine)
-    bulk.load(engine, synthetic.generate(users, items, events, seed=seed_, now=time.time()), settings.history_limit)
+    bulk.load(engine, synthetic.generate(users, items, events, seed=seed_, now=time.time()), settings)
     result = ranker.train(engine, settings, iterations=iterations, depth=depth, users=min(train_users, users))
     bundle.promote(settings.model_dir, bundle.write(settings.model_dir, result.model, result.pairs,
                                                     {"metrics": result.metrics}))

@@ -90,7 +90,7 @@ def run(quick: bool = False) -> dict:
                 time.sleep(delay)
             uid = int(rng.integers(1, cfg["users"] + 1))
             ev = NewEvent(uid, int(rng.choice(item_ids)), int(rng.choice([1, 1, 1, 2, 3])), time.time())
-            rec = record(world.engine, [ev], s.history_limit)
+            rec = record(world.engine, [ev], s)
             notify_changed(s, r, rec.versions)
             with lock:
                 pending.setdefault(uid, []).append((rec.versions[uid], time.perf_counter()))

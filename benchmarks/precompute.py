@@ -42,7 +42,7 @@ def run(quick: bool = False) -> dict:
         now = time.time()
         mats = []
         for batch in batches:
-            hist = load_histories(world.engine, batch, pipeline.items, pipeline.settings.history_limit)
+            hist = load_histories(world.engine, batch, pipeline.items, pipeline.settings)
             chunk = pipeline.settings.rank_chunk_users
             for a in range(0, len(hist), chunk):
                 part = hist.slice(a, min(a + chunk, len(hist)))

@@ -6,7 +6,7 @@ import time
 
 import click
 
-from precompute.data import bulk, engine as db, history, synthetic
+from precompute.data import bulk, engine as db, synthetic, upgrade
 from precompute.errors import InvalidInput
 
 from . import command
@@ -23,9 +23,9 @@ def ready_engine(settings):
 @click.pass_obj
 def init_db(obj) -> None:
     """Create the tables, or bring an existing database up to date (idempotent)."""
-    filled = history.fill_missing(ready_engine(obj.settings), obj.settings.history_limit)
+    filled = upgrade.fill_missing(ready_engine(obj.settings), obj.settings)
     if filled:
-        click.echo(f"kept recent events for {filled} existing users")
+        click.echo(f"kept recent events and seen items for {filled} existing users")
     click.echo("database ready")
 
 
@@ -46,5 +46,5 @@ def seed(obj, users: int, items: int, events: int, seed_: int, reset: bool) -> N
     t0 = time.perf_counter()
     market = synthetic.generate(users, items, events, seed=seed_, now=time.time())
     with click.progressbar(length=users + items + events, label="loading") as bar:
-        bulk.load(engine, market, obj.settings.history_limit, progress=bar.update)
+        bulk.load(engine, market, obj.settings, progress=bar.update)
     click.echo(f"seeded {items} items, {users} users, {events} events in {time.perf_counter() - t0:.1f}s")

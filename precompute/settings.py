@@ -51,7 +51,12 @@ class Settings:
     rank_chunk_users: int = setting(25, "PREFEED_RANK_CHUNK_USERS", "users ranked together inside a job: one "
                                     "feature matrix (~15 MB) and one CatBoost call", unit="users")
     history_limit: int = setting(200, "PREFEED_HISTORY_LIMIT", "newest events per user kept on the user row and "
-                                 "read for candidates and features", unit="events")
+                                 "read for features and the co-visitation and category sources (seen items are "
+                                 "kept apart)", unit="events")
+    seen_window: int = setting(30 * DAY, "PREFEED_SEEN_WINDOW", "items a user interacted with this long before the "
+                               "log's clock (its newest event time) stay out of their precomputed feed", unit="s")
+    seen_max_items: int = setting(5000, "PREFEED_SEEN_MAX_ITEMS", "distinct items kept per user for that rule (the "
+                                  "most recent; 16 bytes each on the user row)", unit="items")
     max_candidates: int = setting(3000, "PREFEED_MAX_CANDIDATES", "candidates scored per user", unit="items")
     feed_length: int = setting(1000, "PREFEED_FEED_LENGTH", "ranked items stored per user (8 bytes each)",
                                unit="items")

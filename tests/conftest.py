@@ -23,7 +23,7 @@ from precompute.ranking.pipeline import Pipeline
 from precompute.feeds.client import redis_client
 
 ROOT = Path(__file__).resolve().parent.parent
-N_USERS, N_ITEMS, N_EVENTS = 300, 800, 30_000
+N_USERS, N_ITEMS, N_EVENTS = 300, 1500, 30_000
 
 
 @dataclasses.dataclass
@@ -31,6 +31,7 @@ class World:
     settings: Settings
     engine: object
     version: int
+    users_with_events: list[int]
 
 
 @pytest.fixture(scope="session")
@@ -71,22 +72,23 @@ def world(tmp_path_factory, database_url, redis_url) -> World:
                         admin_token="test-admin-token", batch_size=25)
     engine = db.make_engine(database_url)
     db.init_db(engine)
-    bulk.load(engine, synthetic.generate(N_USERS, N_ITEMS, N_EVENTS, seed=7, now=time.time()), settings.history_limit)
+    market = synthetic.generate(N_USERS, N_ITEMS, N_EVENTS, seed=7, now=time.time())
+    bulk.load(engine, market, settings)
     result = ranker.train(engine, settings, iterations=40, users=N_USERS)
     version = bundle.write(settings.model_dir, result.model, result.pairs, {"metrics": result.metrics})
     bundle.promote(settings.model_dir, version)
-    return World(settings, engine, version)
+    return World(settings, engine, version, sorted(set(market.event_user.tolist())))
 
 
-_user_ids = itertools.count(1)
+_user_ids = itertools.count(0)
 
 
 @pytest.fixture
-def user_id() -> int:
-    """A seeded user no other test in this session touches."""
-    uid = next(_user_ids)
-    assert uid <= N_USERS, "more tests than seeded users; raise N_USERS"
-    return uid
+def user_id(world) -> int:
+    """A seeded user with events that no other test in this session touches."""
+    k = next(_user_ids)
+    assert k < len(world.users_with_events), "more tests than seeded users; raise N_USERS"
+    return world.users_with_events[k]
 
 
 @pytest.fixture

@@ -124,7 +124,7 @@ def test_the_matrix_builder_places_every_column_by_its_declared_name(pipeline, u
     # given a batch's feature matrix under the declared layout
     from precompute.data.history import load_histories
 
-    hist = load_histories(pipeline.engine, [user_id, user_id + 1], pipeline.items, pipeline.settings.history_limit)
+    hist = load_histories(pipeline.engine, [user_id, user_id + 1], pipeline.items, pipeline.settings)
     cand = pipeline.candidates(hist)
     now = 1.7e9
     pipeline.items._static = None

@@ -65,26 +65,27 @@ def test_precompute_inline(settings, r):
 
 
 def test_init_db_brings_an_older_database_up_to_date(settings, tmp_path):
-    # given a database from before users kept their recent events (the column is missing)
+    # given a database from before users kept their recent events and seen items (the columns are missing)
     old = dataclasses.replace(settings, database_url=f"sqlite:///{tmp_path / 'old.db'}")
     engine = db.make_engine(old.database_url)
     db.init_db(engine)
-    bulk.load(engine, synthetic.generate(30, 60, 900, seed=3, now=time.time()), old.history_limit)
+    bulk.load(engine, synthetic.generate(30, 60, 900, seed=3, now=time.time()), old)
     items = load_item_table(engine, old)
-    want = load_histories(engine, list(range(1, 31)), items, old.history_limit)
+    want = load_histories(engine, list(range(1, 31)), items, old)
     with engine.begin() as conn:
         conn.execute(text("ALTER TABLE users DROP COLUMN recent"))
+        conn.execute(text("ALTER TABLE users DROP COLUMN seen"))
     # when init-db runs
     done = manage(old, "init-db")
-    # then the column is back, every user's value is filled from the events table, and histories read the same
+    # then the columns are back, every user's values are filled from the events table, and histories read the same
     assert done.returncode == 0, done.stderr
-    assert "kept recent events for 30 existing users" in done.stdout
+    assert "kept recent events and seen items for 30 existing users" in done.stdout
     engine.dispose()
-    got = load_histories(engine, list(range(1, 31)), items, old.history_limit)
-    for field in ("versions", "offsets", "item_rows", "types", "ts"):
+    got = load_histories(engine, list(range(1, 31)), items, old)
+    for field in ("versions", "offsets", "item_rows", "types", "ts", "seen_offsets", "seen_rows"):
         assert np.array_equal(getattr(want, field), getattr(got, field)), field
     with engine.connect() as conn:
-        assert conn.execute(text("SELECT count(*) FROM users WHERE recent IS NULL")).scalar() == 0
+        assert conn.execute(text("SELECT count(*) FROM users WHERE recent IS NULL OR seen IS NULL")).scalar() == 0
     assert "kept recent" not in manage(old, "init-db").stdout          # idempotent
 
 

@@ -172,7 +172,7 @@ def test_racing_events_end_with_the_newest_feed_and_every_event_once(app, settin
     assert sum(after.values()) - sum(before.values()) == len(posted)
     assert all(after[u] == counts[u] for u in users)          # the version counts events exactly
     with world.engine.connect() as conn:                      # each user's kept events match the events table
-        from_table = history._from_events(conn, users, settings.history_limit)
+        from_table = history.from_events(conn, users, settings.history_limit)
         kept = dict(conn.execute(select(User.id, User.recent).where(User.id.in_(users))).all())
     for u in users:
         rec, _ = history.unpack(kept[u])

@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import select, text, update
 
 from precompute.data import history
 from precompute.data.models import Item, User
@@ -18,7 +18,8 @@ from precompute.ranking.pipeline import STAGES
 
 def histories(pipeline, user_ids, limit=None):
     """The pipeline's history read, at its settings' limit unless one is given."""
-    return history.load_histories(pipeline.engine, user_ids, pipeline.items, limit or pipeline.settings.history_limit)
+    s = dataclasses.replace(pipeline.settings, history_limit=limit) if limit else pipeline.settings
+    return history.load_histories(pipeline.engine, user_ids, pipeline.items, s)
 
 
 def test_recompute_writes_a_ranked_feed_per_user(pipeline, user_id):
@@ -31,12 +32,21 @@ def test_recompute_writes_a_ranked_feed_per_user(pipeline, user_id):
     assert len(np.unique(feed.items)) == len(feed.items)
 
 
+def seen_in_window(pipeline, user_id) -> set[int]:
+    """Rows of the items ``user_id`` interacted with inside the seen window, straight from the events table."""
+    with pipeline.engine.connect() as conn:
+        clock = conn.execute(text("SELECT max(ts) FROM events")).scalar()
+        ids = conn.execute(text("SELECT DISTINCT item_id FROM events WHERE user_id = :u AND ts >= :since"),
+                           {"u": user_id, "since": clock - pipeline.settings.seen_window}).scalars().all()
+    return set(pipeline.items.rows(np.array(ids, dtype=np.int64)).tolist()) - {-1}
+
+
 def test_candidates_exclude_seen_and_inactive_items(pipeline, world, user_id):
     hist = histories(pipeline, [user_id])
     cand = pipeline.candidates(hist)
-    seen = hist.item_rows[hist.item_rows >= 0]
-    assert len(cand.rows) > 0
-    assert not np.isin(cand.rows, seen).any()
+    seen = seen_in_window(pipeline, user_id)
+    assert len(cand.rows) > 0 and seen
+    assert not np.isin(cand.rows, list(seen)).any()
     assert pipeline.items.active[cand.rows].all()
     assert len(cand.rows) <= pipeline.settings.max_candidates
     assert set(np.unique(cand.flags)) <= set(range(1, 8))
@@ -56,7 +66,7 @@ def test_popular_lists_are_each_categorys_most_popular_active_items(pipeline):
     assert np.all(np.diff(items.popularity) <= 0)
 
 
-def _reference_candidates(settings, items, cov, rows, types):
+def _reference_candidates(settings, items, cov, rows, types, seen):
     """Candidates of one user the slow, obvious way: Python sets and dicts, no scratch arrays."""
     known = [int(r) for r in rows if r >= 0]
     recent = []
@@ -82,7 +92,7 @@ def _reference_candidates(settings, items, cov, rows, types):
     for n in items.global_popular:
         flags[int(n)] = flags.get(int(n), 0) | candidates.FROM_GLOBAL
     return {n: (score.get(n, 0.0), count.get(n, 0), f) for n, f in flags.items()
-            if n not in set(known) and items.active[n]}
+            if n not in seen and items.active[n]}
 
 
 def test_candidates_match_a_plain_python_reference(pipeline, world, user_id):
@@ -95,7 +105,7 @@ def test_candidates_match_a_plain_python_reference(pipeline, world, user_id):
     for k in range(len(batch)):
         a, b = hist.offsets[k], hist.offsets[k + 1]
         want = _reference_candidates(pipeline.settings, pipeline.items, pipeline.cov, hist.item_rows[a:b],
-                                     hist.types[a:b])
+                                     hist.types[a:b], seen_in_window(pipeline, batch[k]))
         lo, hi = cand.offsets[k], cand.offsets[k + 1]
         got = {int(r): (s, c, f) for r, s, c, f in zip(cand.rows[lo:hi], cand.cov_score[lo:hi],
                                                         cand.cov_count[lo:hi], cand.flags[lo:hi])}
@@ -150,7 +160,8 @@ def test_training_and_precompute_build_identical_feature_rows(pipeline, world, u
 
 def test_history_truncation_is_the_same_on_both_paths(pipeline, world, user_id):
     events = ranker.load_events(world.engine)
-    a = history.histories_from_arrays(np.array([user_id]), *events, pipeline.items, 5)
+    a = history.histories_from_arrays(np.array([user_id]), *events, pipeline.items,
+                                      dataclasses.replace(pipeline.settings, history_limit=5), clock=time.time())
     b = histories(pipeline, [user_id], 5)
     assert len(a.ts) == len(b.ts) == 5
     assert np.array_equal(a.item_rows, b.item_rows) and np.array_equal(a.ts, b.ts)
@@ -158,7 +169,7 @@ def test_history_truncation_is_the_same_on_both_paths(pipeline, world, user_id):
 
 def _from_events(world, user_ids, limit):
     with world.engine.connect() as conn:
-        return history._from_events(conn, user_ids, limit)
+        return history.from_events(conn, user_ids, limit)
 
 
 def test_kept_recent_events_follow_the_event_log(pipeline, world, user_id):
@@ -166,12 +177,11 @@ def test_kept_recent_events_follow_the_event_log(pipeline, world, user_id):
     stored = histories(pipeline, [user_id])
     items = pipeline.items.ids[pipeline.items.global_popular[:4]].tolist()
     newest, oldest = float(stored.ts.max()), float(stored.ts.min())
-    limit = pipeline.settings.history_limit
     record(world.engine, [NewEvent(user_id, items[0], 1, newest + 5, "kept-a"),
                           NewEvent(user_id, items[1], 2, newest),             # same ts as the newest stored
-                          NewEvent(user_id, items[2], 3, oldest - 86400)], limit)  # older than everything kept
+                          NewEvent(user_id, items[2], 3, oldest - 86400)], pipeline.settings)  # older than all kept
     record(world.engine, [NewEvent(user_id, items[3], 4, newest + 1), NewEvent(user_id, items[0], 1, 0, "kept-a")],
-           limit)
+           pipeline.settings)
     # then the kept value equals the events table's newest events, in (ts, id) order, at every limit
     for limit in (pipeline.settings.history_limit, 5):
         kept = histories(pipeline, [user_id], limit)
@@ -189,7 +199,7 @@ def test_users_without_a_kept_value_are_read_from_the_events_table(pipeline, wor
     for field in ("user_ids", "versions", "offsets", "item_rows", "types", "ts"):
         assert np.array_equal(getattr(before, field), getattr(after, field)), field
     # and recording events leaves it to the events table (no value is invented from a partial view)
-    record(world.engine, [NewEvent(user_id, int(pipeline.items.ids[0]), 1, time.time())], pipeline.settings.history_limit)
+    record(world.engine, [NewEvent(user_id, int(pipeline.items.ids[0]), 1, time.time())], pipeline.settings)
     with world.engine.connect() as conn:
         assert conn.execute(select(User.recent).where(User.id == user_id)).scalar() is None
     n_before = int(before.offsets[1])
@@ -205,7 +215,7 @@ def test_a_malformed_kept_value_is_replaced_by_the_events_table(pipeline, world,
     assert np.array_equal(before.item_rows, after.item_rows) and np.array_equal(before.ts, after.ts)
     # recording still succeeds; the unreadable value is dropped (NULL) instead of failing the events
     rec = record(world.engine, [NewEvent(user_id, int(pipeline.items.ids[0]), 1, time.time())],
-                 pipeline.settings.history_limit)
+                 pipeline.settings)
     assert rec.accepted == 1
     with world.engine.connect() as conn:
         assert conn.execute(select(User.recent).where(User.id == user_id)).scalar() is None
@@ -219,7 +229,7 @@ def test_a_slow_job_never_overwrites_a_newer_feed(pipeline, world, user_id):
     feeds_a, _ = pipeline.build_feeds(hist_a, seconds)
     # when a new event arrives and job B recomputes and finishes first
     item = int(pipeline.items.ids[pipeline.items.global_popular[0]])
-    rec = record(world.engine, [NewEvent(user_id, item, 2, time.time())], pipeline.settings.history_limit)
+    rec = record(world.engine, [NewEvent(user_id, item, 2, time.time())], pipeline.settings)
     result_b = pipeline.recompute([user_id])
     assert result_b.written == 1
     # then job A finishing late is refused, and the stored feed carries B's newer version

@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterator
 import numpy as np
 from sqlalchemy import Engine, delete, func, select
 
+from ..settings import Settings
+from . import seen
 from .history import recent_values_from_arrays
 from .models import Event, Item, User
 from .synthetic import Marketplace
@@ -14,9 +16,9 @@ from .synthetic import Marketplace
 CHUNK = 50_000
 
 
-def load(engine: Engine, m: Marketplace, history_limit: int, progress: Callable[[int], None] = lambda n: None) -> None:
+def load(engine: Engine, m: Marketplace, settings: Settings, progress: Callable[[int], None] = lambda n: None) -> None:
     """Insert items, users and events in one transaction; on any error nothing is left behind. Each user row gets
-    its newest ``history_limit`` events packed (``history.py``).
+    its kept values: newest ``history_limit`` events (``history.py``) and seen items (``seen.py``).
 
     Refuses to load into a database that already holds events, so a second ``seed`` cannot mix two
     marketplaces (``--reset`` in the CLI clears them first).
@@ -26,9 +28,10 @@ def load(engine: Engine, m: Marketplace, history_limit: int, progress: Callable[
                 m.item_seller_rating.tolist())
     by_time = np.argsort(m.event_ts, kind="stable")      # (ts, id) order: ids follow the arrays' order
     kept = recent_values_from_arrays(m.user_id, m.event_user[by_time], m.event_item[by_time],
-                                     m.event_type[by_time], m.event_ts[by_time], history_limit)
+                                     m.event_type[by_time], m.event_ts[by_time], settings.history_limit)
+    seen_items = seen.values_from_arrays(m.user_id, m.event_user, m.event_item, m.event_ts, settings.seen_max_items)
     users = zip(m.user_id.tolist(), m.user_created_at.tolist(), m.user_history_version.tolist(),
-                [kept[u] for u in m.user_id.tolist()])
+                [kept[u] for u in m.user_id.tolist()], [seen_items[u] for u in m.user_id.tolist()])
     events = (m.event_user, m.event_item, m.event_type, m.event_ts)
     with engine.begin() as conn:
         raw = conn.connection.driver_connection
@@ -37,7 +40,8 @@ def load(engine: Engine, m: Marketplace, history_limit: int, progress: Callable[
         _copy_or_insert(cur, postgres, "items", ["id", "category", "price", "created_at", "active", "quality",
                                                   "photos", "seller_rating"], list(items))
         progress(len(m.item_id))
-        _copy_or_insert(cur, postgres, "users", ["id", "created_at", "history_version", "recent"], list(users))
+        _copy_or_insert(cur, postgres, "users", ["id", "created_at", "history_version", "recent", "seen"],
+                        list(users))
         progress(len(m.user_id))
         for chunk in _event_chunks(*events):
             _copy_or_insert(cur, postgres, "events", ["user_id", "item_id", "type", "ts"], chunk)

@@ -1,12 +1,15 @@
 """The catalogue as the API and the fallback feed see it: does an item exist, (de)activate it, the newest active
-listings, and a user's latest interactions with their items' categories."""
+listings, a user's latest interactions with their items' categories, and the items a feed leaves out for them."""
 
 from __future__ import annotations
 
+import numpy as np
 from sqlalchemy import Engine, select, update
 
 from ..errors import NotFound
-from .models import Event, Item
+from ..settings import Settings
+from . import seen
+from .models import Event, Item, User
 
 
 def require_item(engine: Engine, item_id: int) -> None:
@@ -42,3 +45,16 @@ def latest_interactions(engine: Engine, user_id: int, n: int) -> list[tuple[int,
         return [tuple(row) for row in conn.execute(
             select(Event.item_id, Item.category).join(Item, Item.id == Event.item_id)
             .where(Event.user_id == user_id).order_by(Event.ts.desc()).limit(n)).all()]
+
+
+def seen_items(engine: Engine, user_id: int, settings: Settings) -> np.ndarray:
+    """Ids of the items ``user_id`` interacted with inside the seen window (``seen.py``), as precompute leaves
+    them out."""
+    with engine.connect() as conn:
+        since = (seen.log_clock(conn) or 0.0) - settings.seen_window
+        value = conn.execute(select(User.seen).where(User.id == user_id)).scalar()
+        if value is None or not seen.readable(value):
+            rec = seen.from_events(conn, [user_id], since, settings.seen_max_items)[user_id]
+        else:
+            rec = seen.unpack(value)[-settings.seen_max_items:]
+    return rec["item"][rec["ts"] >= since]

@@ -42,7 +42,8 @@ def session_factory(engine: Engine) -> sessionmaker[Session]:
 
 
 def init_db(engine: Engine) -> None:
-    """Create missing tables, and add columns later versions introduced to existing ones (idempotent)."""
+    """Create missing tables, and add the columns and indexes later versions introduced to existing ones
+    (idempotent)."""
     try:
         Base.metadata.create_all(engine)
         with engine.begin() as conn:
@@ -52,6 +53,8 @@ def init_db(engine: Engine) -> None:
                     if column.name not in have and column.nullable:
                         kind = column.type.compile(dialect=engine.dialect)
                         conn.execute(text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}'))
+                for index in table.indexes:
+                    index.create(conn, checkfirst=True)
     except SQLAlchemyError as exc:
         raise as_prefeed_error(exc) from exc
 

@@ -17,6 +17,8 @@ written before this column existed): readers fall back to the events table.
 same ``Histories`` is built from the database at precompute time and from in-memory arrays at training time, with
 the same truncation to the newest ``limit`` events, so both paths feed identical inputs to the feature code. Item
 ids are mapped to the rows of the caller's item table (anything with a ``rows(ids)`` method, see ``ItemRows``).
+Each history also carries the items to keep out of the user's feed: every item interacted with inside the seen
+window, from a second kept value (``seen.py``), not from the truncated events.
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ import struct
 from typing import Protocol
 
 import numpy as np
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, select
 
+from ..settings import Settings
+from . import seen as seen_items
 from .models import User
 
 RECORD = np.dtype([("item", "<i4"), ("type", "u1"), ("ts", "<f8")])     # packed: 13 bytes
@@ -102,6 +106,10 @@ class Histories:
     item_rows: np.ndarray    # rows in the caller's item table; -1 for items it does not know
     types: np.ndarray        # EventType values
     ts: np.ndarray           # epoch s
+    #: Items the user interacted with inside the seen window (``seen.py``): user k's rows are
+    #: ``seen_rows[seen_offsets[k]:seen_offsets[k+1]]``, only rows the item table knows.
+    seen_offsets: np.ndarray
+    seen_rows: np.ndarray
 
     def __len__(self) -> int:
         return len(self.user_ids)
@@ -109,8 +117,14 @@ class Histories:
     def slice(self, a: int, b: int) -> Histories:
         """Users ``a:b`` of the batch (views, no copies)."""
         lo, hi = self.offsets[a], self.offsets[b]
+        s_lo, s_hi = self.seen_offsets[a], self.seen_offsets[b]
         return Histories(self.user_ids[a:b], self.versions[a:b], self.offsets[a:b + 1] - lo,
-                         self.item_rows[lo:hi], self.types[lo:hi], self.ts[lo:hi])
+                         self.item_rows[lo:hi], self.types[lo:hi], self.ts[lo:hi],
+                         self.seen_offsets[a:b + 1] - s_lo, self.seen_rows[s_lo:s_hi])
+
+    def seen(self, k: int) -> np.ndarray:
+        """Item rows to keep out of user ``k``'s feed."""
+        return self.seen_rows[self.seen_offsets[k]:self.seen_offsets[k + 1]]
 
     @property
     def owner(self) -> np.ndarray:
@@ -118,39 +132,58 @@ class Histories:
         return np.repeat(np.arange(len(self.user_ids)), np.diff(self.offsets))
 
 
-def load_histories(engine: Engine, user_ids: list[int], items: ItemRows, limit: int) -> Histories:
-    """Each user's newest ``limit`` events and history version, in one query for the whole batch.
+def load_histories(engine: Engine, user_ids: list[int], items: ItemRows, settings: Settings) -> Histories:
+    """Each user's newest ``history_limit`` events, seen items and history version, in one query for the batch.
 
-    Both come from the user row (``users.recent``, above), written in the transaction that bumped the
-    version, so a feed is stamped with exactly the version of the history it was ranked from. Users whose row has
-    no kept value fall back to the events table (``_from_events``).
+    All three come from the user row (``users.recent`` above, ``users.seen`` in ``seen.py``), written in the
+    transaction that bumped the version, so a feed is stamped with exactly the version of the history it was
+    ranked from. Users whose row has no kept value fall back to the events table. Seen items are those inside
+    ``seen_window`` of the log's clock (the newest event time in the database).
     """
+    limit, cap = settings.history_limit, settings.seen_max_items
     uids = np.asarray(sorted(set(int(u) for u in user_ids)), dtype=np.int64)
     parts: dict[int, np.ndarray] = {}
+    seen: dict[int, np.ndarray] = {}
     versions: dict[int, int] = {}
     if len(uids):
         with engine.connect() as conn:
-            rows = conn.execute(select(User.id, User.history_version, User.recent)
+            rows = conn.execute(select(User.id, User.history_version, User.recent, User.seen)
                                 .where(User.id.in_(uids.tolist()))).all()
-            rest = []
-            for uid, version, value in rows:
+            since = (seen_items.log_clock(conn) or 0.0) - settings.seen_window
+            rest, unseen = [], []
+            for uid, version, value, seen_value in rows:
                 versions[uid] = version
                 if value is not None and covers(value, limit):
                     rec, _ = unpack(value)
                     parts[uid] = rec[max(len(rec) - limit, 0):]
                 else:
                     rest.append(uid)
+                if seen_value is not None and seen_items.readable(seen_value):
+                    rec = seen_items.unpack(seen_value)
+                    rec = rec[max(len(rec) - cap, 0):]
+                    seen[uid] = rec[rec["ts"] >= since]
+                else:
+                    unseen.append(uid)
             if rest:
-                parts.update(_from_events(conn, rest, limit))
-    empty = np.empty(0, dtype=RECORD)
+                parts.update(from_events(conn, rest, limit))
+            if unseen:
+                seen.update(seen_items.from_events(conn, unseen, since, cap))
+    rec, owner = _flatten(uids, parts, RECORD)
+    srec, sowner = _flatten(uids, seen, seen_items.RECORD)
+    return _assemble(uids, np.array([versions.get(int(u), 0) for u in uids], dtype=np.int64),
+                     owner, rec["item"].astype(np.int64), rec["type"].astype(np.int64), rec["ts"], items,
+                     sowner, srec["item"])
+
+
+def _flatten(uids: np.ndarray, parts: dict[int, np.ndarray], dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Per-user record arrays concatenated in ``uids`` order, and each record's user id."""
+    empty = np.empty(0, dtype=dtype)
     per_user = [parts.get(int(u), empty) for u in uids]
     rec = np.concatenate(per_user) if per_user else empty
-    owner = np.repeat(uids, [len(x) for x in per_user])
-    return _assemble(uids, np.array([versions.get(int(u), 0) for u in uids], dtype=np.int64),
-                     owner, rec["item"].astype(np.int64), rec["type"].astype(np.int64), rec["ts"], items)
+    return rec, np.repeat(uids, [len(x) for x in per_user])
 
 
-def _from_events(conn, user_ids: list[int], limit: int) -> dict[int, np.ndarray]:
+def from_events(conn, user_ids: list[int], limit: int) -> dict[int, np.ndarray]:
     """Newest ``limit`` events of each user from the events table, as ``RECORD`` arrays oldest first.
 
     One statement: a UNION ALL of one index range scan per user (newest first, LIMIT), so a long history costs no
@@ -175,13 +208,17 @@ def _from_events(conn, user_ids: list[int], limit: int) -> dict[int, np.ndarray]
 
 
 def histories_from_arrays(user_ids: np.ndarray, ev_user: np.ndarray, ev_item: np.ndarray, ev_type: np.ndarray,
-                          ev_ts: np.ndarray, items: ItemRows, limit: int,
+                          ev_ts: np.ndarray, items: ItemRows, settings: Settings, clock: float,
                           versions: np.ndarray | None = None) -> Histories:
-    """Same as ``load_histories`` from arrays already in memory, ordered by (ts, id) as the event log is."""
-    uids, u, it, ty, ts = _newest(user_ids, ev_user, ev_item, ev_type, ev_ts, limit)
+    """Same as ``load_histories`` from arrays already in memory, ordered by (ts, id) as the event log is, with the
+    seen window ending at ``clock``."""
+    uids, u, it, ty, ts = _newest(user_ids, ev_user, ev_item, ev_type, ev_ts, settings.history_limit)
     if versions is None:
         versions = np.zeros(len(uids), dtype=np.int64)
-    return _assemble(uids, versions, u, it, ty, ts, items)
+    recent = np.isin(ev_user, uids) & (ev_ts >= clock - settings.seen_window)
+    keep = np.flatnonzero(recent)[seen_items.latest_per_item(ev_user[recent], ev_item[recent], ev_ts[recent],
+                                                             settings.seen_max_items)]
+    return _assemble(uids, versions, u, it, ty, ts, items, ev_user[keep], ev_item[keep])
 
 
 def recent_values_from_arrays(user_ids: np.ndarray, ev_user: np.ndarray, ev_item: np.ndarray, ev_type: np.ndarray,
@@ -204,37 +241,23 @@ def _newest(user_ids, ev_user, ev_item, ev_type, ev_ts, limit: int) -> tuple[np.
     return uids, u[newest], it[newest], ty[newest], ts[newest]
 
 
-def _assemble(uids, versions, ev_user, ev_item, ev_type, ev_ts, items: ItemRows) -> Histories:
-    counts = np.bincount(np.searchsorted(uids, ev_user), minlength=len(uids)) if len(ev_user) else \
-        np.zeros(len(uids), dtype=np.int64)
+def _assemble(uids, versions, ev_user, ev_item, ev_type, ev_ts, items: ItemRows, seen_user, seen_item) -> Histories:
+    seen_rows = items.rows(np.asarray(seen_item, dtype=np.int64))
+    known = seen_rows >= 0
     return Histories(
         user_ids=uids,
         versions=versions,
-        offsets=np.r_[0, np.cumsum(counts)].astype(np.int64),
+        offsets=_offsets(uids, ev_user),
         item_rows=items.rows(ev_item),
         types=ev_type.astype(np.int64),
         ts=ev_ts.astype(np.float64),
+        seen_offsets=_offsets(uids, np.asarray(seen_user)[known]),
+        seen_rows=seen_rows[known],
     )
 
 
-def fill_missing(engine: Engine, limit: int, batch: int = 500) -> int:
-    """Write ``users.recent`` for users that have none (databases from before the column), from the events
-    table; returns how many were filled.
-
-    Each batch runs in one transaction that first takes the users' row locks (a no-op UPDATE; the write lock on
-    SQLite), so an event recorded meanwhile waits and is then appended to the value, never lost from it.
-    """
-    filled = 0
-    while True:
-        with engine.begin() as conn:
-            ids = conn.execute(select(User.id).where(User.recent.is_(None)).order_by(User.id)
-                               .limit(batch)).scalars().all()
-            if not ids:
-                return filled
-            conn.execute(update(User).where(User.id.in_(ids)).values(history_version=User.history_version))
-            events = _from_events(conn, ids, limit)
-            for uid in ids:
-                rec = events[uid]
-                conn.execute(update(User).where(User.id == uid)
-                             .values(recent=pack(rec["item"], rec["type"], rec["ts"], limit)))
-            filled += len(ids)
+def _offsets(uids: np.ndarray, owner: np.ndarray) -> np.ndarray:
+    """Segment bounds of ``owner`` (user ids grouped in ``uids`` order)."""
+    counts = np.bincount(np.searchsorted(uids, owner), minlength=len(uids)) if len(owner) else \
+        np.zeros(len(uids), dtype=np.int64)
+    return np.r_[0, np.cumsum(counts)].astype(np.int64)

@@ -50,13 +50,18 @@ class User(Base):
     history_version: Mapped[int] = mapped_column(BigInteger, default=0)
     #: The newest events, packed (``precompute/data/history.py``), rewritten with every version bump; NULL = not kept.
     recent: Mapped[bytes | None] = mapped_column(LargeBinary, default=None)
+    #: Distinct items interacted with and when last (``precompute/data/seen.py``), rewritten with every version
+    #: bump: what a feed leaves out. NULL = not kept.
+    seen: Mapped[bytes | None] = mapped_column(LargeBinary, default=None)
 
 
 class Event(Base):
     __tablename__ = "events"
     # Covering index for history reads: a user's newest events come from the index alone, no table lookups.
+    # ``ix_events_ts``: the log's clock (newest event time) is one index lookup.
     __table_args__ = (Index("ix_events_user_ts", "user_id", "ts", "id", "item_id", "type"),
-                      Index("ix_events_item_type", "item_id", "type"))
+                      Index("ix_events_item_type", "item_id", "type"),
+                      Index("ix_events_ts", "ts"))
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     user_id: Mapped[int] = mapped_column(Integer, ForeignKey("users.id"))

@@ -1,5 +1,5 @@
 """Recording interaction events: one transaction that stores them, bumps each user's history version and rewrites
-the user's kept newest events (``history.py``)."""
+the user's kept values: newest events (``history.py``) and seen items (``seen.py``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..errors import NotFound, as_prefeed_error
-from . import history
+from ..settings import Settings
+from . import history, seen as seen_items
 from .models import Event, Item, User
 
 
@@ -32,9 +33,11 @@ class Recorded:
     seen: list[tuple[int, int, int]]  # (user_id, item_id, version) of the stored events
 
 
-def record(engine: Engine, events: list[NewEvent], history_limit: int) -> Recorded:
+def record(engine: Engine, events: list[NewEvent], settings: Settings) -> Recorded:
     """Store ``events`` atomically; unknown item ids reject the whole batch (nothing is written). Each user's kept
-    newest events (at most ``history_limit``) are rewritten in the same transaction."""
+    values (newest ``history_limit`` events, up to ``seen_max_items`` seen items) are rewritten in the same
+    transaction."""
+    history_limit, cap = settings.history_limit, settings.seen_max_items
     insert = pg_insert if engine.dialect.name == "postgresql" else sqlite_insert
     item_ids = sorted({e.item_id for e in events})
     user_ids = sorted({e.user_id for e in events})
@@ -46,7 +49,8 @@ def record(engine: Engine, events: list[NewEvent], history_limit: int) -> Record
                 raise NotFound(f"unknown item id(s): {', '.join(map(str, missing[:10]))}")
             first_ts = min(e.ts for e in events)
             conn.execute(insert(User).values([{"id": u, "created_at": first_ts, "history_version": 0,
-                                               "recent": history.empty(history_limit)} for u in user_ids])
+                                               "recent": history.empty(history_limit),
+                                               "seen": seen_items.empty(cap)} for u in user_ids])
                          .on_conflict_do_nothing(index_elements=["id"]))
             stored = conn.execute(
                 insert(Event).values([dataclasses.asdict(e) for e in events])
@@ -59,16 +63,22 @@ def record(engine: Engine, events: list[NewEvent], history_limit: int) -> Record
             versions, seen = {}, []
             for uid in sorted(per_user):      # fixed order: concurrent batches lock users alike, no deadlock
                 new = per_user[uid]
-                # The row lock taken by this UPDATE covers the read-modify-write of ``recent`` below.
-                v, kept = conn.execute(update(User).where(User.id == uid)
-                                       .values(history_version=User.history_version + len(new))
-                                       .returning(User.history_version, User.recent)).one()
+                # The row lock taken by this UPDATE covers the read-modify-write of the kept values below.
+                v, kept, kept_seen = conn.execute(update(User).where(User.id == uid)
+                                                  .values(history_version=User.history_version + len(new))
+                                                  .returning(User.history_version, User.recent, User.seen)).one()
+                # A malformed value is dropped (NULL: read from the events table until init-db refills it)
+                # rather than failing the user's events.
+                item, ts = [e.item_id for e in new], [e.ts for e in new]
+                values = {}
                 if kept is not None:
-                    # A malformed value is dropped (NULL: read from the events table until init-db refills it)
-                    # rather than failing the user's events.
-                    kept = history.append(kept, [e.item_id for e in new], [e.type for e in new],
-                                          [e.ts for e in new], history_limit) if history.readable(kept) else None
-                    conn.execute(update(User).where(User.id == uid).values(recent=kept))
+                    values["recent"] = history.append(kept, item, [e.type for e in new], ts, history_limit) \
+                        if history.readable(kept) else None
+                if kept_seen is not None:
+                    values["seen"] = seen_items.merge(kept_seen, item, ts, cap) \
+                        if seen_items.readable(kept_seen) else None
+                if values:
+                    conn.execute(update(User).where(User.id == uid).values(**values))
                 versions[uid] = int(v)
                 seen += [(uid, e.item_id, int(v)) for e in new]
     except SQLAlchemyError as exc:

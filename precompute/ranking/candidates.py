@@ -88,9 +88,10 @@ def recent_items(hist: Histories, k: int) -> tuple[np.ndarray, np.ndarray, np.nd
     return rows[latest[keep]], o[keep], rank[keep]
 
 
-def for_user(items: ItemTable, known: np.ndarray, cov_rows: np.ndarray, cov_w: np.ndarray, top_cats: np.ndarray,
+def for_user(items: ItemTable, seen: np.ndarray, cov_rows: np.ndarray, cov_w: np.ndarray, top_cats: np.ndarray,
              max_candidates: int) -> tuple[np.ndarray, ...]:
-    """Candidates for one user from their known history rows, co-visited neighbours and strongest categories.
+    """Candidates for one user from their co-visited neighbours and strongest categories, leaving out the
+    ``seen`` item rows (every item interacted with inside the seen window, ``Histories.seen``).
 
     Every co-visited item is kept (the strongest ``max_candidates`` if there are more), then the most popular of
     the popular lists' items fill the rest. Item rows are in popularity order and the popular lists are ascending
@@ -117,13 +118,13 @@ def for_user(items: ItemTable, known: np.ndarray, cov_rows: np.ndarray, cov_w: n
     # Drop seen and inactive items (O(k) membership through the all-False ``_mark`` scratch); popular lists hold
     # active items only. Co-visited items are marked too, so the popular fill skips them.
     mark = items._mark
-    mark[known] = True
+    mark[seen] = True
     keep = np.flatnonzero(items.active[cov] & ~mark[cov])
     if len(keep) > max_candidates:
         keep = keep[np.argpartition(-cov_score[keep], max_candidates - 1)[:max_candidates]]
     mark[cov] = True
     fill = popular[~mark[popular]][: max_candidates - len(keep)]
-    mark[known] = False
+    mark[seen] = False
     mark[cov] = False
 
     rows = np.concatenate([cov[keep], fill])
@@ -147,11 +148,10 @@ def for_batch(items: ItemTable, cov: CoVisit, hist: Histories, settings: Setting
     cov_rows, cov_w, per_recent = cov.gather(recent, settings.recency_decay ** recent_rank)
     cov_at = np.r_[0, np.cumsum(np.bincount(recent_owner, weights=per_recent, minlength=n_users))].astype(np.int64)
     parts = []
-    for u, (a, b) in enumerate(zip(hist.offsets[:-1], hist.offsets[1:])):
-        rows = hist.item_rows[a:b]
+    for u in range(n_users):
         lo, hi = cov_at[u], cov_at[u + 1]
         top = order[u, :k]
-        parts.append(for_user(items, rows[rows >= 0], cov_rows[lo:hi], cov_w[lo:hi], top[weight[u, top] > 0],
+        parts.append(for_user(items, hist.seen(u), cov_rows[lo:hi], cov_w[lo:hi], top[weight[u, top] > 0],
                               max_candidates))
     sizes = [len(p[0]) for p in parts]
     cat = (lambda i, dt: np.concatenate([p[i] for p in parts]).astype(dt, copy=False) if parts

@@ -153,7 +153,7 @@ class Pipeline:
         """Rank ``user_ids`` and write their feeds (version-guarded). One history query for the batch."""
         seconds = dict.fromkeys(STAGES, 0.0)
         t0 = time.perf_counter()
-        hist = load_histories(self.engine, user_ids, self.items, self.settings.history_limit)
+        hist = load_histories(self.engine, user_ids, self.items, self.settings)
         seconds["history"] = time.perf_counter() - t0
         values, scored = self.build_feeds(hist, seconds)
         t0 = time.perf_counter()

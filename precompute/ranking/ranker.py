@@ -47,7 +47,7 @@ def feature_rows(items, cov, events: tuple[np.ndarray, ...], user_ids: np.ndarra
     """Training's path from an in-memory event log to feature rows: the same candidate and feature functions
     precompute uses, on histories truncated the same way. Returns (histories, candidates, X)."""
     ev_user, ev_item, ev_type, ev_ts = events
-    hist = histories_from_arrays(user_ids, ev_user, ev_item, ev_type, ev_ts, items, settings.history_limit)
+    hist = histories_from_arrays(user_ids, ev_user, ev_item, ev_type, ev_ts, items, settings, clock=now)
     cand = candidates.for_batch(items, cov, hist, settings)
     return hist, cand, features.build(items, hist, cand, now=now)
 
@@ -148,7 +148,7 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
         a, b = cand.offsets[k], cand.offsets[k + 1]
         order = np.argsort(-pred[a:b], kind="stable")
         model_ndcg.append(ndcg_at(10, rel[a:b][order], ideal))
-        seen = hist.item_rows[hist.offsets[k]:hist.offsets[k + 1]]
+        seen = hist.seen(k)
         head = popular_active[:10 + len(seen)]
         top = head[~np.isin(head, seen)][:10]
         tcode = uid * span + top

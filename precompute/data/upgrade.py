@@ -1,0 +1,35 @@
+"""Bringing a database written by an earlier version up to date: the kept values on user rows
+(``users.recent``, ``history.py``; ``users.seen``, ``seen.py``) for users that have none."""
+
+from __future__ import annotations
+
+from sqlalchemy import Engine, or_, select, update
+
+from ..settings import Settings
+from . import history, seen
+from .models import User
+
+
+def fill_missing(engine: Engine, settings: Settings, batch: int = 500) -> int:
+    """Write both kept values for users missing either one, from the events table; returns how many users.
+
+    Each batch runs in one transaction that first takes the users' row locks (a no-op UPDATE; the write lock on
+    SQLite), so an event recorded meanwhile waits and is then folded into the values, never lost from them.
+    """
+    limit, cap = settings.history_limit, settings.seen_max_items
+    filled = 0
+    while True:
+        with engine.begin() as conn:
+            ids = conn.execute(select(User.id).where(or_(User.recent.is_(None), User.seen.is_(None)))
+                               .order_by(User.id).limit(batch)).scalars().all()
+            if not ids:
+                return filled
+            conn.execute(update(User).where(User.id.in_(ids)).values(history_version=User.history_version))
+            events = history.from_events(conn, ids, limit)
+            items = seen.from_events(conn, ids, float("-inf"), cap)
+            for uid in ids:
+                rec, kept = events[uid], items[uid]
+                conn.execute(update(User).where(User.id == uid).values(
+                    recent=history.pack(rec["item"], rec["type"], rec["ts"], limit),
+                    seen=seen.pack(kept["item"], kept["ts"], cap)))
+            filled += len(ids)
