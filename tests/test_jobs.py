@@ -36,8 +36,10 @@ def test_batches_are_computed_by_a_real_forking_worker(settings, r, world):
 
 
 def test_work_horses_inherit_init_instead_of_repeating_it(settings, r):
+    # given four single-user jobs, each of which runs ORM queries (its users' histories)
     queue = make_queue(settings, r)
     enqueue_batches(queue, [1, 2, 3, 4], 1, settings)
+    # when a real worker runs them
     done = manage(settings, "worker", "--burst")
     assert done.returncode == 0, done.stderr
     procs = [res["process"] for res in _results(r, queue)]
@@ -45,10 +47,12 @@ def test_work_horses_inherit_init_instead_of_repeating_it(settings, r):
     parent = {p["init_pid"] for p in procs}
     assert len(parent) == 1, "one parent initialised"
     for p in procs:
-        # each job ran in its own forked horse, which neither reloaded the bundle nor configured mappers again
+        # then each job ran in its own forked horse, which inherited the parent's one bundle load and its
+        # configured mappers: configuration ran once, in the parent, and never in the horse (a horse forked with
+        # mappers still to configure would have configured them at its first query, under its own pid)
         assert p["pid"] != p["init_pid"]
         assert p["bundle_loads"] == 1
-        assert p["mapper_configurations"] == 1
+        assert p["mapper_configured_in"] == [p["init_pid"]]
     assert len({p["pid"] for p in procs}) == 4
 
 
