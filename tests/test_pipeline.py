@@ -14,6 +14,7 @@ from precompute.data.recording import NewEvent, record
 from precompute.ranking import candidates, features, ranker
 from precompute.ranking.layout import LAYOUT
 from precompute.ranking.pipeline import STAGES
+from tests import reference
 
 
 def histories(pipeline, user_ids, limit=None):
@@ -56,35 +57,6 @@ def test_popular_lists_are_each_categorys_most_popular_active_items(pipeline):
     assert np.all(np.diff(items.popularity) <= 0)
 
 
-def _reference_candidates(settings, items, cov, rows, types):
-    """Candidates of one user the slow, obvious way: Python sets and dicts, no scratch arrays."""
-    known = [int(r) for r in rows if r >= 0]
-    recent = []
-    for r in reversed(known):
-        if r not in recent:
-            recent.append(r)
-    score, count, flags = {}, {}, {}
-    for i, r in enumerate(recent[: settings.covisit_recent_items]):
-        for j in range(cov.indptr[r], cov.indptr[r + 1]):
-            n = int(cov.nbr[j])
-            score[n] = score.get(n, 0.0) + cov.weight[j] * settings.recency_decay ** i
-            count[n] = count.get(n, 0) + 1
-            flags[n] = flags.get(n, 0) | candidates.FROM_COVISIT
-    weight = {}
-    for r, t in zip(rows, types):
-        if r >= 0:
-            c = int(items.category[r])
-            weight[c] = weight.get(c, 0.0) + settings.category_weights[t - 1]     # view, click, contact, purchase
-    top = sorted((c for c in weight if weight[c] > 0), key=lambda c: (-weight[c], c))
-    for c in top[: settings.user_top_categories]:
-        for n in items.category_popular[c]:
-            flags[int(n)] = flags.get(int(n), 0) | candidates.FROM_CATEGORY
-    for n in items.global_popular:
-        flags[int(n)] = flags.get(int(n), 0) | candidates.FROM_GLOBAL
-    return {n: (score.get(n, 0.0), count.get(n, 0), f) for n, f in flags.items()
-            if n not in set(known) and items.active[n]}
-
-
 def test_candidates_match_a_plain_python_reference(pipeline, world, user_id):
     # given a batch of users with long, short and no histories (user_id + 10**6 does not exist)
     batch = [user_id, user_id + 1, user_id + 2, user_id + 10**6]
@@ -94,8 +66,8 @@ def test_candidates_match_a_plain_python_reference(pipeline, world, user_id):
     cand = candidates.for_batch(pipeline.items, pipeline.cov, hist, uncapped)
     for k in range(len(batch)):
         a, b = hist.offsets[k], hist.offsets[k + 1]
-        want = _reference_candidates(pipeline.settings, pipeline.items, pipeline.cov, hist.item_rows[a:b],
-                                     hist.types[a:b])
+        want = reference.candidates_of(pipeline.settings, pipeline.items, pipeline.cov, hist.item_rows[a:b],
+                                       hist.types[a:b])
         lo, hi = cand.offsets[k], cand.offsets[k + 1]
         got = {int(r): (s, c, f) for r, s, c, f in zip(cand.rows[lo:hi], cand.cov_score[lo:hi],
                                                         cand.cov_count[lo:hi], cand.flags[lo:hi])}
@@ -116,21 +88,29 @@ def test_candidates_match_a_plain_python_reference(pipeline, world, user_id):
     assert max(rank[n] for n in kept - covisited) < min(rank[n] for n in set(full.tolist()) - kept)
 
 
-def test_feature_gathers_match_fancy_indexing(pipeline, world, user_id):
-    # given a batch's candidates and features
-    hist = histories(pipeline, [user_id, user_id + 1])
+def test_every_feature_column_matches_a_plain_python_reference(pipeline, world, user_id):
+    # given a batch of users with long histories and none (user_id + 10**6 does not exist), and their candidates
+    batch = [user_id, user_id + 1, user_id + 10**6]
+    hist = histories(pipeline, batch)
     cand = pipeline.candidates(hist)
-    X = features.build(pipeline.items, hist, cand, time.time())
-    # then the gathered item block is the item table's rows, and user columns are constant within each user
-    static = slice(LAYOUT.start("item_static"), LAYOUT.start("item_static") + len(LAYOUT.group("item_static")))
-    assert np.array_equal(X[:, static], pipeline.items.static_features()[cand.rows])
-    user_cols = slice(LAYOUT.start("user"), LAYOUT.start("user") + len(LAYOUT.group("user")))
-    for k in range(2):
-        block = X[cand.offsets[k]: cand.offsets[k + 1], user_cols]
-        assert (block == block[0]).all()
-    flags = X[:, -4:-1].astype(int) @ np.array([candidates.FROM_COVISIT, candidates.FROM_CATEGORY,
-                                                  candidates.FROM_GLOBAL])
-    assert np.array_equal(flags, cand.flags) and np.array_equal(X[:, -1], X[:, -4:-1].sum(axis=1))
+    now = time.time()
+    # when the feature matrix is built
+    X = features.build(pipeline.items, hist, cand, now)
+    # then every column of every candidate row equals the reference computed from the user's history, the item
+    # table and the settings, to float32 precision (item age: the float32 day numbers it is a difference of)
+    assert X.shape == (len(cand.rows), len(LAYOUT)) and np.isfinite(X).all()
+    per_item = reference.item_features(pipeline.items, now)
+    for k in range(len(batch)):
+        a, b = hist.offsets[k], hist.offsets[k + 1]
+        want = reference.feature_rows(pipeline.settings, pipeline.items, pipeline.cov, hist.item_rows[a:b],
+                                      hist.types[a:b], hist.ts[a:b], now, per_item)
+        rows = cand.rows[cand.offsets[k]: cand.offsets[k + 1]].tolist()
+        assert sorted(rows) == sorted(want) and len(rows) > 0
+        for name in LAYOUT.names:
+            got = X[cand.offsets[k]: cand.offsets[k + 1], LAYOUT.index(name)]
+            expected = np.array([want[r][name] for r in rows], dtype=np.float64)
+            atol = 4e-3 if name == "item_age_days" else 1e-5
+            np.testing.assert_allclose(got, expected, rtol=1e-5, atol=atol, err_msg=f"user {batch[k]}: {name}")
 
 
 def test_training_and_precompute_build_identical_feature_rows(pipeline, world, user_id):
