@@ -327,3 +327,32 @@ def test_a_retried_batch_of_duplicates_still_schedules_the_recompute(client, set
     r.delete(f"{settings.key_prefix}dirty")        # as if Redis failed after the commit: nothing scheduled
     assert _json(client.post("/events", json=event)) == {"accepted": 0, "duplicates": 1}
     assert r.zscore(f"{settings.key_prefix}dirty", str(user_id)) is not None
+
+
+#: Values no reader can decode: shorter than a header, an unknown magic, and the right magic with an unknown format
+#: whose version field reads far above any history's.
+UNREADABLE_FEEDS = [b"garbage", b"XX" + bytes(60), b"PF\x09\x00" + b"\xff" * 60]
+
+
+def test_an_unreadable_feed_is_served_as_fallback_then_recomputed(client, settings, r, world, user_id):
+    from precompute.feeds.store import FeedStore
+    from tests.conftest import manage
+
+    # given users with a history whose stored feed values are unreadable
+    users = [user_id + k for k in range(len(UNREADABLE_FEEDS))]
+    for uid, value in zip(users, UNREADABLE_FEEDS):
+        r.set(f"{settings.key_prefix}feed:{uid}", value)
+    # when they ask for their feed, they get a fallback (not an error) and a recompute is scheduled
+    for uid in users:
+        body = _feed(client, uid, limit=10)
+        assert body["source"] == "fallback" and len(body["items"]) == 10
+        assert r.zscore(f"{settings.key_prefix}dirty", str(uid)) is not None
+    # then a worker's drain replaces each value with a feed of the user's latest history, served from then on
+    done = manage(settings, "worker", "--burst")
+    assert done.returncode == 0, done.stderr
+    with world.engine.connect() as conn:
+        versions = dict(conn.execute(select(User.id, User.history_version).where(User.id.in_(users))).all())
+    for uid in users:
+        assert FeedStore(r, settings).read(uid).header.history_version == versions[uid] > 0
+        body = _feed(client, uid, limit=10)
+        assert body["source"] == "precomputed" and body["history_version"] == versions[uid]
