@@ -5,7 +5,7 @@ import time
 
 import numpy as np
 import pytest
-from sqlalchemy import text
+from sqlalchemy import select, text
 
 from precompute.data import bulk, engine as db, synthetic
 from precompute.data.history import load_histories
@@ -62,6 +62,48 @@ def test_precompute_inline(settings, r):
     assert done.returncode == 0, done.stderr
     assert "2 feeds written" in done.stdout
     assert r.exists(f"{settings.key_prefix}feed:5")
+
+
+def test_precompute_stale_rebuilds_missing_old_and_unreadable_feeds_and_leaves_current_ones(settings, r, world,
+                                                                                            pipeline, user_id):
+    from rq.job import Job
+    from rq.serializers import JSONSerializer
+
+    from jobs.queues import make_queue
+    from precompute.data.models import User
+    from precompute.data.recording import NewEvent, record
+
+    def feeds():
+        return {u: r.get(f"{settings.key_prefix}feed:{u}") for u in versions}
+
+    # given every user with a history has a current feed
+    with world.engine.connect() as conn:
+        versions = dict(conn.execute(select(User.id, User.history_version).where(User.history_version > 0)).all())
+    pipeline.recompute(sorted(versions))
+    # and then one user had a new event, one feed was lost (Redis lost data) and one became unreadable
+    older, missing, unreadable = user_id, user_id + 1, user_id + 2
+    record(world.engine, [NewEvent(older, int(pipeline.items.ids[0]), 1, time.time())], settings.history_limit)
+    r.delete(f"{settings.key_prefix}feed:{missing}")
+    r.set(f"{settings.key_prefix}feed:{unreadable}", b"PF\x09\x00" + b"\xff" * 60)
+    before = feeds()
+    # when `precompute --stale` runs, it enqueues exactly those users
+    done = manage(settings, "precompute", "--stale")
+    assert done.returncode == 0, done.stderr
+    assert "enqueued 1 jobs for 3 users" in done.stdout
+    queue = make_queue(settings, r)
+    jobs = [Job.fetch(j, connection=r, serializer=JSONSerializer) for j in queue.job_ids]
+    assert [job.args[0] for job in jobs] == [[older, missing, unreadable]]
+    # then a worker rebuilds them at their users' latest versions, and every current feed is left as it was
+    done = manage(settings, "worker", "--burst")
+    assert done.returncode == 0, done.stderr
+    with world.engine.connect() as conn:
+        versions = dict(conn.execute(select(User.id, User.history_version).where(User.history_version > 0)).all())
+    after = feeds()
+    store = pipeline.store
+    for u in (older, missing, unreadable):
+        assert after[u] != before[u] and store.read(u).header.history_version == versions[u]
+    assert {u: v for u, v in after.items() if u not in (older, missing, unreadable)} == \
+        {u: v for u, v in before.items() if u not in (older, missing, unreadable)}
 
 
 def test_init_db_brings_an_older_database_up_to_date(settings, tmp_path):
