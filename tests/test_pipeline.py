@@ -234,3 +234,52 @@ def test_stale_users_are_those_whose_feed_is_missing_or_older(pipeline, world, u
     stale = pipeline.store.stale_users([(fresh, version), (fresh, version + 1), (missing, 3), (missing + 1, 1)])
     # the feed is current for its version, older than version + 1, absent for one user and unreadable for another
     assert stale == [fresh, missing, missing + 1]
+
+
+def test_new_items_reach_candidates_and_feeds_once_the_item_matrices_reload(settings, world, r, user_id):
+    from sqlalchemy import delete, insert
+
+    from precompute.data.models import Event
+    from precompute.ranking.pipeline import Pipeline
+
+    # given a worker's pipeline whose popular lists are shorter than the catalogue, reloading every 2 s
+    s = dataclasses.replace(settings, global_popular=20, category_popular=10, item_table_max_age=2)
+    pipeline = Pipeline(s, world.engine, r)
+    pipeline.load()
+    hist = histories(pipeline, [user_id])
+    weight = reference.category_weights(s, pipeline.items, hist.item_rows, hist.types)
+    strongest = max(weight, key=lambda c: (weight[c], -c))
+    # when two items are listed in the user's strongest category and bought more often than any other item
+    new = [5_001, 5_002]
+    crowd = 1_800_000_000 + user_id
+    purchases = int(pipeline.items.popularity.max() // s.popularity_weights[3]) + 2
+    now = time.time()
+    with world.engine.begin() as conn:
+        conn.execute(insert(Item), [dict(id=i, category=strongest, price=100.0, created_at=now, active=True,
+                                         quality=0.5, photos=1, seller_rating=4.0) for i in new])
+    try:
+        record(world.engine, [NewEvent(crowd, i, 4, now - 60) for i in new for _ in range(purchases)],
+               s.history_limit)
+        # then before the matrices are older than their max age, no candidate or feed holds them
+        assert pipeline.refresh() is False
+        assert not set(new) & set(pipeline.items.ids[pipeline.candidates(histories(pipeline, [user_id])).rows])
+        pipeline.recompute([user_id])
+        assert not set(new) & set(pipeline.store.read(user_id).items.tolist())
+        # and once they are, the reload makes them the most popular items, candidates from both popular lists,
+        # ranked into the user's feed and first on the fallback's global list
+        time.sleep(max(0.0, pipeline.items.loaded_at + s.item_table_max_age + 0.05 - time.time()))
+        assert pipeline.refresh() is True
+        items = pipeline.items
+        assert sorted(items.ids[items.global_popular[:2]]) == new
+        cand = pipeline.candidates(histories(pipeline, [user_id]))
+        flags = dict(zip(items.ids[cand.rows].tolist(), cand.flags.tolist()))
+        both = candidates.FROM_CATEGORY | candidates.FROM_GLOBAL
+        assert all(flags[i] & both == both for i in new)
+        pipeline.recompute([user_id])
+        assert set(new) <= set(pipeline.store.read(user_id).items.tolist())
+        assert sorted(np.frombuffer(r.get(f"{s.key_prefix}popular:global"), "<u4")[:2]) == new
+    finally:
+        with world.engine.begin() as conn:
+            conn.execute(delete(Event).where(Event.user_id == crowd))
+            conn.execute(delete(User).where(User.id == crowd))
+            conn.execute(delete(Item).where(Item.id.in_(new)))
