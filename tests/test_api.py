@@ -336,10 +336,10 @@ UNREADABLE_FEEDS = [b"garbage", b"XX" + bytes(60), b"PF\x09\x00" + b"\xff" * 60]
 
 def test_an_unreadable_feed_is_served_as_fallback_then_recomputed(client, settings, r, world, user_id):
     from precompute.feeds.store import FeedStore
-    from tests.conftest import manage
+    from tests.conftest import manage, users_with_history
 
     # given users with a history whose stored feed values are unreadable
-    users = [user_id + k for k in range(len(UNREADABLE_FEEDS))]
+    users = users_with_history(world, user_id, len(UNREADABLE_FEEDS))
     for uid, value in zip(users, UNREADABLE_FEEDS):
         r.set(f"{settings.key_prefix}feed:{uid}", value)
     # when they ask for their feed, they get a fallback (not an error) and a recompute is scheduled

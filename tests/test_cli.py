@@ -11,7 +11,7 @@ from precompute.data import bulk, engine as db, synthetic
 from precompute.data.history import load_histories
 from precompute.ranking.item_table import load_item_table
 
-from tests.conftest import manage
+from tests.conftest import manage, users_with_history
 
 
 def _one_line_error(done, code, fragment):
@@ -73,37 +73,39 @@ def test_precompute_stale_rebuilds_missing_old_and_unreadable_feeds_and_leaves_c
     from precompute.data.models import User
     from precompute.data.recording import NewEvent, record
 
-    def feeds():
-        return {u: r.get(f"{settings.key_prefix}feed:{u}") for u in versions}
+    def versions():
+        with world.engine.connect() as conn:
+            return dict(conn.execute(select(User.id, User.history_version).where(User.history_version > 0)).all())
 
-    # given every user with a history has a current feed
-    with world.engine.connect() as conn:
-        versions = dict(conn.execute(select(User.id, User.history_version).where(User.history_version > 0)).all())
-    pipeline.recompute(sorted(versions))
+    def view(user):
+        record(world.engine, [NewEvent(user, int(pipeline.items.ids[0]), 1, time.time())], settings.history_limit)
+
+    # given every user with a history has a current feed (this test's user among them)
+    older, (missing, unreadable) = user_id, users_with_history(world, user_id + 1, 2)
+    view(older)
+    users = sorted(versions())
+    pipeline.recompute(users)
     # and then one user had a new event, one feed was lost (Redis lost data) and one became unreadable
-    older, missing, unreadable = user_id, user_id + 1, user_id + 2
-    record(world.engine, [NewEvent(older, int(pipeline.items.ids[0]), 1, time.time())], settings.history_limit)
+    view(older)
     r.delete(f"{settings.key_prefix}feed:{missing}")
     r.set(f"{settings.key_prefix}feed:{unreadable}", b"PF\x09\x00" + b"\xff" * 60)
-    before = feeds()
+    before = {u: r.get(f"{settings.key_prefix}feed:{u}") for u in users}
     # when `precompute --stale` runs, it enqueues exactly those users
     done = manage(settings, "precompute", "--stale")
     assert done.returncode == 0, done.stderr
     assert "enqueued 1 jobs for 3 users" in done.stdout
     queue = make_queue(settings, r)
     jobs = [Job.fetch(j, connection=r, serializer=JSONSerializer) for j in queue.job_ids]
-    assert [job.args[0] for job in jobs] == [[older, missing, unreadable]]
+    assert [job.args[0] for job in jobs] == [sorted([older, missing, unreadable])]
     # then a worker rebuilds them at their users' latest versions, and every current feed is left as it was
     done = manage(settings, "worker", "--burst")
     assert done.returncode == 0, done.stderr
-    with world.engine.connect() as conn:
-        versions = dict(conn.execute(select(User.id, User.history_version).where(User.history_version > 0)).all())
-    after = feeds()
-    store = pipeline.store
-    for u in (older, missing, unreadable):
-        assert after[u] != before[u] and store.read(u).header.history_version == versions[u]
-    assert {u: v for u, v in after.items() if u not in (older, missing, unreadable)} == \
-        {u: v for u, v in before.items() if u not in (older, missing, unreadable)}
+    after = {u: r.get(f"{settings.key_prefix}feed:{u}") for u in users}
+    latest = versions()
+    stale = {older, missing, unreadable}
+    for u in stale:
+        assert after[u] != before[u] and pipeline.store.read(u).header.history_version == latest[u]
+    assert {u: v for u, v in after.items() if u not in stale} == {u: v for u, v in before.items() if u not in stale}
 
 
 def test_init_db_brings_an_older_database_up_to_date(settings, tmp_path):

@@ -265,6 +265,7 @@ def test_new_items_reach_candidates_and_feeds_once_the_item_matrices_reload(sett
         assert not set(new) & set(pipeline.items.ids[pipeline.candidates(histories(pipeline, [user_id])).rows])
         pipeline.recompute([user_id])
         assert not set(new) & set(pipeline.store.read(user_id).items.tolist())
+        assert not set(new) & set(np.frombuffer(r.get(f"{s.key_prefix}popular:global"), "<u4").tolist())
         # and once they are, the reload makes them the most popular items, candidates from both popular lists,
         # ranked into the user's feed and first on the fallback's global list
         time.sleep(max(0.0, pipeline.items.loaded_at + s.item_table_max_age + 0.05 - time.time()))
