@@ -15,6 +15,7 @@ from precompute.ranking import candidates, features, ranker
 from precompute.ranking.layout import LAYOUT
 from precompute.ranking.pipeline import STAGES
 from tests import reference
+from tests.conftest import users_with_history
 
 
 def histories(pipeline, user_ids, limit=None):
@@ -89,8 +90,8 @@ def test_candidates_match_a_plain_python_reference(pipeline, world, user_id):
 
 
 def test_every_feature_column_matches_a_plain_python_reference(pipeline, world, user_id):
-    # given a batch of users with long histories and none (user_id + 10**6 does not exist), and their candidates
-    batch = [user_id, user_id + 1, user_id + 10**6]
+    # given a batch of users with histories and one without (user_id + 10**6 does not exist), and their candidates
+    batch = [*users_with_history(world, user_id, 2), user_id + 10**6]
     hist = histories(pipeline, batch)
     cand = pipeline.candidates(hist)
     now = time.time()
@@ -246,7 +247,8 @@ def test_new_items_reach_candidates_and_feeds_once_the_item_matrices_reload(sett
     s = dataclasses.replace(settings, global_popular=20, category_popular=10, item_table_max_age=2)
     pipeline = Pipeline(s, world.engine, r)
     pipeline.load()
-    hist = histories(pipeline, [user_id])
+    user = users_with_history(world, user_id, 1)[0]
+    hist = histories(pipeline, [user])
     weight = reference.category_weights(s, pipeline.items, hist.item_rows, hist.types)
     strongest = max(weight, key=lambda c: (weight[c], -c))
     # when two items are listed in the user's strongest category and bought more often than any other item
@@ -262,9 +264,9 @@ def test_new_items_reach_candidates_and_feeds_once_the_item_matrices_reload(sett
                s.history_limit)
         # then before the matrices are older than their max age, no candidate or feed holds them
         assert pipeline.refresh() is False
-        assert not set(new) & set(pipeline.items.ids[pipeline.candidates(histories(pipeline, [user_id])).rows])
-        pipeline.recompute([user_id])
-        assert not set(new) & set(pipeline.store.read(user_id).items.tolist())
+        assert not set(new) & set(pipeline.items.ids[pipeline.candidates(histories(pipeline, [user])).rows])
+        pipeline.recompute([user])
+        assert not set(new) & set(pipeline.store.read(user).items.tolist())
         assert not set(new) & set(np.frombuffer(r.get(f"{s.key_prefix}popular:global"), "<u4").tolist())
         # and once they are, the reload makes them the most popular items, candidates from both popular lists,
         # ranked into the user's feed and first on the fallback's global list
@@ -272,12 +274,12 @@ def test_new_items_reach_candidates_and_feeds_once_the_item_matrices_reload(sett
         assert pipeline.refresh() is True
         items = pipeline.items
         assert sorted(items.ids[items.global_popular[:2]]) == new
-        cand = pipeline.candidates(histories(pipeline, [user_id]))
+        cand = pipeline.candidates(histories(pipeline, [user]))
         flags = dict(zip(items.ids[cand.rows].tolist(), cand.flags.tolist()))
         both = candidates.FROM_CATEGORY | candidates.FROM_GLOBAL
         assert all(flags[i] & both == both for i in new)
-        pipeline.recompute([user_id])
-        assert set(new) <= set(pipeline.store.read(user_id).items.tolist())
+        pipeline.recompute([user])
+        assert set(new) <= set(pipeline.store.read(user).items.tolist())
         assert sorted(np.frombuffer(r.get(f"{s.key_prefix}popular:global"), "<u4")[:2]) == new
     finally:
         with world.engine.begin() as conn:
