@@ -1,5 +1,6 @@
-"""The HTTP contract: feed shape, live rules (boosts, deactivation, seen since precompute), fallback, and every
-bad-input case answered with a 4xx JSON error and nothing written."""
+"""The HTTP contract: feed shape, live rules (boosts, deactivation, seen since precompute), fallback (for users
+without a feed or with an unreadable one), and every bad-input case answered with a 4xx JSON error and nothing
+written."""
 
 import dataclasses
 import time

@@ -1,4 +1,5 @@
-"""manage.py: expected failures are one line on stderr with a non-zero exit, never a traceback."""
+"""manage.py: expected failures are one line on stderr with a non-zero exit, never a traceback; and what the commands
+do (precompute --inline and --stale, init-db, seed, train, requeue-failed, demo)."""
 
 import dataclasses
 import time

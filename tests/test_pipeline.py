@@ -1,5 +1,6 @@
-"""The core pipeline: candidates, feature parity between training and precompute, histories, and the version
-guard across racing jobs."""
+"""The core pipeline: candidates and every feature column against plain Python references (``tests/reference.py``),
+feature parity between training and precompute, histories, the version guard across racing jobs, and what a reload
+of the item matrices brings (new items, deactivations)."""
 
 import dataclasses
 import time
