@@ -23,14 +23,15 @@ log = logging.getLogger(__name__)
 
 _pipeline: Pipeline | None = None
 _init_pid: int | None = None
-#: How many times mapper configuration actually ran in this process's lineage (inherited across fork).
-mapper_configurations = 0
+#: The pid of every process of this lineage in which mapper configuration ran (a forked child inherits the list):
+#: a work horse whose list holds only its worker's pid inherited configured mappers, since any ORM query it ran
+#: would otherwise have configured them, in the horse.
+mapper_configured_in: list[int] = []
 
 
 @event.listens_for(Mapper, "after_configured")
-def _count_configuration() -> None:
-    global mapper_configurations
-    mapper_configurations += 1
+def _record_configuration() -> None:
+    mapper_configured_in.append(os.getpid())
 
 
 def init(settings: Settings | None = None) -> Pipeline:
@@ -66,7 +67,7 @@ def stats() -> dict:
         "pid": os.getpid(),
         "init_pid": _init_pid,
         "bundle_loads": _pipeline.loads if _pipeline else 0,
-        "mapper_configurations": mapper_configurations,
+        "mapper_configured_in": list(mapper_configured_in),
         "bundle_version": _pipeline.bundle.version if _pipeline and _pipeline.bundle else None,
     }
 

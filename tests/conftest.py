@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, select, text
 
 from precompute.data import bulk, engine as db, synthetic
 from precompute.ranking import bundle, ranker
@@ -89,6 +89,16 @@ def user_id(world) -> int:
     k = next(_user_ids)
     assert k < len(world.users_with_events), "more tests than seeded users; raise N_USERS"
     return world.users_with_events[k]
+
+
+def users_with_history(world: World, first: int, n: int) -> list[int]:
+    """``n`` users with at least one event, ``first`` and on: for tests that write only their own Redis keys for
+    them (other tests may hold these ids)."""
+    from precompute.data.models import User
+
+    with world.engine.connect() as conn:
+        return list(conn.execute(select(User.id).where(User.id >= first, User.history_version > 0)
+                                 .order_by(User.id).limit(n)).scalars())
 
 
 @pytest.fixture

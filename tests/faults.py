@@ -13,9 +13,10 @@ import psutil
 from tests.conftest import ROOT
 
 
-def spawn_worker(settings, *args: str) -> subprocess.Popen:
+def spawn_worker(settings, *args: str, log=None) -> subprocess.Popen:
+    """``manage.py worker`` in a child process; its stderr (logged warnings and errors) goes to ``log``, a file."""
     return subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "worker", *args], env=settings.child_env(),
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log or subprocess.DEVNULL)
 
 
 def horses_of(proc: subprocess.Popen) -> list[psutil.Process]:

@@ -1,6 +1,8 @@
-"""The HTTP contract: feed shape, live rules (boosts, deactivation, seen since precompute), fallback, and every
-bad-input case answered with a 4xx JSON error and nothing written."""
+"""The HTTP contract: feed shape, live rules (boosts, deactivation, seen since precompute), fallback (for users
+without a feed or with an unreadable one), and every bad-input case answered with a 4xx JSON error and nothing
+written."""
 
+import dataclasses
 import time
 
 import numpy as np
@@ -273,13 +275,51 @@ def test_scores_in_the_feed_are_finite_numbers(client, pipeline, user_id):
     assert len(scores) == 100 and np.all(np.isfinite(scores))
 
 
-def test_fallback_uses_popular_lists_once_a_worker_published_them(client, pipeline, user_id):
-    body = _feed(client, user_id, limit=10)
-    assert body["source"] == "fallback"
-    popular = set(pipeline.items.ids[pipeline.items.global_popular].tolist())
-    for rows in pipeline.items.category_popular:
-        popular |= set(pipeline.items.ids[rows].tolist())
-    assert set(_ids(body)) <= popular
+def test_fallback_interleaves_the_users_top_categories_then_global_popular(client, settings, world, r, admin,
+                                                                          user_id):
+    from precompute.ranking.pipeline import Pipeline
+
+    # given a worker published popular lists shorter than every category's active items and the catalogue's
+    small = dataclasses.replace(settings, category_popular=4, global_popular=6)
+    worker = Pipeline(small, world.engine, r)
+    worker.load()
+    items = worker.items
+    ranked = sorted((int(i) for i in np.flatnonzero(items.active)), key=lambda row: (-items.popularity[row],
+                                                                                    items.ids[row]))
+    by_category = {c: [int(items.ids[row]) for row in ranked if items.category[row] == c]
+                   for c in range(items.n_categories)}
+    assert min(len(ids) for ids in by_category.values()) > small.category_popular
+    assert len(ranked) > small.global_popular
+    lists = {c: ids[: small.category_popular] for c, ids in by_category.items()}
+    global_list = [int(items.ids[row]) for row in ranked[: small.global_popular]]
+    assert r.get(f"{settings.key_prefix}popular:global") == np.array(global_list, "<u4").tobytes()
+    for c, ids in lists.items():
+        assert r.get(f"{settings.key_prefix}popular:cat:{c}") == np.array(ids, "<u4").tobytes()
+    # and a user without a feed whose events weigh categories 2 > 0 > 4 (one event per view): they viewed the top
+    # item of category 2 three times, and an item off the lists in each of the others
+    uid = 1_700_000_000 + user_id
+    viewed = [lists[2][0]] * 3 + [by_category[0][-1]] * 2 + [by_category[4][-1]]
+    resp = client.post("/events", json=[{"user_id": uid, "item_id": i, "type": "view"} for i in viewed])
+    assert resp.status_code == 202
+    # and an item of category 0's list sold since the lists were published
+    sold = lists[0][1]
+    assert client.put(f"/items/{sold}", json={"active": False}, headers=admin).status_code == 200
+    try:
+        # when the user's feed is asked for
+        body = _feed(client, uid, limit=100)
+        page = _feed(client, uid, limit=5, offset=3)
+    finally:
+        assert client.put(f"/items/{sold}", json={"active": True}, headers=admin).status_code == 200
+    # then it is the top categories' lists interleaved in the order of the user's weight, then global popular,
+    # each item once, without the items the user interacted with or the sold one
+    merged = [ids[k] for k in range(small.category_popular) for ids in (lists[2], lists[0], lists[4])]
+    want = []
+    for item in merged + global_list:
+        if item not in want and item not in viewed and item != sold:
+            want.append(item)
+    assert body["source"] == "fallback" and body["model_version"] is None
+    assert _ids(body) == want
+    assert _ids(page) == want[3:8]
 
 
 def test_a_retried_batch_of_duplicates_still_schedules_the_recompute(client, settings, r, pipeline, user_id):
@@ -288,3 +328,32 @@ def test_a_retried_batch_of_duplicates_still_schedules_the_recompute(client, set
     r.delete(f"{settings.key_prefix}dirty")        # as if Redis failed after the commit: nothing scheduled
     assert _json(client.post("/events", json=event)) == {"accepted": 0, "duplicates": 1}
     assert r.zscore(f"{settings.key_prefix}dirty", str(user_id)) is not None
+
+
+#: Values no reader can decode: shorter than a header, an unknown magic, and the right magic with an unknown format
+#: whose version field reads far above any history's.
+UNREADABLE_FEEDS = [b"garbage", b"XX" + bytes(60), b"PF\x09\x00" + b"\xff" * 60]
+
+
+def test_an_unreadable_feed_is_served_as_fallback_then_recomputed(client, settings, r, world, user_id):
+    from precompute.feeds.store import FeedStore
+    from tests.conftest import manage, users_with_history
+
+    # given users with a history whose stored feed values are unreadable
+    users = users_with_history(world, user_id, len(UNREADABLE_FEEDS))
+    for uid, value in zip(users, UNREADABLE_FEEDS):
+        r.set(f"{settings.key_prefix}feed:{uid}", value)
+    # when they ask for their feed, they get a fallback (not an error) and a recompute is scheduled
+    for uid in users:
+        body = _feed(client, uid, limit=10)
+        assert body["source"] == "fallback" and len(body["items"]) == 10
+        assert r.zscore(f"{settings.key_prefix}dirty", str(uid)) is not None
+    # then a worker's drain replaces each value with a feed of the user's latest history, served from then on
+    done = manage(settings, "worker", "--burst")
+    assert done.returncode == 0, done.stderr
+    with world.engine.connect() as conn:
+        versions = dict(conn.execute(select(User.id, User.history_version).where(User.id.in_(users))).all())
+    for uid in users:
+        assert FeedStore(r, settings).read(uid).header.history_version == versions[uid] > 0
+        body = _feed(client, uid, limit=10)
+        assert body["source"] == "precomputed" and body["history_version"] == versions[uid]

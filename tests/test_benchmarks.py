@@ -1,5 +1,5 @@
 """Every benchmark runs in --quick mode, so the suite cannot rot: it must finish, print its table and write JSON
-with its headline figures."""
+with its headline figures; the soak and freshness runs must also have had nothing go wrong."""
 
 import json
 import subprocess
@@ -19,6 +19,9 @@ EXPECTED = {
     "scaling": ["by_users", "by_candidates", "by_trees", "plot"],
     "soak": ["requests", "errors", "api_rss_mib", "worker_rss_mib"],
 }
+#: Counts of things that went wrong, which a quick run must leave at zero: a soak request answered with an error
+#: (or not at all), a freshness event whose feed never carried its version within the deadline, a failed job.
+ZERO = {"soak": ["errors"], "freshness": ["timed_out", "failed_jobs"]}
 
 
 @pytest.mark.timeout(300)
@@ -34,3 +37,10 @@ def test_benchmark_runs_in_quick_mode(name, tmp_path):
     for key in EXPECTED[name]:
         assert key in result, key
     assert "wrote" in done.stdout
+    # and nothing went wrong during the run: every request answered, every event's feed fresh in time
+    for key in ZERO.get(name, []):
+        assert result[key] == 0, (key, result[key])
+    if name == "soak":
+        assert result["requests"] > 0 and result["events"] > 0
+    if name == "freshness":
+        assert result["events"] > 0 and result["measured"] == result["events"]

@@ -1,17 +1,18 @@
-"""manage.py: expected failures are one line on stderr with a non-zero exit, never a traceback."""
+"""manage.py: expected failures are one line on stderr with a non-zero exit, never a traceback; and what the commands
+do (precompute --inline and --stale, init-db, seed, train, requeue-failed, demo)."""
 
 import dataclasses
 import time
 
 import numpy as np
 import pytest
-from sqlalchemy import text
+from sqlalchemy import select, text
 
 from precompute.data import bulk, engine as db, synthetic
 from precompute.data.history import load_histories
 from precompute.ranking.item_table import load_item_table
 
-from tests.conftest import manage
+from tests.conftest import manage, users_with_history
 
 
 def _one_line_error(done, code, fragment):
@@ -62,6 +63,50 @@ def test_precompute_inline(settings, r):
     assert done.returncode == 0, done.stderr
     assert "2 feeds written" in done.stdout
     assert r.exists(f"{settings.key_prefix}feed:5")
+
+
+def test_precompute_stale_rebuilds_missing_old_and_unreadable_feeds_and_leaves_current_ones(settings, r, world,
+                                                                                            pipeline, user_id):
+    from rq.job import Job
+    from rq.serializers import JSONSerializer
+
+    from jobs.queues import make_queue
+    from precompute.data.models import User
+    from precompute.data.recording import NewEvent, record
+
+    def versions():
+        with world.engine.connect() as conn:
+            return dict(conn.execute(select(User.id, User.history_version).where(User.history_version > 0)).all())
+
+    def view(user):
+        record(world.engine, [NewEvent(user, int(pipeline.items.ids[0]), 1, time.time())], settings)
+
+    # given every user with a history has a current feed (this test's user among them)
+    older, (missing, unreadable) = user_id, users_with_history(world, user_id + 1, 2)
+    view(older)
+    users = sorted(versions())
+    pipeline.recompute(users)
+    # and then one user had a new event, one feed was lost (Redis lost data) and one became unreadable
+    view(older)
+    r.delete(f"{settings.key_prefix}feed:{missing}")
+    r.set(f"{settings.key_prefix}feed:{unreadable}", b"PF\x09\x00" + b"\xff" * 60)
+    before = {u: r.get(f"{settings.key_prefix}feed:{u}") for u in users}
+    # when `precompute --stale` runs, it enqueues exactly those users
+    done = manage(settings, "precompute", "--stale")
+    assert done.returncode == 0, done.stderr
+    assert "enqueued 1 jobs for 3 users" in done.stdout
+    queue = make_queue(settings, r)
+    jobs = [Job.fetch(j, connection=r, serializer=JSONSerializer) for j in queue.job_ids]
+    assert [job.args[0] for job in jobs] == [sorted([older, missing, unreadable])]
+    # then a worker rebuilds them at their users' latest versions, and every current feed is left as it was
+    done = manage(settings, "worker", "--burst")
+    assert done.returncode == 0, done.stderr
+    after = {u: r.get(f"{settings.key_prefix}feed:{u}") for u in users}
+    latest = versions()
+    stale = {older, missing, unreadable}
+    for u in stale:
+        assert after[u] != before[u] and pipeline.store.read(u).header.history_version == latest[u]
+    assert {u: v for u, v in after.items() if u not in stale} == {u: v for u, v in before.items() if u not in stale}
 
 
 def test_init_db_brings_an_older_database_up_to_date(settings, tmp_path):

@@ -1,20 +1,24 @@
-"""The job path through real RQ workers (``manage.py worker --burst``, forking work horses): batch precompute,
-event coalescing, pre-fork initialisation and picking up a new bundle without a restart."""
+"""The job path through real RQ workers (``manage.py worker``, forking work horses): batch precompute, event
+coalescing, drains scheduled for leased users, pre-fork initialisation, and picking up a new bundle (or refusing a
+broken one) without a restart."""
 
+import dataclasses
 import shutil
-import subprocess
-import sys
 import time
 
 import pytest
 from rq.job import Job
 from rq.serializers import JSONSerializer
+from sqlalchemy import select
 
 from jobs.queues import enqueue_batches, make_queue, notify_changed
-from precompute.ranking import bundle
+from precompute.data.models import User
+from precompute.errors import BundleError
 from precompute.feeds.dirty import DirtyUsers
 from precompute.feeds.store import FeedStore
-from tests.conftest import ROOT, manage
+from precompute.ranking import bundle
+from tests.conftest import manage
+from tests.faults import spawn_worker, wait_until
 
 
 def _results(r, queue):
@@ -36,8 +40,10 @@ def test_batches_are_computed_by_a_real_forking_worker(settings, r, world):
 
 
 def test_work_horses_inherit_init_instead_of_repeating_it(settings, r):
+    # given four single-user jobs, each of which runs ORM queries (its users' histories)
     queue = make_queue(settings, r)
     enqueue_batches(queue, [1, 2, 3, 4], 1, settings)
+    # when a real worker runs them
     done = manage(settings, "worker", "--burst")
     assert done.returncode == 0, done.stderr
     procs = [res["process"] for res in _results(r, queue)]
@@ -45,10 +51,12 @@ def test_work_horses_inherit_init_instead_of_repeating_it(settings, r):
     parent = {p["init_pid"] for p in procs}
     assert len(parent) == 1, "one parent initialised"
     for p in procs:
-        # each job ran in its own forked horse, which neither reloaded the bundle nor configured mappers again
+        # then each job ran in its own forked horse, which inherited the parent's one bundle load and its
+        # configured mappers: configuration ran once, in the parent, and never in the horse (a horse forked with
+        # mappers still to configure would have configured them at its first query, under its own pid)
         assert p["pid"] != p["init_pid"]
         assert p["bundle_loads"] == 1
-        assert p["mapper_configurations"] == 1
+        assert p["mapper_configured_in"] == [p["init_pid"]]
     assert len({p["pid"] for p in procs}) == 4
 
 
@@ -64,8 +72,6 @@ def test_a_burst_of_events_for_one_user_yields_one_pending_recompute(client, set
     assert done.returncode == 0, done.stderr
     assert DirtyUsers(r, settings).pending() == 0
     feed = FeedStore(r, settings).read(user_id)
-    from sqlalchemy import select
-    from precompute.data.models import User
     with pipeline.engine.connect() as conn:
         version = conn.execute(select(User.history_version).where(User.id == user_id)).scalar()
     assert feed.header.history_version == version
@@ -97,24 +103,41 @@ def test_a_user_marked_again_while_claimed_stays_dirty(settings, r):
 
 
 @pytest.mark.timeout(120)
-def test_a_running_worker_picks_up_a_new_bundle_between_jobs(settings, r, world):
-    env_proc = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "worker"], cwd=ROOT,
-                                env=settings.child_env(),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+def test_a_running_worker_switches_to_a_promoted_bundle_and_keeps_it_when_a_broken_one_is_made_current(
+        settings, r, world, tmp_path):
+    # given a running worker (one process: RQ's worker forking a horse per job)
+    with (tmp_path / "worker.log").open("w") as log:
+        worker = spawn_worker(settings, log=log)
     queue = make_queue(settings, r)
-    new = world.version + 77_000_000
+    new, broken = world.version + 77_000_000, world.version + 78_000_000
     try:
         first = _run_one(queue, r, [1])
         assert first["process"]["bundle_version"] == world.version
+        # when a copy of the bundle is promoted, the next job runs with it, without a restart
         shutil.copytree(settings.model_dir / str(world.version), settings.model_dir / str(new))
         bundle.promote(settings.model_dir, new)
         second = _run_one(queue, r, [2])
         assert second["process"]["bundle_version"] == new
         assert second["process"]["pid"] != first["process"]["pid"]
+        # when a bundle whose model file is truncated is made current behind promote's back (promote refuses it)
+        shutil.copytree(settings.model_dir / str(new), settings.model_dir / str(broken))
+        model = settings.model_dir / str(broken) / "model.cbm"
+        model.write_bytes(model.read_bytes()[:1000])
+        with pytest.raises(BundleError, match="truncated"):
+            bundle.promote(settings.model_dir, broken)
+        (settings.model_dir / "CURRENT").write_text(f"{broken}\n")
+        # then the worker refuses it in its own process: later jobs succeed with the bundle it had
+        for users in ([3], [4]):
+            assert _run_one(queue, r, users)["process"]["bundle_version"] == new
     finally:
         bundle.promote(settings.model_dir, world.version)
-        env_proc.terminate()
-        env_proc.wait(timeout=30)
+        worker.terminate()
+        worker.wait(timeout=30)
+    # and it logged the refusal once (the broken version is checked once, not before every job)
+    refusals = [line for line in (tmp_path / "worker.log").read_text().splitlines()
+                if f"keeping bundle {new}: model bundle {broken}: model.cbm is truncated" in line]
+    assert len(refusals) == 1, refusals
+    assert queue.failed_job_registry.count == 0
 
 
 def _run_one(queue, r, users):
@@ -146,20 +169,39 @@ def test_a_failing_drain_job_hands_its_users_back(settings, r, pipeline, monkeyp
     assert sorted(dirty.claim(10)[0]) == [21, 22]
 
 
-def test_users_leased_by_a_dead_drain_job_get_a_scheduled_drain(settings, r, pipeline, monkeypatch):
-    from rq.registry import ScheduledJobRegistry
+@pytest.mark.timeout(120)
+def test_users_leased_by_a_dead_drain_job_are_recomputed_by_a_scheduled_drain(settings, r, pipeline, monkeypatch,
+                                                                              user_id):
+    from rq.registry import FinishedJobRegistry, ScheduledJobRegistry
 
     from jobs import context, tasks
 
+    short = dataclasses.replace(settings, dirty_lease=3)
+    monkeypatch.setattr(pipeline, "settings", short)
     monkeypatch.setattr(context, "_pipeline", pipeline)
-    dirty = DirtyUsers(r, settings)
-    dirty.mark([23])
-    dirty.claim(10)                        # claimed by a job that is then SIGKILLed: never completed
-    result = tasks.drain_dirty()           # a later drain finds nothing due ...
-    assert result["users"] == 0
-    registry = ScheduledJobRegistry(queue=make_queue(settings, r))
-    assert registry.count == 1             # ... and schedules one for when the lease runs out
-    due = registry.get_scheduled_time(registry.get_job_ids()[0]).timestamp()
-    assert 50 < due - time.time() <= 61
+    dirty = DirtyUsers(r, short)
+    store = FeedStore(r, short)
+    # given a user claimed by a drain job that was then SIGKILLed: leased, never completed, no feed
+    dirty.mark([user_id])
+    dirty.claim(10)
+    # when a later drain finds nobody due
+    assert tasks.drain_dirty()["users"] == 0
+    # then it schedules one drain for when the lease runs out, and only one however many drains see the lease
+    registry = ScheduledJobRegistry(queue=make_queue(short, r))
+    assert registry.count == 1
+    scheduled = registry.get_job_ids()[0]
+    assert 0 < registry.get_scheduled_time(scheduled).timestamp() - time.time() <= short.dirty_lease + 1
     tasks.drain_dirty()
-    assert registry.count == 1             # not one more per drain
+    assert registry.count == 1 and store.read(user_id) is None
+    # and a running worker runs that drain once the lease is over: the user gets a feed of their latest history
+    worker = spawn_worker(short)
+    try:
+        wait_until(lambda: store.read(user_id) is not None, 60, "the leased user's feed")
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+    with pipeline.engine.connect() as conn:
+        version = conn.execute(select(User.history_version).where(User.id == user_id)).scalar()
+    assert store.read(user_id).header.history_version == version > 0
+    assert dirty.pending() == 0
+    assert scheduled in FinishedJobRegistry(queue=make_queue(short, r)).get_job_ids()

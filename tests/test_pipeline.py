@@ -1,5 +1,6 @@
-"""The core pipeline: candidates, feature parity between training and precompute, histories, and the version
-guard across racing jobs."""
+"""The core pipeline: candidates and every feature column against plain Python references (``tests/reference.py``),
+feature parity between training and precompute, histories, the version guard across racing jobs, and what a reload
+of the item matrices brings (new items, deactivations)."""
 
 import dataclasses
 import time
@@ -14,6 +15,8 @@ from precompute.data.recording import NewEvent, record
 from precompute.ranking import candidates, features, ranker
 from precompute.ranking.layout import LAYOUT
 from precompute.ranking.pipeline import STAGES
+from tests import reference
+from tests.conftest import users_with_history
 
 
 def histories(pipeline, user_ids, limit=None):
@@ -66,35 +69,6 @@ def test_popular_lists_are_each_categorys_most_popular_active_items(pipeline):
     assert np.all(np.diff(items.popularity) <= 0)
 
 
-def _reference_candidates(settings, items, cov, rows, types, seen):
-    """Candidates of one user the slow, obvious way: Python sets and dicts, no scratch arrays."""
-    known = [int(r) for r in rows if r >= 0]
-    recent = []
-    for r in reversed(known):
-        if r not in recent:
-            recent.append(r)
-    score, count, flags = {}, {}, {}
-    for i, r in enumerate(recent[: settings.covisit_recent_items]):
-        for j in range(cov.indptr[r], cov.indptr[r + 1]):
-            n = int(cov.nbr[j])
-            score[n] = score.get(n, 0.0) + cov.weight[j] * settings.recency_decay ** i
-            count[n] = count.get(n, 0) + 1
-            flags[n] = flags.get(n, 0) | candidates.FROM_COVISIT
-    weight = {}
-    for r, t in zip(rows, types):
-        if r >= 0:
-            c = int(items.category[r])
-            weight[c] = weight.get(c, 0.0) + settings.category_weights[t - 1]     # view, click, contact, purchase
-    top = sorted((c for c in weight if weight[c] > 0), key=lambda c: (-weight[c], c))
-    for c in top[: settings.user_top_categories]:
-        for n in items.category_popular[c]:
-            flags[int(n)] = flags.get(int(n), 0) | candidates.FROM_CATEGORY
-    for n in items.global_popular:
-        flags[int(n)] = flags.get(int(n), 0) | candidates.FROM_GLOBAL
-    return {n: (score.get(n, 0.0), count.get(n, 0), f) for n, f in flags.items()
-            if n not in seen and items.active[n]}
-
-
 def test_candidates_match_a_plain_python_reference(pipeline, world, user_id):
     # given a batch of users with long, short and no histories (user_id + 10**6 does not exist)
     batch = [user_id, user_id + 1, user_id + 2, user_id + 10**6]
@@ -104,8 +78,8 @@ def test_candidates_match_a_plain_python_reference(pipeline, world, user_id):
     cand = candidates.for_batch(pipeline.items, pipeline.cov, hist, uncapped)
     for k in range(len(batch)):
         a, b = hist.offsets[k], hist.offsets[k + 1]
-        want = _reference_candidates(pipeline.settings, pipeline.items, pipeline.cov, hist.item_rows[a:b],
-                                     hist.types[a:b], seen_in_window(pipeline, batch[k]))
+        want = reference.candidates_of(pipeline.settings, pipeline.items, pipeline.cov, hist.item_rows[a:b],
+                                       hist.types[a:b], seen_in_window(pipeline, batch[k]))
         lo, hi = cand.offsets[k], cand.offsets[k + 1]
         got = {int(r): (s, c, f) for r, s, c, f in zip(cand.rows[lo:hi], cand.cov_score[lo:hi],
                                                         cand.cov_count[lo:hi], cand.flags[lo:hi])}
@@ -126,21 +100,30 @@ def test_candidates_match_a_plain_python_reference(pipeline, world, user_id):
     assert max(rank[n] for n in kept - covisited) < min(rank[n] for n in set(full.tolist()) - kept)
 
 
-def test_feature_gathers_match_fancy_indexing(pipeline, world, user_id):
-    # given a batch's candidates and features
-    hist = histories(pipeline, [user_id, user_id + 1])
+def test_every_feature_column_matches_a_plain_python_reference(pipeline, world, user_id):
+    # given a batch of users with histories and one without (user_id + 10**6 does not exist), and their candidates
+    batch = [*users_with_history(world, user_id, 2), user_id + 10**6]
+    hist = histories(pipeline, batch)
     cand = pipeline.candidates(hist)
-    X = features.build(pipeline.items, hist, cand, time.time())
-    # then the gathered item block is the item table's rows, and user columns are constant within each user
-    static = slice(LAYOUT.start("item_static"), LAYOUT.start("item_static") + len(LAYOUT.group("item_static")))
-    assert np.array_equal(X[:, static], pipeline.items.static_features()[cand.rows])
-    user_cols = slice(LAYOUT.start("user"), LAYOUT.start("user") + len(LAYOUT.group("user")))
-    for k in range(2):
-        block = X[cand.offsets[k]: cand.offsets[k + 1], user_cols]
-        assert (block == block[0]).all()
-    flags = X[:, -4:-1].astype(int) @ np.array([candidates.FROM_COVISIT, candidates.FROM_CATEGORY,
-                                                  candidates.FROM_GLOBAL])
-    assert np.array_equal(flags, cand.flags) and np.array_equal(X[:, -1], X[:, -4:-1].sum(axis=1))
+    now = time.time()
+    # when the feature matrix is built
+    X = features.build(pipeline.items, hist, cand, now)
+    # then every column of every candidate row equals the reference computed from the user's history, the item
+    # table and the settings, to float32 precision (item age: the float32 day numbers it is a difference of)
+    assert X.shape == (len(cand.rows), len(LAYOUT)) and np.isfinite(X).all()
+    per_item = reference.item_features(pipeline.items, now)
+    for k in range(len(batch)):
+        a, b = hist.offsets[k], hist.offsets[k + 1]
+        want = reference.feature_rows(pipeline.settings, pipeline.items, pipeline.cov, hist.item_rows[a:b],
+                                      hist.types[a:b], hist.ts[a:b], now, per_item,
+                                      seen_in_window(pipeline, batch[k]))
+        rows = cand.rows[cand.offsets[k]: cand.offsets[k + 1]].tolist()
+        assert sorted(rows) == sorted(want) and len(rows) > 0
+        for name in LAYOUT.names:
+            got = X[cand.offsets[k]: cand.offsets[k + 1], LAYOUT.index(name)]
+            expected = np.array([want[r][name] for r in rows], dtype=np.float64)
+            atol = 4e-3 if name == "item_age_days" else 1e-5
+            np.testing.assert_allclose(got, expected, rtol=1e-5, atol=atol, err_msg=f"user {batch[k]}: {name}")
 
 
 def test_training_and_precompute_build_identical_feature_rows(pipeline, world, user_id):
@@ -264,3 +247,54 @@ def test_stale_users_are_those_whose_feed_is_missing_or_older(pipeline, world, u
     stale = pipeline.store.stale_users([(fresh, version), (fresh, version + 1), (missing, 3), (missing + 1, 1)])
     # the feed is current for its version, older than version + 1, absent for one user and unreadable for another
     assert stale == [fresh, missing, missing + 1]
+
+
+def test_new_items_reach_candidates_and_feeds_once_the_item_matrices_reload(settings, world, r, user_id):
+    from sqlalchemy import delete, insert
+
+    from precompute.data.models import Event
+    from precompute.ranking.pipeline import Pipeline
+
+    # given a worker's pipeline whose popular lists are shorter than the catalogue, reloading every 2 s
+    s = dataclasses.replace(settings, global_popular=20, category_popular=10, item_table_max_age=2)
+    pipeline = Pipeline(s, world.engine, r)
+    pipeline.load()
+    user = users_with_history(world, user_id, 1)[0]
+    hist = histories(pipeline, [user])
+    weight = reference.category_weights(s, pipeline.items, hist.item_rows, hist.types)
+    strongest = max(weight, key=lambda c: (weight[c], -c))
+    # when two items are listed in the user's strongest category and bought more often than any other item
+    new = [5_001, 5_002]
+    crowd = 1_800_000_000 + user_id
+    purchases = int(pipeline.items.popularity.max() // s.popularity_weights[3]) + 2
+    now = time.time()
+    with world.engine.begin() as conn:
+        conn.execute(insert(Item), [dict(id=i, category=strongest, price=100.0, created_at=now, active=True,
+                                         quality=0.5, photos=1, seller_rating=4.0) for i in new])
+    try:
+        record(world.engine, [NewEvent(crowd, i, 4, now - 60) for i in new for _ in range(purchases)],
+               s)
+        # then before the matrices are older than their max age, no candidate or feed holds them
+        assert pipeline.refresh() is False
+        assert not set(new) & set(pipeline.items.ids[pipeline.candidates(histories(pipeline, [user])).rows])
+        pipeline.recompute([user])
+        assert not set(new) & set(pipeline.store.read(user).items.tolist())
+        assert not set(new) & set(np.frombuffer(r.get(f"{s.key_prefix}popular:global"), "<u4").tolist())
+        # and once they are, the reload makes them the most popular items, candidates from both popular lists,
+        # ranked into the user's feed and first on the fallback's global list
+        time.sleep(max(0.0, pipeline.items.loaded_at + s.item_table_max_age + 0.05 - time.time()))
+        assert pipeline.refresh() is True
+        items = pipeline.items
+        assert sorted(items.ids[items.global_popular[:2]]) == new
+        cand = pipeline.candidates(histories(pipeline, [user]))
+        flags = dict(zip(items.ids[cand.rows].tolist(), cand.flags.tolist()))
+        both = candidates.FROM_CATEGORY | candidates.FROM_GLOBAL
+        assert all(flags[i] & both == both for i in new)
+        pipeline.recompute([user])
+        assert set(new) <= set(pipeline.store.read(user).items.tolist())
+        assert sorted(np.frombuffer(r.get(f"{s.key_prefix}popular:global"), "<u4")[:2]) == new
+    finally:
+        with world.engine.begin() as conn:
+            conn.execute(delete(Event).where(Event.user_id == crowd))
+            conn.execute(delete(User).where(User.id == crowd))
+            conn.execute(delete(Item).where(Item.id.in_(new)))

@@ -12,14 +12,16 @@ import numpy as np
 import redis
 
 from ..settings import Settings
-from .codec import HEADER, HEADER_SIZE, MAGIC, RECORD_SIZE, Feed, decode
+from .codec import FORMAT, HEADER, HEADER_SIZE, MAGIC, RECORD_SIZE, Feed, decode
 from .keys import Keys
 
 # Returns 1 if written, 0 if the stored feed has a newer history version. The stored version is read from the
-# header bytes 8..15 (u64 little-endian); Lua numbers are doubles, exact up to 2^53.
+# header bytes 8..15 (u64 little-endian); Lua numbers are doubles, exact up to 2^53. Only a value of this magic and
+# format (ARGV[4]) is a feed: any other is unreadable to every reader, served as missing, and replaced whatever its
+# version bytes hold (else the recompute its reader schedules could never land).
 _GUARDED_SET = """
 local head = redis.call('GETRANGE', KEYS[1], 0, 15)
-if string.len(head) == 16 and string.sub(head, 1, 2) == 'PF' then
+if string.len(head) == 16 and string.sub(head, 1, 3) == ARGV[4] then
   local v = 0
   for i = 16, 9, -1 do v = v * 256 + string.byte(head, i) end
   if v > tonumber(ARGV[2]) then return 0 end
@@ -27,6 +29,7 @@ end
 redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[3])
 return 1
 """
+_READABLE = MAGIC + bytes([FORMAT])       # the first header bytes of a value this prefeed can read
 
 
 class FeedStore:
@@ -41,7 +44,8 @@ class FeedStore:
         newer feed was kept."""
         pipe = self.r.pipeline(transaction=False)
         for user_id, value, version in feeds:
-            self._guarded_set(keys=[self.keys.feed(user_id)], args=[value, version, self.ttl], client=pipe)
+            self._guarded_set(keys=[self.keys.feed(user_id)], args=[value, version, self.ttl, _READABLE],
+                              client=pipe)
         return [bool(x) for x in pipe.execute()]
 
     def read(self, user_id: int, n_records: int | None = None) -> Feed | None:
@@ -60,7 +64,7 @@ class FeedStore:
                 pipe.getrange(self.keys.feed(uid), 0, HEADER_SIZE - 1)
             for (uid, version), head in zip(part, pipe.execute()):
                 fields = HEADER.unpack(head) if len(head) == HEADER_SIZE else None
-                if fields is None or fields[0] != MAGIC or fields[4] < version:
+                if fields is None or fields[0] != MAGIC or fields[1] != FORMAT or fields[4] < version:
                     stale.append(uid)
         return stale
 

@@ -132,6 +132,6 @@ def _gather(out: np.ndarray, start: int, table: np.ndarray, index: np.ndarray) -
 
     ``mode="clip"`` skips the bounds check and the buffered copy ``take`` makes with ``out`` otherwise (~40%
     faster, measured). Every index here is a row the candidate stage or the batch itself produced, never input;
-    ``tests/test_pipeline.py`` checks the whole matrix against plain fancy indexing."""
+    ``tests/test_pipeline.py`` checks every column against a plain Python reference."""
     for j in range(table.shape[1]):
         np.take(table[:, j], index, out=out[:, start + j], mode="clip")
