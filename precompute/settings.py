@@ -109,7 +109,13 @@ class Settings:
     request_body_max: int = setting(1 << 20, "PREFEED_REQUEST_BODY_MAX", "largest request body", unit="bytes")
 
     # -- jobs ----------------------------------------------------------------------------------------------
-    job_timeout: int = setting(600, "PREFEED_JOB_TIMEOUT", "RQ job timeout", unit="s")
+    job_timeout: int = setting(60, "PREFEED_JOB_TIMEOUT", "time a job may run per `PREFEED_BATCH_SIZE` users it "
+                               "carries (a drain job: per batch it may process), then it is stopped and retried; a "
+                               "500-user batch takes ~1.5 s", unit="s")
+    worker_interval: int = setting(10, "PREFEED_WORKER_INTERVAL", "each worker's beat: it marks its running job alive "
+                                   "this often (RQ `job_monitoring_interval`) and, between jobs, runs RQ's maintenance "
+                                   "this often (`maintenance_interval`, RQ's default 600): retaking the scheduler "
+                                   "lock, retrying jobs of dead workers", unit="s")
     retry_intervals: tuple[int, ...] = setting((5, 30, 120), "PREFEED_RETRY_INTERVALS", "seconds before each retry "
                                                "of a failed job (their count = retries; RQ `Retry`)", unit="s",
                                                minimum=0)
