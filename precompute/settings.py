@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .urls import check_url, normalize_database_url, redact_url
 
 DAY = 86400
 
@@ -144,6 +145,8 @@ class Settings:
         if not self.database_url:
             object.__setattr__(self, "database_url", f"sqlite:///{(Path(self.var_dir) / 'prefeed.db').as_posix()}")
         object.__setattr__(self, "database_url", normalize_database_url(self.database_url))
+        for name in ("database_url", "redis_url"):
+            check_url(_env(name), getattr(self, name))
         if not str(self.model_dir) or self.model_dir == Path(""):
             object.__setattr__(self, "model_dir", Path(self.var_dir) / "models")
         for name in ("popularity_weights", "category_weights"):
@@ -212,23 +215,6 @@ def without_prefeed_config(base: Mapping[str, str] | None = None) -> dict[str, s
     base = os.environ if base is None else base
     names = {f.metadata["env"] for f in dataclasses.fields(Settings)}
     return {k: v for k, v in base.items() if k not in names and not k.startswith("PREFEED_")}
-
-
-def normalize_database_url(url: str) -> str:
-    """Accept the usual ``postgresql://`` spelling and use psycopg 3 for it."""
-    for prefix in ("postgres://", "postgresql://"):
-        if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix):]
-    return url
-
-
-def redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***``."""
-    scheme, sep, rest = url.partition("://")
-    userinfo, at, host = rest.rpartition("@")
-    if not sep or not at or ":" not in userinfo:
-        return url
-    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}"
 
 
 def _env(name: str) -> str:
