@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable
 from datetime import datetime, timezone
@@ -22,6 +23,15 @@ def make_queue(settings: Settings, r: redis.Redis) -> Queue:
                  default_timeout=settings.job_timeout)
 
 
+def timeout(settings: Settings, batches: float) -> int:
+    """A job's timeout, sized to its work: ``PREFEED_JOB_TIMEOUT`` per batch of ``PREFEED_BATCH_SIZE`` users."""
+    return settings.job_timeout * max(1, math.ceil(batches))
+
+
+def drain_timeout(settings: Settings) -> int:
+    return timeout(settings, settings.drain_max_batches)
+
+
 def retry(settings: Settings) -> Retry:
     """RQ's Retry with the configured backoff (``PREFEED_RETRY_INTERVALS``)."""
     intervals = settings.retry_intervals
@@ -32,7 +42,7 @@ def enqueue_batches(queue: Queue, user_ids: Iterable[int], batch_size: int, sett
     """One job per ``batch_size`` users, enqueued in pipelined chunks; returns the number of jobs."""
     ids = [int(u) for u in user_ids]
     specs = [Queue.prepare_data(RECOMPUTE, args=(ids[i:i + batch_size],), retry=retry(settings), result_ttl=3600,
-                                failure_ttl=7 * 86400)
+                                failure_ttl=7 * 86400, timeout=timeout(settings, batch_size / settings.batch_size))
              for i in range(0, len(ids), batch_size)]
     for i in range(0, len(specs), 500):
         queue.enqueue_many(specs[i:i + 500])
@@ -45,7 +55,8 @@ def notify_changed(settings: Settings, r: redis.Redis, user_ids: Iterable[int]) 
     dirty.mark(list(user_ids))
     if dirty.try_flag_drain():
         try:
-            make_queue(settings, r).enqueue(DRAIN, retry=retry(settings), result_ttl=600, failure_ttl=7 * 86400)
+            make_queue(settings, r).enqueue(DRAIN, retry=retry(settings), result_ttl=600, failure_ttl=7 * 86400,
+                                            job_timeout=drain_timeout(settings))
         except BaseException:
             dirty.clear_drain_flag()
             raise
@@ -56,4 +67,5 @@ def notify_changed(settings: Settings, r: redis.Redis, user_ids: Iterable[int]) 
 def schedule_drain(settings: Settings, r: redis.Redis, at: float) -> None:
     """A drain job at epoch second ``at`` (RQ's scheduler, which prefeed workers run, enqueues it then)."""
     when = datetime.fromtimestamp(max(at, time.time()), tz=timezone.utc)
-    make_queue(settings, r).enqueue_at(when, DRAIN, retry=retry(settings), result_ttl=600, failure_ttl=7 * 86400)
+    make_queue(settings, r).enqueue_at(when, DRAIN, retry=retry(settings), result_ttl=600, failure_ttl=7 * 86400,
+                                       job_timeout=drain_timeout(settings))

@@ -1,7 +1,14 @@
-"""The prefeed worker: RQ's forking Worker with initialisation before the fork.
+"""The prefeed worker: RQ's forking Worker with initialisation before the fork, and recovery from killed workers
+bounded in time.
 
-Only two public hooks are overridden: ``execute_job`` (in the parent, before each fork: pick up a newly promoted
-bundle) and ``main_work_horse`` (in the child, first thing: drop inherited DB connections).
+Public hooks only: ``execute_job`` (in the parent, before each fork: pick up a newly promoted bundle),
+``main_work_horse`` (in the child, first thing: drop inherited DB connections), ``handle_job_failure`` and an
+exception handler (a job whose process died is retried however often that happens), ``clean_registries`` (a dead
+worker's cleaning lock is not waited out).
+
+Recovery after SIGKILLs is bounded by ``recovery_delay``: RQ finds a dead worker's jobs and restarts a dead
+scheduler only in its maintenance pass, every 10 minutes by default, and blocks up to ``worker_ttl`` − 15 s waiting
+for a job before it looks; prefeed workers do both every ``PREFEED_WORKER_INTERVAL`` seconds.
 
 ``children_die_with_parent`` covers what RQ cannot: a worker killed with SIGKILL (the OOM killer, ``kill -9``)
 runs no code, so the scheduler process it forked (and, under ``WorkerPool``, the pool's worker processes) would
@@ -15,16 +22,35 @@ import os
 import signal
 import sys
 
-from rq import Worker
+from rq import Queue, Worker
+from rq.exceptions import AbandonedJobError
+
+from precompute.settings import Settings
 
 from . import context
 
 _PR_SET_PDEATHSIG = 1      # linux/prctl.h
 
+# RQ's fixed delays (rq 2.x), in seconds:
+RQ_HEARTBEAT_GRACE = 60    # a running job's entry in the started registry outlives its last heartbeat by this
+RQ_INTERMEDIATE_GRACE = 60  # a dequeued job never started is retried this long after maintenance first sees it
+RQ_SCHEDULER_LOCK = 61     # a scheduler lock outlives the scheduler that last refreshed it by this
+RQ_DEQUEUE_MARGIN = 15     # a worker waits worker_ttl − this for a job before it looks at anything else
+RQ_SCHEDULER_POLL = 1      # the scheduler enqueues due jobs this often
+
+# A job's process died under it; neither message comes from code that ran the job.
+_DEATHS = ("Work-horse terminated unexpectedly", "Job was stuck in intermediate queue")
+
 
 class PrefeedWorker(Worker):
     def __init__(self, *args, **kwargs) -> None:
+        # WorkerPool constructs its workers itself, so the timing comes from the settings the pipeline was built with.
+        beat = context.get().settings.worker_interval
+        kwargs.setdefault("maintenance_interval", beat)
+        kwargs.setdefault("job_monitoring_interval", beat)
+        kwargs.setdefault("worker_ttl", beat + RQ_DEQUEUE_MARGIN)
         super().__init__(*args, **kwargs)
+        self.push_exc_handler(self._retry_abandoned)
         # A worker process forked by WorkerPool inherits the pool parent's pipeline: give it its own sockets.
         context.after_fork()
 
@@ -37,6 +63,56 @@ class PrefeedWorker(Worker):
         # A horse finishes its job even if its worker dies meanwhile (it exits right after): nothing is lost.
         _set_parent_death_signal(0)
         return super().main_work_horse(job, queue)
+
+    def handle_job_failure(self, job, queue, started_job_registry=None, exc_string=""):
+        if exc_string.startswith(_DEATHS):
+            self._retry_dead(job, queue)
+        return super().handle_job_failure(job, queue, started_job_registry=started_job_registry,
+                                          exc_string=exc_string)
+
+    def _retry_abandoned(self, job, exc_type, exc_value, tb) -> bool:
+        """An exception handler; RQ's maintenance calls it for a job whose worker stopped heartbeating."""
+        if exc_type is AbandonedJobError:
+            self._retry_dead(job, Queue(job.origin, connection=self.connection))
+        return True     # fall through: RQ then retries the job
+
+    def _retry_dead(self, job, queue: Queue) -> None:
+        """A job's retries (``PREFEED_RETRY_INTERVALS``) count the times it failed; a process killed under it (OOM,
+        SIGKILL, a lost host) is not a failure of the job. Once its retries are spent, such a job is retried
+        again after the last interval, as often as it takes. The run that died may have left the job's id in RQ's
+        list of dequeued jobs (a horse removes it when it starts): removed, or RQ would run the job once more a
+        minute after it is done."""
+        if job.retries_left is not None and job.retries_left < 1:
+            job.retries_left = 1
+        self.connection.lrem(queue.intermediate_queue_key, 1, job.id)
+
+    def clean_registries(self):
+        # RQ's cleaning lock lasts 899 s: a worker killed while holding it (a pass takes milliseconds) would keep
+        # every worker from retrying dead workers' jobs for 15 minutes. Any lock still there is cut to one beat.
+        for queue in self.queues:
+            if self.connection.ttl(queue.registry_cleaning_key) > self.maintenance_interval:
+                self.connection.expire(queue.registry_cleaning_key, self.maintenance_interval)
+        super().clean_registries()
+
+
+def recovery_delay(settings: Settings) -> float:
+    """Seconds after the last SIGKILL, with workers running again, by which every job that was queued, running or
+    waiting for a retry is back on the queue or done (the queue itself then takes the time its work takes).
+
+    The slowest path of each kind, with one beat = ``PREFEED_WORKER_INTERVAL``: a dead worker may have held RQ's
+    cleaning lock, cut to one beat by the first pass after the kill, so cleaning succeeds within 3 beats; a job
+    whose worker and horse both died is seen abandoned when its started entry expires (a beat + RQ's 60 s grace
+    after its last heartbeat), and one dequeued but never started 60 s after a pass first saw it; a dead
+    scheduler's lock expires after 61 s and a worker takes it in its next pass; users leased by a killed drain job
+    are due again after ``PREFEED_DIRTY_LEASE``. Then a retried job waits its retry interval (at most the last one:
+    a job whose process died is retried however often it takes) and the scheduler's next poll."""
+    beat = settings.worker_interval
+    cleaning = 3 * beat
+    abandoned = max(beat + RQ_HEARTBEAT_GRACE, cleaning) + beat
+    never_started = cleaning + RQ_INTERMEDIATE_GRACE + beat
+    scheduler = RQ_SCHEDULER_LOCK + beat
+    found = max(abandoned, never_started, scheduler, settings.dirty_lease)
+    return found + max(settings.retry_intervals) + RQ_SCHEDULER_POLL
 
 
 def children_die_with_parent() -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .urls import check_url, normalize_database_url, redact_url
 
 DAY = 86400
 
@@ -114,7 +115,13 @@ class Settings:
     request_body_max: int = setting(1 << 20, "PREFEED_REQUEST_BODY_MAX", "largest request body", unit="bytes")
 
     # -- jobs ----------------------------------------------------------------------------------------------
-    job_timeout: int = setting(600, "PREFEED_JOB_TIMEOUT", "RQ job timeout", unit="s")
+    job_timeout: int = setting(60, "PREFEED_JOB_TIMEOUT", "time a job may run per `PREFEED_BATCH_SIZE` users it "
+                               "carries (a drain job: per batch it may process), then it is stopped and retried; a "
+                               "500-user batch takes ~1.5 s", unit="s")
+    worker_interval: int = setting(10, "PREFEED_WORKER_INTERVAL", "each worker's beat: it marks its running job alive "
+                                   "this often (RQ `job_monitoring_interval`) and, between jobs, runs RQ's maintenance "
+                                   "this often (`maintenance_interval`, RQ's default 600): retaking the scheduler "
+                                   "lock, retrying jobs of dead workers", unit="s")
     retry_intervals: tuple[int, ...] = setting((5, 30, 120), "PREFEED_RETRY_INTERVALS", "seconds before each retry "
                                                "of a failed job (their count = retries; RQ `Retry`)", unit="s",
                                                minimum=0)
@@ -143,6 +150,8 @@ class Settings:
         if not self.database_url:
             object.__setattr__(self, "database_url", f"sqlite:///{(Path(self.var_dir) / 'prefeed.db').as_posix()}")
         object.__setattr__(self, "database_url", normalize_database_url(self.database_url))
+        for name in ("database_url", "redis_url"):
+            check_url(_env(name), getattr(self, name))
         if not str(self.model_dir) or self.model_dir == Path(""):
             object.__setattr__(self, "model_dir", Path(self.var_dir) / "models")
         for name in ("popularity_weights", "category_weights"):
@@ -211,23 +220,6 @@ def without_prefeed_config(base: Mapping[str, str] | None = None) -> dict[str, s
     base = os.environ if base is None else base
     names = {f.metadata["env"] for f in dataclasses.fields(Settings)}
     return {k: v for k, v in base.items() if k not in names and not k.startswith("PREFEED_")}
-
-
-def normalize_database_url(url: str) -> str:
-    """Accept the usual ``postgresql://`` spelling and use psycopg 3 for it."""
-    for prefix in ("postgres://", "postgresql://"):
-        if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix):]
-    return url
-
-
-def redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***``."""
-    scheme, sep, rest = url.partition("://")
-    userinfo, at, host = rest.rpartition("@")
-    if not sep or not at or ":" not in userinfo:
-        return url
-    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}"
 
 
 def _env(name: str) -> str:

@@ -1,7 +1,10 @@
-"""Helpers for fault tests: worker processes to kill, a TCP proxy that can cut a connection to a real server."""
+"""Helpers for fault tests: worker processes to kill, jobs that die or fail on purpose, a TCP proxy that can cut a
+connection to a real server."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -13,17 +16,97 @@ import psutil
 from tests.conftest import ROOT
 
 
+def die_first(key: str, times: int) -> int:
+    """A job whose horse SIGKILLs itself in its first ``times`` runs (counted at Redis ``key``)."""
+    from rq import get_current_job
+
+    run = get_current_job().connection.incr(key)
+    if run <= times:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return run
+
+
+def fail_first(key: str, times: int) -> int:
+    """A job that raises in its first ``times`` runs (counted at Redis ``key``)."""
+    from rq import get_current_job
+
+    run = get_current_job().connection.incr(key)
+    if run <= times:
+        raise RuntimeError(f"failing on purpose, run {run}")
+    return run
+
+
 def spawn_worker(settings, *args: str, log=None) -> subprocess.Popen:
     """``manage.py worker`` in a child process; its stderr (logged warnings and errors) goes to ``log``, a file."""
     return subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "worker", *args], env=settings.child_env(),
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log or subprocess.DEVNULL)
 
 
-def horses_of(proc: subprocess.Popen) -> list[psutil.Process]:
-    try:
-        return psutil.Process(proc.pid).children()
-    except psutil.NoSuchProcess:
-        return []
+class Supervised:
+    """``manage.py worker ARGS`` run as a supervisor runs it: started again at once whenever it is killed. Every
+    process of its tree ever seen is remembered, so ``stop`` can end the orphans the kills leave (a horse whose
+    worker was killed finishes its job first)."""
+
+    def __init__(self, settings, *args: str) -> None:
+        self.settings, self.args = settings, args
+        self.seen: set[psutil.Process] = set()
+        self.proc = spawn_worker(settings, *args)
+
+    def tree(self) -> tuple[list[psutil.Process], list[psutil.Process]]:
+        """The parent's children (a pool's worker processes) and grandchildren (horses, schedulers)."""
+        try:
+            children = psutil.Process(self.proc.pid).children()
+        except psutil.NoSuchProcess:
+            return [], []
+        below = []
+        for child in children:
+            try:
+                below += child.children()
+            except psutil.NoSuchProcess:
+                pass
+        self.seen.update(children + below)
+        return children, below
+
+    def kill_parent(self) -> None:
+        """SIGKILL the parent alone (its children are told by the kernel, see ``children_die_with_parent``), then
+        start a new one."""
+        self.tree()
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+        self.proc = spawn_worker(self.settings, *self.args)
+
+    def kill_all(self) -> None:
+        """SIGKILL the parent and every process below it at the same instant (as a container or cgroup is
+        killed): all are stopped first, so none runs a line of code in between. Then start a new one."""
+        group: set[psutil.Process] = set()
+        while True:                     # until no process forked another in the meantime
+            children, below = self.tree()
+            new = {psutil.Process(self.proc.pid), *children, *below} - group
+            if not new:
+                break
+            _signal(new, signal.SIGSTOP)
+            group |= new
+        _signal(group, signal.SIGKILL)
+        self.proc.wait()
+        self.proc = spawn_worker(self.settings, *self.args)
+
+    def stop(self) -> None:
+        self.tree()
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        _signal([p for p in self.seen if p.is_running()], signal.SIGKILL)
+
+
+def _signal(processes, sig: int) -> None:
+    for p in processes:
+        try:
+            p.send_signal(sig)
+        except psutil.NoSuchProcess:
+            pass
 
 
 def wait_until(predicate, timeout: float, what: str, interval: float = 0.1) -> None:

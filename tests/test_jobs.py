@@ -11,13 +11,13 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 from sqlalchemy import select
 
-from jobs.queues import enqueue_batches, make_queue, notify_changed
+from jobs.queues import enqueue_batches, make_queue, notify_changed, retry
 from precompute.data.models import User
 from precompute.errors import BundleError
 from precompute.feeds.dirty import DirtyUsers
 from precompute.feeds.store import FeedStore
 from precompute.ranking import bundle
-from tests.conftest import manage
+from tests.conftest import ROOT, manage
 from tests.faults import spawn_worker, wait_until
 
 
@@ -58,6 +58,16 @@ def test_work_horses_inherit_init_instead_of_repeating_it(settings, r):
         assert p["bundle_loads"] == 1
         assert p["mapper_configured_in"] == [p["init_pid"]]
     assert len({p["pid"] for p in procs}) == 4
+
+
+def test_job_timeouts_are_sized_to_the_batches_a_job_carries(settings, r):
+    s = dataclasses.replace(settings, batch_size=10, job_timeout=7, drain_max_batches=3)
+    queue = make_queue(s, r)
+    enqueue_batches(queue, range(1, 26), 10, s)       # 10 + 10 + 5 users: one batch each
+    enqueue_batches(queue, range(1, 26), 25, s)       # 25 users: 3 batches' worth
+    notify_changed(s, r, [1])                         # a drain job may process 3 batches
+    timeouts = [Job.fetch(i, connection=r, serializer=JSONSerializer).timeout for i in queue.job_ids]
+    assert timeouts == [7, 7, 7, 21, 21]
 
 
 def test_a_burst_of_events_for_one_user_yields_one_pending_recompute(client, settings, r, pipeline, user_id):
@@ -205,3 +215,44 @@ def test_users_leased_by_a_dead_drain_job_are_recomputed_by_a_scheduled_drain(se
     assert store.read(user_id).header.history_version == version > 0
     assert dirty.pending() == 0
     assert scheduled in FinishedJobRegistry(queue=make_queue(short, r)).get_job_ids()
+
+
+def test_a_job_whose_horse_is_killed_more_often_than_its_retries_still_completes(settings, r):
+    # given one retry, at once (a burst worker runs no scheduler), for a job whose horse is SIGKILLed in its
+    # first 3 runs and for one that raises in its first 3 runs
+    s = dataclasses.replace(settings, retry_intervals=(0,))
+    queue = make_queue(s, r)
+    dies = queue.enqueue("tests.faults.die_first", f"{s.key_prefix}dies", 3, retry=retry(s))
+    fails = queue.enqueue("tests.faults.fail_first", f"{s.key_prefix}fails", 3, retry=retry(s))
+    # when a worker runs them
+    done = manage(s, "worker", "--burst")
+    assert done.returncode == 0, done.stderr
+    # then the killed one is run until it completes: a process killed under a job is not the job failing
+    assert dies.get_status(refresh=True) == "finished" and dies.return_value() == 4
+    # and the one that raised has spent its retry and waits in the failed registry with its reason
+    assert fails.get_status(refresh=True) == "failed" and r.get(f"{s.key_prefix}fails") == b"2"
+    assert "failing on purpose" in fails.latest_result().exc_string
+    assert queue.failed_job_registry.get_job_ids() == [fails.id]
+
+
+@pytest.mark.timeout(120)
+def test_a_dead_workers_job_is_retried_past_its_retries_and_rqs_cleaning_lock(settings, r):
+    s = dataclasses.replace(settings, worker_interval=1, retry_intervals=(1,))
+    queue = make_queue(s, r)
+    # given a job whose worker and horse were SIGKILLed while it ran: its heartbeat has run out, its retries are
+    # spent, and the dead worker held RQ's registry-cleaning lock (899 s)
+    job = queue.create_job("tests.faults.fail_first", args=(f"{s.key_prefix}runs", 0), retry=retry(s))
+    job.retries_left = 0
+    job.save()
+    r.zadd(queue.started_job_registry.key, {f"{job.id}:dead-execution": time.time() - 1})
+    r.set(queue.registry_cleaning_key, 1, ex=899)
+    # when a worker runs
+    worker = spawn_worker(s)
+    try:
+        wait_until(lambda: job.get_status(refresh=True) in ("finished", "failed"), 60, "the job to end")
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+    # then its maintenance found the job within a few beats and ran it again
+    assert job.get_status() == "finished", job.latest_result().exc_string
+    assert r.zcard(queue.started_job_registry.key) == 0 and queue.failed_job_registry.count == 0

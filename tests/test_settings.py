@@ -68,6 +68,9 @@ def test_every_setting_round_trips_through_the_environment(tmp_path):
     ("PREFEED_RETRY_INTERVALS", "5,-1", "PREFEED_RETRY_INTERVALS must be at least 0"),
     ("PREFEED_POPULARITY_WEIGHTS", "1,2", "PREFEED_POPULARITY_WEIGHTS needs 4 weights"),
     ("PREFEED_PAGE_LIMIT_DEFAULT", "500", "must not exceed PREFEED_PAGE_LIMIT_MAX"),
+    ("REDIS_URL", "redis://:pass/word@h:6379/0", "REDIS_URL cannot be read: an '@', '/'"),
+    ("DATABASE_URL", "postgresql://u:pass@word@h/db", "DATABASE_URL cannot be read: an '@', '/'"),
+    ("DATABASE_URL", "postgresql://u@h:54x/db", "DATABASE_URL cannot be read: its port is not a number"),
 ])
 def test_a_bad_value_is_refused_naming_its_variable(name, value, fragment):
     with pytest.raises(ConfigError, match=re.escape(fragment)):

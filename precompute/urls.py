@@ -1,0 +1,44 @@
+"""The URLs of the two dependencies, as settings hold them: the usual PostgreSQL spelling mapped to psycopg 3,
+credentials that drivers would read differently refused, passwords masked for display."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+from .errors import ConfigError
+
+
+def normalize_database_url(url: str) -> str:
+    """Accept the usual ``postgresql://`` spelling and use psycopg 3 for it."""
+    for prefix in ("postgres://", "postgresql://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    return url
+
+
+def check_url(env: str, url: str | None) -> None:
+    """Refuse a URL that drivers would read differently from what it says: an unencoded ``@ / ? #`` in the user
+    name or password moves the rest of the password into the host, port or path, where drivers echo it in their
+    errors ("failed to resolve host 'RET@db'", "Port could not be cast ... as 'S3CRET'"). The message never
+    repeats the URL."""
+    scheme, sep, rest = (url or "").partition("://")
+    if not sep or scheme.startswith("sqlite") or scheme == "unix":
+        return
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    if rest.count("@") > 1 or rest.count("@") != authority.count("@"):
+        raise ConfigError(f"{env} cannot be read: an '@', '/', '?' or '#' in its user name or password must be "
+                          "percent-encoded (%40, %2F, %3F, %23)")
+    try:
+        urlsplit(url).port
+    except ValueError:
+        raise ConfigError(f"{env} cannot be read: its port is not a number") from None
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***``."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, host = rest.rpartition("@")
+    if not sep or not at or ":" not in userinfo:
+        return url
+    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}"
