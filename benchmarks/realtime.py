@@ -24,7 +24,7 @@ def create_app() -> Flask:
     @app.get("/feed/<int:user_id>")
     def feed(user_id: int):
         hist = load_histories(pipeline.engine, [user_id], pipeline.items, settings)
-        cand, scores = pipeline.rank(hist, time.time(), dict.fromkeys(STAGES, 0.0))
+        cand, scores = pipeline.rank(hist, dict.fromkeys(STAGES, 0.0))
         top = scores.argsort()[::-1][:20]
         items = [{"item_id": int(pipeline.items.ids[cand.rows[i]]), "score": float(scores[i]), "boosted": False}
                  for i in top]

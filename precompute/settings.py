@@ -54,6 +54,9 @@ class Settings:
     history_limit: int = setting(200, "PREFEED_HISTORY_LIMIT", "newest events per user kept on the user row and "
                                  "read for features and the co-visitation and category sources (seen items are "
                                  "kept apart)", unit="events")
+    as_of: float = setting(0.0, "PREFEED_AS_OF", "the clock features, time windows and popularity are computed at, in "
+                           "training and precompute; 0: the log's clock, its newest event time (set it to replay a "
+                           "log as of an earlier instant)", unit="epoch s", minimum=0)
     seen_window: int = setting(30 * DAY, "PREFEED_SEEN_WINDOW", "items a user interacted with this long before the "
                                "log's clock (its newest event time) stay out of their precomputed feed", unit="s")
     seen_max_items: int = setting(5000, "PREFEED_SEEN_MAX_ITEMS", "distinct items kept per user for that rule (the "

@@ -46,7 +46,7 @@ def test_every_setting_round_trips_through_the_environment(tmp_path):
         elif isinstance(d, Path):
             changed[f.name] = tmp_path / f.name
         elif isinstance(d, float):
-            changed[f.name] = d / 2
+            changed[f.name] = d / 2 if d else 1.5e9
         else:
             changed[f.name] = d + 1
     s = Settings(**changed)

@@ -8,7 +8,7 @@ from sqlalchemy import Engine, select, update
 
 from ..errors import NotFound
 from ..settings import Settings
-from . import seen
+from . import clock, seen
 from .models import Event, Item, User
 
 
@@ -51,10 +51,11 @@ def seen_items(engine: Engine, user_id: int, settings: Settings) -> np.ndarray:
     """Ids of the items ``user_id`` interacted with inside the seen window (``seen.py``), as precompute leaves
     them out."""
     with engine.connect() as conn:
-        since = (seen.log_clock(conn) or 0.0) - settings.seen_window
+        now = clock.log_clock(conn, settings)
+        since = now - settings.seen_window
         value = conn.execute(select(User.seen).where(User.id == user_id)).scalar()
         if value is None or not seen.readable(value):
-            rec = seen.from_events(conn, [user_id], since, settings.seen_max_items)[user_id]
+            rec = seen.from_events(conn, [user_id], since, settings.seen_max_items, now)[user_id]
         else:
             rec = seen.unpack(value)[-settings.seen_max_items:]
-    return rec["item"][rec["ts"] >= since]
+    return rec["item"][(rec["ts"] >= since) & (rec["ts"] <= now)]

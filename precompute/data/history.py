@@ -26,13 +26,14 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import struct
+import time
 from typing import Protocol
 
 import numpy as np
 from sqlalchemy import Engine, select
 
 from ..settings import Settings
-from . import seen as seen_items
+from . import clock as clocks, seen as seen_items
 from .models import User
 
 RECORD = np.dtype([("item", "<i4"), ("type", "u1"), ("ts", "<f8")])     # packed: 13 bytes
@@ -106,6 +107,7 @@ class Histories:
     item_rows: np.ndarray    # rows in the caller's item table; -1 for items it does not know
     types: np.ndarray        # EventType values
     ts: np.ndarray           # epoch s
+    clock: float             # the log's clock the batch was read at (``clock.py``): nothing newer is in it
     #: Items the user interacted with inside the seen window (``seen.py``): user k's rows are
     #: ``seen_rows[seen_offsets[k]:seen_offsets[k+1]]``, only rows the item table knows.
     seen_offsets: np.ndarray
@@ -119,7 +121,7 @@ class Histories:
         lo, hi = self.offsets[a], self.offsets[b]
         s_lo, s_hi = self.seen_offsets[a], self.seen_offsets[b]
         return Histories(self.user_ids[a:b], self.versions[a:b], self.offsets[a:b + 1] - lo,
-                         self.item_rows[lo:hi], self.types[lo:hi], self.ts[lo:hi],
+                         self.item_rows[lo:hi], self.types[lo:hi], self.ts[lo:hi], self.clock,
                          self.seen_offsets[a:b + 1] - s_lo, self.seen_rows[s_lo:s_hi])
 
     def seen(self, k: int) -> np.ndarray:
@@ -137,22 +139,28 @@ def load_histories(engine: Engine, user_ids: list[int], items: ItemRows, setting
 
     All three come from the user row (``users.recent`` above, ``users.seen`` in ``seen.py``), written in the
     transaction that bumped the version, so a feed is stamped with exactly the version of the history it was
-    ranked from. Users whose row has no kept value fall back to the events table. Seen items are those inside
-    ``seen_window`` of the log's clock (the newest event time in the database).
+    ranked from. Users whose row has no kept value fall back to the events table. The batch is read at the log's
+    clock (``clock.py``), and seen items are those inside ``seen_window`` before it. Replaying an earlier instant
+    (``PREFEED_AS_OF``) reads everything from the events table up to it: the kept values are of the present.
     """
     limit, cap = settings.history_limit, settings.seen_max_items
     uids = np.asarray(sorted(set(int(u) for u in user_ids)), dtype=np.int64)
     parts: dict[int, np.ndarray] = {}
     seen: dict[int, np.ndarray] = {}
     versions: dict[int, int] = {}
+    now = time.time()
     if len(uids):
         with engine.connect() as conn:
             rows = conn.execute(select(User.id, User.history_version, User.recent, User.seen)
                                 .where(User.id.in_(uids.tolist()))).all()
-            since = (seen_items.log_clock(conn) or 0.0) - settings.seen_window
+            now = clocks.log_clock(conn, settings)
+            since = now - settings.seen_window
+            replay = bool(settings.as_of)
             rest, unseen = [], []
             for uid, version, value, seen_value in rows:
                 versions[uid] = version
+                if replay:
+                    value = seen_value = None
                 if value is not None and covers(value, limit):
                     rec, _ = unpack(value)
                     parts[uid] = rec[max(len(rec) - limit, 0):]
@@ -161,17 +169,17 @@ def load_histories(engine: Engine, user_ids: list[int], items: ItemRows, setting
                 if seen_value is not None and seen_items.readable(seen_value):
                     rec = seen_items.unpack(seen_value)
                     rec = rec[max(len(rec) - cap, 0):]
-                    seen[uid] = rec[rec["ts"] >= since]
+                    seen[uid] = rec[(rec["ts"] >= since) & (rec["ts"] <= now)]
                 else:
                     unseen.append(uid)
             if rest:
-                parts.update(from_events(conn, rest, limit))
+                parts.update(from_events(conn, rest, limit, now if replay else None))
             if unseen:
-                seen.update(seen_items.from_events(conn, unseen, since, cap))
+                seen.update(seen_items.from_events(conn, unseen, since, cap, now))
     rec, owner = _flatten(uids, parts, RECORD)
     srec, sowner = _flatten(uids, seen, seen_items.RECORD)
     return _assemble(uids, np.array([versions.get(int(u), 0) for u in uids], dtype=np.int64),
-                     owner, rec["item"].astype(np.int64), rec["type"].astype(np.int64), rec["ts"], items,
+                     owner, rec["item"].astype(np.int64), rec["type"].astype(np.int64), rec["ts"], now, items,
                      sowner, srec["item"])
 
 
@@ -183,15 +191,17 @@ def _flatten(uids: np.ndarray, parts: dict[int, np.ndarray], dtype: np.dtype) ->
     return rec, np.repeat(uids, [len(x) for x in per_user])
 
 
-def from_events(conn, user_ids: list[int], limit: int) -> dict[int, np.ndarray]:
-    """Newest ``limit`` events of each user from the events table, as ``RECORD`` arrays oldest first.
+def from_events(conn, user_ids: list[int], limit: int, until: float | None = None) -> dict[int, np.ndarray]:
+    """Newest ``limit`` events of each user (at or before ``until`` if given) from the events table, as ``RECORD``
+    arrays oldest first.
 
     One statement: a UNION ALL of one index range scan per user (newest first, LIMIT), so a long history costs no
     more than ``limit`` rows. Literal integers (ids are ints we produced, limit an int): SQLite plans a bound LIMIT
     per subquery noticeably slower, and the text is valid for SQLite and PostgreSQL alike.
     """
+    upto = "" if until is None else f"AND ts <= {float(until)!r} "
     sql = " UNION ALL ".join(
-        f"SELECT * FROM (SELECT user_id, item_id, type, ts FROM events WHERE user_id = {int(u)} "
+        f"SELECT * FROM (SELECT user_id, item_id, type, ts FROM events WHERE user_id = {int(u)} {upto}"
         f"ORDER BY ts DESC, id DESC LIMIT {int(limit)}) AS h{k}"
         for k, u in enumerate(user_ids)
     )
@@ -210,15 +220,15 @@ def from_events(conn, user_ids: list[int], limit: int) -> dict[int, np.ndarray]:
 def histories_from_arrays(user_ids: np.ndarray, ev_user: np.ndarray, ev_item: np.ndarray, ev_type: np.ndarray,
                           ev_ts: np.ndarray, items: ItemRows, settings: Settings, clock: float,
                           versions: np.ndarray | None = None) -> Histories:
-    """Same as ``load_histories`` from arrays already in memory, ordered by (ts, id) as the event log is, with the
-    seen window ending at ``clock``."""
+    """Same as ``load_histories`` from arrays already in memory, ordered by (ts, id) as the event log is, read at
+    ``clock`` (the arrays must hold no event after it)."""
     uids, u, it, ty, ts = _newest(user_ids, ev_user, ev_item, ev_type, ev_ts, settings.history_limit)
     if versions is None:
         versions = np.zeros(len(uids), dtype=np.int64)
     recent = np.isin(ev_user, uids) & (ev_ts >= clock - settings.seen_window)
     keep = np.flatnonzero(recent)[seen_items.latest_per_item(ev_user[recent], ev_item[recent], ev_ts[recent],
                                                              settings.seen_max_items)]
-    return _assemble(uids, versions, u, it, ty, ts, items, ev_user[keep], ev_item[keep])
+    return _assemble(uids, versions, u, it, ty, ts, clock, items, ev_user[keep], ev_item[keep])
 
 
 def recent_values_from_arrays(user_ids: np.ndarray, ev_user: np.ndarray, ev_item: np.ndarray, ev_type: np.ndarray,
@@ -241,7 +251,8 @@ def _newest(user_ids, ev_user, ev_item, ev_type, ev_ts, limit: int) -> tuple[np.
     return uids, u[newest], it[newest], ty[newest], ts[newest]
 
 
-def _assemble(uids, versions, ev_user, ev_item, ev_type, ev_ts, items: ItemRows, seen_user, seen_item) -> Histories:
+def _assemble(uids, versions, ev_user, ev_item, ev_type, ev_ts, clock: float, items: ItemRows, seen_user,
+              seen_item) -> Histories:
     seen_rows = items.rows(np.asarray(seen_item, dtype=np.int64))
     known = seen_rows >= 0
     return Histories(
@@ -251,6 +262,7 @@ def _assemble(uids, versions, ev_user, ev_item, ev_type, ev_ts, items: ItemRows,
         item_rows=items.rows(ev_item),
         types=ev_type.astype(np.int64),
         ts=ev_ts.astype(np.float64),
+        clock=float(clock),
         seen_offsets=_offsets(uids, np.asarray(seen_user)[known]),
         seen_rows=seen_rows[known],
     )

@@ -4,8 +4,8 @@ from candidates with one short value per user — however many events the user h
 The feature history (``history.py``) keeps a user's newest ``history_limit`` events: for a heavy user that is a
 day or less, and items seen before it would come back into the feed. This value keeps *distinct items* instead,
 each with the time of its latest interaction, up to ``Settings.seen_max_items`` of them (the most recent). Readers
-exclude those inside ``Settings.seen_window`` of the log's clock (the newest event time the database holds), so a
-replayed historical log behaves as a live one. Rewritten with every history version bump (``recording.py``),
+exclude those inside ``Settings.seen_window`` of the log's clock (``clock.py``), so a replayed historical log
+behaves as a live one. Rewritten with every history version bump (``recording.py``),
 under the same row lock. Layout (little-endian)::
 
     cap u4                           how many distinct items the writer kept at most
@@ -88,18 +88,12 @@ def values_from_arrays(user_ids: np.ndarray, ev_user: np.ndarray, ev_item: np.nd
     return out
 
 
-def log_clock(conn) -> float | None:
-    """The newest event time the database holds (an index lookup); None for an empty log."""
-    clock = conn.execute(select(func.max(Event.ts))).scalar()
-    return None if clock is None else float(clock)
-
-
-def from_events(conn, user_ids: list[int], since: float, cap: int) -> dict[int, np.ndarray]:
-    """Each user's items with their latest interaction at or after ``since``, from the events table: one
+def from_events(conn, user_ids: list[int], since: float, cap: int, until: float = float("inf")) -> dict[int, np.ndarray]:
+    """Each user's items with their latest interaction in ``[since, until]``, from the events table: one
     grouped query over the users' index ranges (for rows without a kept value)."""
     user_ids = sorted(user_ids)
     rows = conn.execute(select(Event.user_id, Event.item_id, func.max(Event.ts))
-                        .where(Event.user_id.in_(user_ids), Event.ts >= since)
+                        .where(Event.user_id.in_(user_ids), Event.ts >= since, Event.ts <= until)
                         .group_by(Event.user_id, Event.item_id)).all()
     ev = np.asarray(rows, dtype=np.float64).reshape(-1, 3)
     owner, item, ts = ev[:, 0].astype(np.int64), ev[:, 1].astype(np.int64), ev[:, 2]

@@ -108,15 +108,24 @@ class Pipeline:
     def candidates(self, hist: Histories) -> candidates.Candidates:
         return candidates.for_batch(self.items, self.cov, hist, self.settings)
 
-    def rank(self, hist: Histories, now: float, seconds: dict[str, float]) -> tuple[candidates.Candidates,
-                                                                                    np.ndarray]:
+    def features(self, hist: Histories) -> tuple[candidates.Candidates, np.ndarray]:
+        """Candidates and their feature matrix."""
+        cand = self.candidates(hist)
+        return cand, self._build(hist, cand)
+
+    def _build(self, hist: Histories, cand: candidates.Candidates) -> np.ndarray:
+        """Features at the clock the histories were read at (``data/clock.py``), as training builds them at its
+        time split; never the wall clock."""
+        return features.build(self.items, hist, cand, hist.clock)
+
+    def rank(self, hist: Histories, seconds: dict[str, float]) -> tuple[candidates.Candidates, np.ndarray]:
         """Candidates and their scores for a batch of histories, timing each stage into ``seconds``."""
         if self.bundle is None:
             raise BundleError("pipeline has no model bundle loaded")
         t0 = time.perf_counter()
         cand = self.candidates(hist)
         t1 = time.perf_counter()
-        X = features.build(self.items, hist, cand, now)
+        X = self._build(hist, cand)
         t2 = time.perf_counter()
         scores = ranker.score(self.bundle.model, X) if len(X) else np.empty(0, dtype=np.float32)
         t3 = time.perf_counter()
@@ -138,7 +147,7 @@ class Pipeline:
         chunk = self.settings.rank_chunk_users
         for start in range(0, len(hist), chunk):
             part = hist.slice(start, min(start + chunk, len(hist)))
-            cand, scores = self.rank(part, now, seconds)
+            cand, scores = self.rank(part, seconds)
             scored += len(scores)
             t0 = time.perf_counter()
             top, offsets = top_desc_grouped(scores, cand.offsets, keep)

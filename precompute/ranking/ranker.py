@@ -35,9 +35,10 @@ def score(model, X: np.ndarray, thread_count: int = 1) -> np.ndarray:
                       dtype=np.float32)
 
 
-def load_events(engine: Engine) -> tuple[np.ndarray, ...]:
+def load_events(engine: Engine, until: float = float("inf")) -> tuple[np.ndarray, ...]:
+    """The event log up to ``until`` as arrays (user, item, type, ts), in (ts, id) order."""
     with engine.connect() as conn:
-        rows = conn.execute(select(Event.user_id, Event.item_id, Event.type, Event.ts)
+        rows = conn.execute(select(Event.user_id, Event.item_id, Event.type, Event.ts).where(Event.ts <= until)
                             .order_by(Event.ts, Event.id)).all()
     ev = np.asarray(rows, dtype=np.float64).reshape(-1, 4)
     return ev[:, 0].astype(np.int64), ev[:, 1].astype(np.int64), ev[:, 2].astype(np.int64), ev[:, 3]
@@ -70,11 +71,11 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
     depth = depth or settings.train_depth
     users = users or settings.train_users
     negatives = settings.train_negatives
-    ev_user, ev_item, ev_type, ev_ts = load_events(engine)
+    ev_user, ev_item, ev_type, ev_ts = load_events(engine, settings.as_of or float("inf"))
     if len(ev_user) < 100:
         raise InvalidInput(f"only {len(ev_user)} events in the database; seed or collect more before training")
     cut = float(np.quantile(ev_ts, settings.train_cut_quantile))
-    pre = ev_ts < cut
+    pre = ev_ts <= cut            # known at the cut, as precompute knows everything at or before its clock
     progress(f"time split at {cut:.0f}: {pre.sum()} events before, {(~pre).sum()} after")
     items = load_item_table(engine, settings, as_of=cut)
 
