@@ -10,8 +10,8 @@ from flask import request
 
 from precompute.errors import InvalidInput, UnsupportedMediaType
 
-MAX_ID = 2**31 - 1
-_DIGITS = re.compile(r"[0-9]{1,10}")
+MAX_ID = 2**63 - 1             # ids are 64-bit: any positive signed 64-bit integer
+_DIGITS = re.compile(r"[0-9]{1,19}")
 
 
 def path_id(raw: str, what: str) -> int:

@@ -62,7 +62,7 @@ class Settings:
     seen_max_items: int = setting(5000, "PREFEED_SEEN_MAX_ITEMS", "distinct items kept per user for that rule (the "
                                   "most recent; 16 bytes each on the user row)", unit="items")
     max_candidates: int = setting(3000, "PREFEED_MAX_CANDIDATES", "candidates scored per user", unit="items")
-    feed_length: int = setting(1000, "PREFEED_FEED_LENGTH", "ranked items stored per user (8 bytes each)",
+    feed_length: int = setting(1000, "PREFEED_FEED_LENGTH", "ranked items stored per user (12 bytes each)",
                                unit="items")
     feed_ttl: int = setting(7 * DAY, "PREFEED_FEED_TTL", "feed time-to-live", unit="s")
     item_table_max_age: int = setting(300, "PREFEED_ITEM_TABLE_MAX_AGE", "workers reload item matrices between "

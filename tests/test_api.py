@@ -180,7 +180,8 @@ def test_new_user_is_created_by_their_first_event(client, world, pipeline):
 
 
 BAD_FEED_REQUESTS = [
-    ("/feed/abc", 400), ("/feed/-1", 400), ("/feed/0", 400), ("/feed/1.5", 400), ("/feed/99999999999", 400),
+    ("/feed/abc", 400), ("/feed/-1", 400), ("/feed/0", 400), ("/feed/1.5", 400), ("/feed/9223372036854775808", 400),
+    ("/feed/99999999999999999999", 400),
     ("/feed/1?limit=0", 400), ("/feed/1?limit=101", 400), ("/feed/1?limit=x", 400), ("/feed/1?offset=-1", 400),
     ("/feed/1?offset=100000", 400), ("/nope", 404),
 ]
@@ -292,9 +293,9 @@ def test_fallback_interleaves_the_users_top_categories_then_global_popular(clien
     assert len(ranked) > small.global_popular
     lists = {c: ids[: small.category_popular] for c, ids in by_category.items()}
     global_list = [int(items.ids[row]) for row in ranked[: small.global_popular]]
-    assert r.get(f"{settings.key_prefix}popular:global") == np.array(global_list, "<u4").tobytes()
+    assert r.get(f"{settings.key_prefix}popular:global") == np.array(global_list, "<i8").tobytes()
     for c, ids in lists.items():
-        assert r.get(f"{settings.key_prefix}popular:cat:{c}") == np.array(ids, "<u4").tobytes()
+        assert r.get(f"{settings.key_prefix}popular:cat:{c}") == np.array(ids, "<i8").tobytes()
     # and a user without a feed whose events weigh categories 2 > 0 > 4 (one event per view): they viewed the top
     # item of category 2 three times, and an item off the lists in each of the others
     uid = 1_700_000_000 + user_id

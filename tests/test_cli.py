@@ -2,6 +2,7 @@
 do (precompute --inline and --stale, init-db, seed, train, requeue-failed, demo)."""
 
 import dataclasses
+import struct
 import time
 
 import numpy as np
@@ -132,6 +133,35 @@ def test_init_db_brings_an_older_database_up_to_date(settings, tmp_path):
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM users WHERE recent IS NULL OR seen IS NULL")).scalar() == 0
     assert "kept recent" not in manage(old, "init-db").stdout          # idempotent
+
+
+def test_init_db_rewrites_kept_events_of_the_32_bit_layout(settings, tmp_path):
+    # given users whose kept events an earlier version wrote (no magic, 32-bit item ids, 13-byte records)
+    old = dataclasses.replace(settings, database_url=f"sqlite:///{tmp_path / 'layout.db'}")
+    engine = db.make_engine(old.database_url)
+    db.init_db(engine)
+    bulk.load(engine, synthetic.generate(20, 60, 600, seed=4, now=time.time()), old)
+    items = load_item_table(engine, old)
+    want = load_histories(engine, list(range(1, 21)), items, old)
+    record = np.dtype([("item", "<i4"), ("type", "u1"), ("ts", "<f8")])
+    with engine.begin() as conn:
+        for k in range(5):
+            a, b = want.offsets[k], want.offsets[k + 1]
+            rec = np.empty(b - a, dtype=record)
+            rec["item"], rec["type"], rec["ts"] = items.ids[want.item_rows[a:b]], want.types[a:b], want.ts[a:b]
+            conn.execute(text("UPDATE users SET recent = :v WHERE id = :u"),
+                         {"v": struct.pack("<I", old.history_limit) + rec.tobytes(), "u": int(want.user_ids[k])})
+    # when init-db runs
+    done = manage(old, "init-db")
+    # then those values are rewritten in today's layout, and histories read the same
+    assert done.returncode == 0, done.stderr
+    assert "for 5 existing users" in done.stdout
+    got = load_histories(engine, list(range(1, 21)), items, old)
+    for field in ("offsets", "item_rows", "types", "ts"):
+        assert np.array_equal(getattr(want, field), getattr(got, field)), field
+    with engine.connect() as conn:
+        assert all(bytes(v).startswith(b"H2") for v in conn.execute(text("SELECT recent FROM users")).scalars())
+    engine.dispose()
 
 
 def test_seed_train_and_requeue_on_a_fresh_database(settings, tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, event, inspect, text
+from sqlalchemy import BigInteger, Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -42,19 +42,26 @@ def session_factory(engine: Engine) -> sessionmaker[Session]:
 
 
 def init_db(engine: Engine) -> None:
-    """Create missing tables, and add the columns and indexes later versions introduced to existing ones
-    (idempotent)."""
+    """Create missing tables, add the columns and indexes later versions introduced to existing ones, and widen
+    32-bit id columns to 64 bits on PostgreSQL (idempotent)."""
     try:
         Base.metadata.create_all(engine)
         with engine.begin() as conn:
             for table in Base.metadata.sorted_tables:
-                have = {c["name"] for c in inspect(conn).get_columns(table.name)}
+                columns = {c["name"]: c for c in inspect(conn).get_columns(table.name)}
+                have = set(columns)
                 for column in table.columns:
                     if column.name not in have and column.nullable:
                         kind = column.type.compile(dialect=engine.dialect)
                         conn.execute(text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}'))
                 for index in table.indexes:
                     index.create(conn, checkfirst=True)
+                if engine.dialect.name == "postgresql":
+                    for column in table.columns:
+                        old = columns.get(column.name)
+                        if old is not None and isinstance(column.type, BigInteger) and \
+                                not isinstance(old["type"], BigInteger):
+                            conn.execute(text(f'ALTER TABLE {table.name} ALTER COLUMN "{column.name}" TYPE BIGINT'))
     except SQLAlchemyError as exc:
         raise as_prefeed_error(exc) from exc
 

@@ -7,11 +7,12 @@ version (``recording.py``), so the value a batch reads always matches the versio
 batch then reads one short binary value per user instead of ~100 rows, which turns Python tuple building (the
 dominant cost of the history stage) into one ``frombuffer``. Layout (little-endian)::
 
-    limit u4                          how many events the writer kept at most
-    records, 13 bytes each            item_id i4, type u1, ts f8 — oldest first, in (ts, id) order
+    magic "H2", limit u4              the layout (2: 64-bit item ids); how many events the writer kept at most
+    records, 17 bytes each            item_id i8, type u1, ts f8 — oldest first, in (ts, id) order
 
 A value with fewer records than its ``limit`` is the user's complete history. ``NULL`` means "not kept" (rows
-written before this column existed): readers fall back to the events table.
+written before this column existed): readers fall back to the events table, as they do for a value of another
+layout (``manage.py init-db`` rewrites both, ``upgrade.py``).
 
 ``Histories``: events of user ``k`` (k-th in ``user_ids``) live at ``offsets[k]:offsets[k+1]``, oldest first. The
 same ``Histories`` is built from the database at precompute time and from in-memory arrays at training time, with
@@ -24,7 +25,6 @@ window, from a second kept value (``seen.py``), not from the truncated events.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import struct
 import time
 from typing import Protocol
@@ -35,14 +35,16 @@ from sqlalchemy import Engine, select
 from ..settings import Settings
 from . import clock as clocks, seen as seen_items
 from .models import User
+from .rows import table
 
-RECORD = np.dtype([("item", "<i4"), ("type", "u1"), ("ts", "<f8")])     # packed: 13 bytes
-HEADER = struct.Struct("<I")
+RECORD = np.dtype([("item", "<i8"), ("type", "u1"), ("ts", "<f8")])     # packed: 17 bytes
+MAGIC = b"H2"
+HEADER = struct.Struct("<2sI")
 
 
 def empty(limit: int) -> bytes:
     """The value of a user with no events yet."""
-    return HEADER.pack(limit)
+    return HEADER.pack(MAGIC, limit)
 
 
 def records(item, type_, ts) -> np.ndarray:
@@ -55,19 +57,19 @@ def records(item, type_, ts) -> np.ndarray:
 def pack(item: np.ndarray, type_: np.ndarray, ts: np.ndarray, limit: int) -> bytes:
     """The value for events already in (ts, id) order; keeps the newest ``limit``."""
     newest = slice(max(len(item) - limit, 0), None)
-    return HEADER.pack(limit) + records(item[newest], type_[newest], ts[newest]).tobytes()
+    return HEADER.pack(MAGIC, limit) + records(item[newest], type_[newest], ts[newest]).tobytes()
 
 
 def readable(value: bytes) -> bool:
     """Whether ``value`` has this layout's shape (a header and whole records)."""
-    return len(value) >= HEADER.size and (len(value) - HEADER.size) % RECORD.itemsize == 0
+    return len(value) >= HEADER.size and value[:2] == MAGIC and (len(value) - HEADER.size) % RECORD.itemsize == 0
 
 
 def unpack(value: bytes) -> tuple[np.ndarray, int]:
     """Records (oldest first) and the writer's limit. Raises ``ValueError`` on a malformed value."""
     if not readable(value):
         raise ValueError(f"recent-history value of {len(value)} bytes is malformed")
-    (limit,) = HEADER.unpack_from(value)
+    _, limit = HEADER.unpack_from(value)
     return np.frombuffer(value, dtype=RECORD, offset=HEADER.size), limit
 
 
@@ -77,7 +79,7 @@ def covers(value: bytes, limit: int) -> bool:
     if not readable(value):
         return False
     n = (len(value) - HEADER.size) // RECORD.itemsize
-    (kept,) = HEADER.unpack_from(value)
+    _, kept = HEADER.unpack_from(value)
     return n < kept or limit <= kept
 
 
@@ -206,13 +208,13 @@ def from_events(conn, user_ids: list[int], limit: int, until: float | None = Non
         for k, u in enumerate(user_ids)
     )
     rows = conn.exec_driver_sql(sql).cursor.fetchall()
-    ev = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.float64, count=4 * len(rows)).reshape(-1, 4)
+    ev = table(rows, user="<i8", item="<i8", type="<i8", ts="<f8")
     # Rows arrive newest first per user: reverse everything, then a stable sort by user gives each user's events
     # oldest first, ties in (ts, id) order, as the event log has them.
     ev = ev[::-1]
-    ev = ev[np.argsort(ev[:, 0], kind="stable")]
-    rec = records(ev[:, 1], ev[:, 2], ev[:, 3])
-    user = ev[:, 0].astype(np.int64)
+    ev = ev[np.argsort(ev["user"], kind="stable")]
+    rec = records(ev["item"], ev["type"], ev["ts"])
+    user = ev["user"]
     bounds = np.searchsorted(user, user_ids, side="left"), np.searchsorted(user, user_ids, side="right")
     return {uid: rec[a:b] for uid, a, b in zip(user_ids, *bounds)}
 

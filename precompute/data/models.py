@@ -10,7 +10,8 @@ import enum
 from sqlalchemy import BigInteger, Float, ForeignKey, Index, Integer, LargeBinary, SmallInteger, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-# SQLite only auto-increments INTEGER PRIMARY KEY; PostgreSQL gets a 64-bit key.
+# Ids are 64-bit. SQLite's INTEGER is already 64-bit, and only "INTEGER PRIMARY KEY" is its rowid (auto-increment,
+# the fast lookup path); PostgreSQL gets BIGINT.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
 
 
@@ -30,7 +31,7 @@ class Base(DeclarativeBase):
 class Item(Base):
     __tablename__ = "items"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=False)
     category: Mapped[int] = mapped_column(SmallInteger, index=True)
     price: Mapped[float] = mapped_column(Float)
     created_at: Mapped[float] = mapped_column(Float)
@@ -43,7 +44,7 @@ class Item(Base):
 class User(Base):
     __tablename__ = "users"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=False)
     created_at: Mapped[float] = mapped_column(Float, default=0.0)
     #: Bumped in the same transaction as every batch of this user's events; feeds are stamped with it and a feed
     #: is never replaced by one computed from a lower version.
@@ -64,8 +65,8 @@ class Event(Base):
                       Index("ix_events_ts", "ts"))
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    user_id: Mapped[int] = mapped_column(Integer, ForeignKey("users.id"))
-    item_id: Mapped[int] = mapped_column(Integer, ForeignKey("items.id"))
+    user_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("users.id"))
+    item_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("items.id"))
     type: Mapped[int] = mapped_column(SmallInteger)
     ts: Mapped[float] = mapped_column(Float)
     #: Optional client-supplied idempotency key: an event posted twice with the same key is stored once.

@@ -23,6 +23,7 @@ import numpy as np
 from sqlalchemy import func, select
 
 from .models import Event
+from .rows import table
 
 RECORD = np.dtype([("item", "<i8"), ("ts", "<f8")])
 HEADER = struct.Struct("<I")
@@ -95,8 +96,8 @@ def from_events(conn, user_ids: list[int], since: float, cap: int, until: float 
     rows = conn.execute(select(Event.user_id, Event.item_id, func.max(Event.ts))
                         .where(Event.user_id.in_(user_ids), Event.ts >= since, Event.ts <= until)
                         .group_by(Event.user_id, Event.item_id)).all()
-    ev = np.asarray(rows, dtype=np.float64).reshape(-1, 3)
-    owner, item, ts = ev[:, 0].astype(np.int64), ev[:, 1].astype(np.int64), ev[:, 2]
+    ev = table(rows, user="<i8", item="<i8", ts="<f8")
+    owner, item, ts = ev["user"], ev["item"], ev["ts"]
     keep = latest_per_item(owner, item, ts, cap)
     owner = owner[keep]
     rec = np.empty(len(keep), dtype=RECORD)

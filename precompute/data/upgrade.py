@@ -1,9 +1,10 @@
 """Bringing a database written by an earlier version up to date: the kept values on user rows
-(``users.recent``, ``history.py``; ``users.seen``, ``seen.py``) for users that have none."""
+(``users.recent``, ``history.py``; ``users.seen``, ``seen.py``) for users that have none, or one in an earlier
+layout."""
 
 from __future__ import annotations
 
-from sqlalchemy import Engine, or_, select, update
+from sqlalchemy import Engine, func, or_, select, update
 
 from ..settings import Settings
 from . import history, seen
@@ -17,6 +18,7 @@ def fill_missing(engine: Engine, settings: Settings, batch: int = 500) -> int:
     SQLite), so an event recorded meanwhile waits and is then folded into the values, never lost from them.
     """
     limit, cap = settings.history_limit, settings.seen_max_items
+    _drop_old_layouts(engine, batch)
     filled = 0
     while True:
         with engine.begin() as conn:
@@ -33,3 +35,14 @@ def fill_missing(engine: Engine, settings: Settings, batch: int = 500) -> int:
                     recent=history.pack(rec["item"], rec["type"], rec["ts"], limit),
                     seen=seen.pack(kept["item"], kept["ts"], cap)))
             filled += len(ids)
+
+
+def _drop_old_layouts(engine: Engine, batch: int) -> None:
+    """Kept events in an earlier layout (32-bit item ids, no magic) become NULL, to be refilled like missing ones.
+    Readers already skip them; this only restores the fast path."""
+    with engine.begin() as conn:
+        heads = conn.execute(select(User.id, func.substr(User.recent, 1, len(history.MAGIC)))
+                             .where(User.recent.is_not(None))).all()
+        old = [uid for uid, head in heads if bytes(head) != history.MAGIC]
+        for i in range(0, len(old), batch):
+            conn.execute(update(User).where(User.id.in_(old[i:i + batch])).values(recent=None))

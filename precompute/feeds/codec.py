@@ -2,7 +2,9 @@
 
     header (32 bytes, little-endian)  magic "PF", format u8, flags u8, count u32,
                                       history_version u64, computed_at f64 (epoch s), model_version u64
-    records (8 bytes each)            item_id u32, score f32 — best first
+    records (12 bytes each)           item_id i64, score f32 — best first
+
+Format 2 (64-bit item ids); a value of format 1 (32-bit ids) is unreadable, served as missing and rewritten.
 
 Fixed-size records let the API read only the page it needs with GETRANGE (``page.py``); ``store.py`` writes whole
 values under the version guard.
@@ -16,11 +18,11 @@ import struct
 import numpy as np
 
 MAGIC = b"PF"
-FORMAT = 1
+FORMAT = 2
 HEADER = struct.Struct("<2sBBIQdQ")
 HEADER_SIZE = HEADER.size          # 32
-RECORD = np.dtype([("item", "<u4"), ("score", "<f4")])
-RECORD_SIZE = RECORD.itemsize      # 8
+RECORD = np.dtype([("item", "<i8"), ("score", "<f4")])
+RECORD_SIZE = RECORD.itemsize      # 12
 
 
 class CorruptFeed(ValueError):
@@ -38,7 +40,7 @@ class FeedHeader:
 @dataclasses.dataclass
 class Feed:
     header: FeedHeader
-    items: np.ndarray       # uint32 ids
+    items: np.ndarray       # int64 ids
     scores: np.ndarray      # float32
 
 

@@ -27,16 +27,31 @@ class Page:
 # Boosts are one key per item (expiring natively) read with MGET: a hash of a few hundred boosts is stored as a
 # listpack, which HMGET scans linearly (measured 290 µs server-side for 140 lookups in 445 boosts).
 # The boost keys are built from ARGV[2] inside the script, so prefeed does not run on Redis Cluster.
+# Item ids are 64-bit and Lua numbers are doubles (exact below 2**53): ``decimal`` writes an id from its two 32-bit
+# halves in base-10**7 limbs, every intermediate below 2**53, so ids up to 2**63 - 1 name the right set members and
+# boost keys (tests/test_ids.py).
 _PAGE = """
+local function u32(s, i)
+  local b1, b2, b3, b4 = string.byte(s, i, i + 3)
+  return b1 + b2 * 256 + b3 * 65536 + b4 * 16777216
+end
+local function decimal(lo, hi)
+  if hi < 2097152 then return string.format('%.0f', hi * 4294967296 + lo) end
+  local a1, a0 = math.floor(hi / 10000000), hi % 10000000    -- hi * 2^32 + lo, 2^32 = 429 * 10^7 + 4967296
+  local c0 = a0 * 4967296 + lo
+  local c1 = a1 * 4967296 + a0 * 429 + math.floor(c0 / 10000000)
+  local c2 = a1 * 429 + math.floor(c1 / 10000000)
+  -- hi >= 2^21 means the id is >= 2^53 > 10^14: c2 is never 0, so the limbs below it keep their zeros
+  return string.format('%.0f%07.0f%07.0f', c2, c1 % 10000000, c0 % 10000000)
+end
 local blob = redis.call('GETRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
 if string.len(blob) < 32 then return {blob} end
 local hv = 0
 for i = 16, 9, -1 do hv = hv * 256 + string.byte(blob, i) end
-local n = math.floor((string.len(blob) - 32) / 8)
+local n = math.floor((string.len(blob) - 32) / 12)
 local ids = {}
 for k = 0, n - 1 do
-  local b1, b2, b3, b4 = string.byte(blob, 33 + 8 * k, 36 + 8 * k)
-  ids[k + 1] = b1 + b2 * 256 + b3 * 65536 + b4 * 16777216
+  ids[k + 1] = decimal(u32(blob, 33 + 12 * k), u32(blob, 37 + 12 * k))
 end
 local flags, pairs = {}, {}
 if n > 0 then
@@ -110,7 +125,7 @@ class LiveFeeds:
         for c in categories:
             pipe.get(self.keys.popular_category(c))
         pipe.get(self.keys.popular_global)
-        lists = [np.frombuffer(b, dtype="<u4").astype(np.int64) for b in pipe.execute() if b]
+        lists = [np.frombuffer(b, dtype="<i8").astype(np.int64) for b in pipe.execute() if b]
         if len(lists) > 1:
             width = max(len(x) for x in lists[:-1])
             grid = np.full((len(lists) - 1, width), -1, dtype=np.int64)

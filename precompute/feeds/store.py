@@ -93,9 +93,9 @@ class FeedStore:
         raise redis.WatchError(f"{key} kept changing during {attempts} rebuilds")
 
     def publish_popular(self, global_ids: np.ndarray, by_category: list[np.ndarray]) -> None:
-        """Popular item ids for the fallback feed, one uint32 array per list, replaced in one transaction."""
+        """Popular item ids for the fallback feed, one int64 array per list, replaced in one transaction."""
         pipe = self.r.pipeline(transaction=True)
-        pipe.set(self.keys.popular_global, np.asarray(global_ids, dtype="<u4").tobytes())
+        pipe.set(self.keys.popular_global, np.asarray(global_ids, dtype="<i8").tobytes())
         for c, ids in enumerate(by_category):
-            pipe.set(self.keys.popular_category(c), np.asarray(ids, dtype="<u4").tobytes())
+            pipe.set(self.keys.popular_category(c), np.asarray(ids, dtype="<i8").tobytes())
         pipe.execute()

@@ -42,7 +42,9 @@ def build_pairs(ev_user: np.ndarray, ev_item: np.ndarray, ev_ts: np.ndarray, win
     counts 1/distance, in both directions (``Settings.covisit_window``, ``session_gap``, ``covisit_neighbours``).
     """
     order = np.lexsort((ev_ts, ev_user))
-    u, it, ts = ev_user[order], ev_item[order].astype(np.int64), ev_ts[order]
+    u, ts = ev_user[order], ev_ts[order]
+    # Items by their position among the log's distinct ids: pair codes below stay small whatever the (64-bit) ids.
+    item_ids, it = np.unique(ev_item[order].astype(np.int64), return_inverse=True)
     same_session = np.r_[False, (u[1:] == u[:-1]) & (np.diff(ts) < gap)]
     session = np.cumsum(~same_session)
     src, dst, w = [], [], []
@@ -55,10 +57,10 @@ def build_pairs(ev_user: np.ndarray, ev_item: np.ndarray, ev_ts: np.ndarray, win
     if not src:
         return {"src": np.empty(0, np.int64), "dst": np.empty(0, np.int64), "weight": np.empty(0)}
     src_a, dst_a, w_a = np.concatenate(src), np.concatenate(dst), np.concatenate(w)
-    span = int(max(src_a.max(initial=0), dst_a.max(initial=0))) + 1
+    span = len(item_ids)
     codes, inverse = np.unique(src_a * span + dst_a, return_inverse=True)
     weight = np.bincount(inverse, weights=w_a)
-    s, d = codes // span, codes % span
+    s, d = item_ids[codes // span], item_ids[codes % span]
     keep_order = np.lexsort((d, -weight, s))
     s, d, weight = s[keep_order], d[keep_order], weight[keep_order]
     first = np.searchsorted(s, s, side="left")

@@ -19,6 +19,7 @@ import pandas as pd
 from sqlalchemy import Engine, case, func, select
 
 from ..data import clock
+from ..data.rows import table
 from ..data.models import Event, Item
 from ..settings import Settings
 from .layout import LAYOUT
@@ -153,13 +154,12 @@ def load_item_table(engine: Engine, settings: Settings, as_of: float | None = No
     counts = np.zeros((n, 5), dtype=np.float64)
     recent_views = np.zeros(n, dtype=np.float64)
     if stats and n:
-        s = np.column_stack([np.array(c, dtype=np.float64) for c in zip(*stats)])
-        known = pd.Index(ids).get_indexer(s[:, 0].astype(np.int64))
+        s = table(stats, item="<i8", type="<i8", count="<f8", recent="<f8")
+        known = pd.Index(ids).get_indexer(s["item"])
         s, rows = s[known >= 0], known[known >= 0]
-        types = s[:, 1].astype(np.int64)
-        np.add.at(counts, (rows, types), s[:, 2])
-        is_view = types == 1
-        np.add.at(recent_views, rows[is_view], s[is_view, 3])
+        np.add.at(counts, (rows, s["type"]), s["count"])
+        is_view = s["type"] == 1
+        np.add.at(recent_views, rows[is_view], s["recent"][is_view])
     return ItemTable(
         ids=ids,
         category=np.asarray(cols[1], dtype=np.int64),

@@ -14,6 +14,7 @@ import numpy as np
 from sqlalchemy import Engine, select
 
 from ..data.history import histories_from_arrays
+from ..data.rows import table
 from ..data.models import Event
 from ..errors import InvalidInput
 from ..settings import Settings
@@ -40,8 +41,8 @@ def load_events(engine: Engine, until: float = float("inf")) -> tuple[np.ndarray
     with engine.connect() as conn:
         rows = conn.execute(select(Event.user_id, Event.item_id, Event.type, Event.ts).where(Event.ts <= until)
                             .order_by(Event.ts, Event.id)).all()
-    ev = np.asarray(rows, dtype=np.float64).reshape(-1, 4)
-    return ev[:, 0].astype(np.int64), ev[:, 1].astype(np.int64), ev[:, 2].astype(np.int64), ev[:, 3]
+    ev = table(rows, user="<i8", item="<i8", type="<i8", ts="<f8")
+    return ev["user"], ev["item"], ev["type"], ev["ts"]
 
 
 def feature_rows(items, cov, events: tuple[np.ndarray, ...], user_ids: np.ndarray, now: float, settings: Settings):
@@ -87,16 +88,22 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
     cov = covisit.index_for(items, pre_pairs)
 
     # Truth: strongest post-cut interaction per (user, item row), excluding items seen before the cut.
+    # (user, item) pairs coded as user position * span + item row: user ids are 64-bit, positions small.
     span = len(items) + 1
-    post_code = ev_user[~pre] * span + items.rows(ev_item[~pre])
-    pre_code = np.unique(ev_user[pre] * span + items.rows(ev_item[pre]))
+    all_users = np.unique(ev_user)
+
+    def user_pos(user_ids: np.ndarray) -> np.ndarray:
+        return np.searchsorted(all_users, user_ids)
+
+    post_code = user_pos(ev_user[~pre]) * span + items.rows(ev_item[~pre])
+    pre_code = np.unique(user_pos(ev_user[pre]) * span + items.rows(ev_item[pre]))
     truth_code, inv = np.unique(post_code, return_inverse=True)
     truth_rel = np.zeros(len(truth_code))
     np.maximum.at(truth_rel, inv, ev_type[~pre].astype(np.float64))
     fresh = ~np.isin(truth_code, pre_code)
     truth_code, truth_rel = truth_code[fresh], truth_rel[fresh]
 
-    eligible = np.intersect1d(np.unique(ev_user[pre]), np.unique(truth_code // span))
+    eligible = np.intersect1d(np.unique(ev_user[pre]), all_users[np.unique(truth_code // span)])
     if len(eligible) < 10:
         raise InvalidInput("too few users with history on both sides of the time split to train")
     rng = np.random.default_rng(seed)
@@ -107,7 +114,7 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
     def examples(user_ids: np.ndarray):
         hist, cand, X = feature_rows(items, cov, (ev_user[pre], ev_item[pre], ev_type[pre], ev_ts[pre]), user_ids,
                                      cut, settings)
-        code = hist.user_ids[cand.owner] * span + cand.rows
+        code = user_pos(hist.user_ids[cand.owner]) * span + cand.rows
         pos = np.searchsorted(truth_code, code)
         pos = np.minimum(pos, len(truth_code) - 1)
         rel = np.where(truth_code[pos] == code, truth_rel[pos], 0.0)
@@ -127,7 +134,7 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
         keep = (rel > 0) | (neg_rank < negatives)
         has_pos = np.bincount(owner[rel > 0], minlength=len(hist)) > 0
         keep &= has_pos[owner]
-        Xs.append(X[keep]), ys.append(rel[keep]), gs.append(hist.user_ids[owner[keep]])
+        Xs.append(X[keep]), ys.append(rel[keep]), gs.append(user_pos(hist.user_ids[owner[keep]]))
     X_train, y_train, g_train = np.concatenate(Xs), np.concatenate(ys), np.concatenate(gs)
     if not (y_train > 0).any():
         raise InvalidInput("no training user has a relevant candidate; the log has too little structure to learn")
@@ -144,7 +151,7 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
     popular_active = np.argsort(-items.popularity, kind="stable")
     popular_active = popular_active[items.active[popular_active]]
     for k, uid in enumerate(hist.user_ids):
-        lo, hi = np.searchsorted(truth_code, [uid * span, (uid + 1) * span])
+        lo, hi = np.searchsorted(truth_code, [user_pos(uid) * span, (user_pos(uid) + 1) * span])
         ideal = truth_rel[lo:hi]
         a, b = cand.offsets[k], cand.offsets[k + 1]
         order = np.argsort(-pred[a:b], kind="stable")
@@ -152,7 +159,7 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
         seen = hist.seen(k)
         head = popular_active[:10 + len(seen)]
         top = head[~np.isin(head, seen)][:10]
-        tcode = uid * span + top
+        tcode = user_pos(uid) * span + top
         p = np.minimum(np.searchsorted(truth_code, tcode), len(truth_code) - 1)
         pop_ndcg.append(ndcg_at(10, np.where(truth_code[p] == tcode, truth_rel[p], 0.0), ideal))
 
