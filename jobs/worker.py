@@ -45,7 +45,9 @@ _DEATHS = ("Work-horse terminated unexpectedly", "Job was stuck in intermediate 
 class PrefeedWorker(Worker):
     def __init__(self, *args, **kwargs) -> None:
         # WorkerPool constructs its workers itself, so the timing comes from the settings the pipeline was built with.
-        beat = context.get().settings.worker_interval
+        settings = context.get().settings
+        beat = settings.worker_interval
+        self._max_deaths = settings.job_max_deaths
         kwargs.setdefault("maintenance_interval", beat)
         kwargs.setdefault("job_monitoring_interval", beat)
         kwargs.setdefault("worker_ttl", beat + RQ_DEQUEUE_MARGIN)
@@ -79,10 +81,15 @@ class PrefeedWorker(Worker):
     def _retry_dead(self, job, queue: Queue) -> None:
         """A job's retries (``PREFEED_RETRY_INTERVALS``) count the times it failed; a process killed under it (OOM,
         SIGKILL, a lost host) is not a failure of the job. Once its retries are spent, such a job is retried
-        again after the last interval, as often as it takes. The run that died may have left the job's id in RQ's
-        list of dequeued jobs (a horse removes it when it starts): removed, or RQ would run the job once more a
-        minute after it is done."""
-        if job.retries_left is not None and job.retries_left < 1:
+        again after the last interval, up to ``PREFEED_JOB_MAX_DEATHS`` deaths, counted in a field of the job's
+        hash (writing the job's meta here instead left retried jobs stuck in the scheduled registry in the kill
+        test, twice; the cause was not pinned down): a batch that kills its horse every time (out
+        of memory; RQ also kills a horse that outlived its timeout by 60 s) then fails with its reason instead of
+        being tried for ever. The run that died may have left the job's id
+        in RQ's list of dequeued jobs (a horse removes it when it starts): removed, or RQ would run the job once
+        more a minute after it is done."""
+        deaths = self.connection.hincrby(job.key, "prefeed_deaths", 1)   # a field of the job's own hash
+        if deaths <= self._max_deaths and job.retries_left is not None and job.retries_left < 1:
             job.retries_left = 1
         self.connection.lrem(queue.intermediate_queue_key, 1, job.id)
 

@@ -125,6 +125,9 @@ class Settings:
                                    "this often (RQ `job_monitoring_interval`) and, between jobs, runs RQ's maintenance "
                                    "this often (`maintenance_interval`, RQ's default 600): retaking the scheduler "
                                    "lock, retrying jobs of dead workers", unit="s")
+    job_max_deaths: int = setting(10, "PREFEED_JOB_MAX_DEATHS", "times a job's process may be killed under it "
+                                  "(OOM, SIGKILL, a lost host) and the job still be retried past its retries; then it "
+                                  "fails like a job that raised (a batch that always runs out of memory)")
     retry_intervals: tuple[int, ...] = setting((5, 30, 120), "PREFEED_RETRY_INTERVALS", "seconds before each retry "
                                                "of a failed job (their count = retries; RQ `Retry`)", unit="s",
                                                minimum=0)

@@ -293,9 +293,9 @@ def test_fallback_interleaves_the_users_top_categories_then_global_popular(clien
     assert len(ranked) > small.global_popular
     lists = {c: ids[: small.category_popular] for c, ids in by_category.items()}
     global_list = [int(items.ids[row]) for row in ranked[: small.global_popular]]
-    assert r.get(f"{settings.key_prefix}popular:global") == np.array(global_list, "<i8").tobytes()
+    assert r.get(f"{settings.key_prefix}popular:v2:global") == np.array(global_list, "<i8").tobytes()
     for c, ids in lists.items():
-        assert r.get(f"{settings.key_prefix}popular:cat:{c}") == np.array(ids, "<i8").tobytes()
+        assert r.get(f"{settings.key_prefix}popular:v2:cat:{c}") == np.array(ids, "<i8").tobytes()
     # and a user without a feed whose events weigh categories 2 > 0 > 4 (one event per view): they viewed the top
     # item of category 2 three times, and an item off the lists in each of the others
     uid = 1_700_000_000 + user_id
@@ -358,3 +358,15 @@ def test_an_unreadable_feed_is_served_as_fallback_then_recomputed(client, settin
         assert FeedStore(r, settings).read(uid).header.history_version == versions[uid] > 0
         body = _feed(client, uid, limit=10)
         assert body["source"] == "precomputed" and body["history_version"] == versions[uid]
+
+
+def test_a_popular_list_this_version_did_not_write_is_left_out(client, settings, r, world):
+    from precompute.data import catalog
+
+    # given no worker has published lists, but the global list's key holds bytes that are not whole 64-bit ids
+    r.set(f"{settings.key_prefix}popular:v2:global", np.array([11, 12, 13], "<u4").tobytes())
+    # when a user without a feed asks for one
+    body = _feed(client, 2_000_000_001, limit=5)
+    # then the fallback stands in with the newest listings instead of misreading the value (or failing)
+    assert body["source"] == "fallback"
+    assert _ids(body) == catalog.newest_active(world.engine, 5)

@@ -219,11 +219,12 @@ def test_users_leased_by_a_dead_drain_job_are_recomputed_by_a_scheduled_drain(se
 
 def test_a_job_whose_horse_is_killed_more_often_than_its_retries_still_completes(settings, r):
     # given one retry, at once (a burst worker runs no scheduler), for a job whose horse is SIGKILLed in its
-    # first 3 runs and for one that raises in its first 3 runs
-    s = dataclasses.replace(settings, retry_intervals=(0,))
+    # first 3 runs, one that raises in its first 3 runs, and one whose horse is killed in every run
+    s = dataclasses.replace(settings, retry_intervals=(0,), job_max_deaths=4)
     queue = make_queue(s, r)
     dies = queue.enqueue("tests.faults.die_first", f"{s.key_prefix}dies", 3, retry=retry(s))
     fails = queue.enqueue("tests.faults.fail_first", f"{s.key_prefix}fails", 3, retry=retry(s))
+    always = queue.enqueue("tests.faults.die_first", f"{s.key_prefix}always", 100, retry=retry(s))
     # when a worker runs them
     done = manage(s, "worker", "--burst")
     assert done.returncode == 0, done.stderr
@@ -232,7 +233,9 @@ def test_a_job_whose_horse_is_killed_more_often_than_its_retries_still_completes
     # and the one that raised has spent its retry and waits in the failed registry with its reason
     assert fails.get_status(refresh=True) == "failed" and r.get(f"{s.key_prefix}fails") == b"2"
     assert "failing on purpose" in fails.latest_result().exc_string
-    assert queue.failed_job_registry.get_job_ids() == [fails.id]
+    # and the one killed every time is tried until its deaths exceed PREFEED_JOB_MAX_DEATHS, then fails
+    assert always.get_status(refresh=True) == "failed" and r.get(f"{s.key_prefix}always") == b"5"
+    assert sorted(queue.failed_job_registry.get_job_ids()) == sorted([fails.id, always.id])
 
 
 @pytest.mark.timeout(120)

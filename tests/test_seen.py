@@ -91,6 +91,16 @@ def test_the_kept_value_holds_the_newest_distinct_items_up_to_its_cap(pipeline, 
     want = sorted(latest.items(), key=lambda kv: (kv[1], kv[0]))[-30:]
     rec = seen.unpack(_kept(world.engine, uid))
     assert list(zip(rec["item"].tolist(), rec["ts"].tolist())) == want
+    # and under a larger cap the value (kept under 30) is read from the events table, and the next recording drops
+    # it rather than extending it as if it were whole
+    wider = dataclasses.replace(s, seen_max_items=50)
+    assert len(history.load_histories(world.engine, [uid], pipeline.items, wider).seen_rows) == min(50, len(latest))
+    saved = _kept(world.engine, uid)
+    older = NewEvent(uid, want[-1][0], 1, now - 100 * 3600)      # changes no item's latest time
+    assert record(world.engine, [older], wider).accepted == 1
+    assert _kept(world.engine, uid) is None
+    with world.engine.begin() as conn:                  # put the cap-30 value back for what follows
+        conn.execute(update(User).where(User.id == uid).values(seen=saved))
     # and a user row without the value is read the same way from the events table
     kept = history.load_histories(world.engine, [uid], pipeline.items, s)
     with world.engine.begin() as conn:

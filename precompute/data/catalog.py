@@ -54,7 +54,7 @@ def seen_items(engine: Engine, user_id: int, settings: Settings) -> np.ndarray:
         now = clock.log_clock(conn, settings)
         since = now - settings.seen_window
         value = conn.execute(select(User.seen).where(User.id == user_id)).scalar()
-        if value is None or not seen.readable(value):
+        if value is None or settings.as_of or not seen.covers(value, settings.seen_max_items):
             rec = seen.from_events(conn, [user_id], since, settings.seen_max_items, now)[user_id]
         else:
             rec = seen.unpack(value)[-settings.seen_max_items:]

@@ -168,7 +168,7 @@ def load_histories(engine: Engine, user_ids: list[int], items: ItemRows, setting
                     parts[uid] = rec[max(len(rec) - limit, 0):]
                 else:
                     rest.append(uid)
-                if seen_value is not None and seen_items.readable(seen_value):
+                if seen_value is not None and seen_items.covers(seen_value, cap):
                     rec = seen_items.unpack(seen_value)
                     rec = rec[max(len(rec) - cap, 0):]
                     seen[uid] = rec[(rec["ts"] >= since) & (rec["ts"] <= now)]
@@ -202,12 +202,14 @@ def from_events(conn, user_ids: list[int], limit: int, until: float | None = Non
     per subquery noticeably slower, and the text is valid for SQLite and PostgreSQL alike.
     """
     upto = "" if until is None else f"AND ts <= {float(until)!r} "
-    sql = " UNION ALL ".join(
-        f"SELECT * FROM (SELECT user_id, item_id, type, ts FROM events WHERE user_id = {int(u)} {upto}"
-        f"ORDER BY ts DESC, id DESC LIMIT {int(limit)}) AS h{k}"
-        for k, u in enumerate(user_ids)
-    )
-    rows = conn.exec_driver_sql(sql).cursor.fetchall()
+    rows = []
+    for start in range(0, len(user_ids), 500):          # SQLite allows 500 terms in one compound SELECT
+        sql = " UNION ALL ".join(
+            f"SELECT * FROM (SELECT user_id, item_id, type, ts FROM events WHERE user_id = {int(u)} {upto}"
+            f"ORDER BY ts DESC, id DESC LIMIT {int(limit)}) AS h{k}"
+            for k, u in enumerate(user_ids[start:start + 500])
+        )
+        rows += conn.exec_driver_sql(sql).cursor.fetchall()
     ev = table(rows, user="<i8", item="<i8", type="<i8", ts="<f8")
     # Rows arrive newest first per user: reverse everything, then a stable sort by user gives each user's events
     # oldest first, ties in (ts, id) order, as the event log has them.

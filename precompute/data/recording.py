@@ -67,16 +67,17 @@ def record(engine: Engine, events: list[NewEvent], settings: Settings) -> Record
                 v, kept, kept_seen = conn.execute(update(User).where(User.id == uid)
                                                   .values(history_version=User.history_version + len(new))
                                                   .returning(User.history_version, User.recent, User.seen)).one()
-                # A malformed value is dropped (NULL: read from the events table until init-db refills it)
-                # rather than failing the user's events.
+                # A malformed value, or one kept under a smaller limit than today's (its oldest events or items are
+                # missing), is dropped (NULL: read from the events table until init-db refills it) rather than
+                # failing the user's events or being extended as if it were whole.
                 item, ts = [e.item_id for e in new], [e.ts for e in new]
                 values = {}
                 if kept is not None:
                     values["recent"] = history.append(kept, item, [e.type for e in new], ts, history_limit) \
-                        if history.readable(kept) else None
+                        if history.covers(kept, history_limit) else None
                 if kept_seen is not None:
                     values["seen"] = seen_items.merge(kept_seen, item, ts, cap) \
-                        if seen_items.readable(kept_seen) else None
+                        if seen_items.covers(kept_seen, cap) else None
                 if values:
                     conn.execute(update(User).where(User.id == uid).values(**values))
                 versions[uid] = int(v)

@@ -61,6 +61,16 @@ def readable(value: bytes) -> bool:
     return len(value) >= HEADER.size and (len(value) - HEADER.size) % RECORD.itemsize == 0
 
 
+def covers(value: bytes, cap: int) -> bool:
+    """Whether ``value`` holds a user's newest ``cap`` distinct items (complete, or kept with a cap at least as
+    big); False for a malformed value. A value kept under a smaller cap is read from the events table instead."""
+    if not readable(value):
+        return False
+    n = (len(value) - HEADER.size) // RECORD.itemsize
+    (kept,) = HEADER.unpack_from(value)
+    return n < kept or cap <= kept
+
+
 def unpack(value: bytes) -> np.ndarray:
     """The records, oldest first. Raises ``ValueError`` on a malformed value."""
     if not readable(value):
@@ -89,7 +99,8 @@ def values_from_arrays(user_ids: np.ndarray, ev_user: np.ndarray, ev_item: np.nd
     return out
 
 
-def from_events(conn, user_ids: list[int], since: float, cap: int, until: float = float("inf")) -> dict[int, np.ndarray]:
+def from_events(conn, user_ids: list[int], since: float, cap: int,
+                until: float = float("inf")) -> dict[int, np.ndarray]:
     """Each user's items with their latest interaction in ``[since, until]``, from the events table: one
     grouped query over the users' index ranges (for rows without a kept value)."""
     user_ids = sorted(user_ids)

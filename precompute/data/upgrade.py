@@ -18,7 +18,7 @@ def fill_missing(engine: Engine, settings: Settings, batch: int = 500) -> int:
     SQLite), so an event recorded meanwhile waits and is then folded into the values, never lost from them.
     """
     limit, cap = settings.history_limit, settings.seen_max_items
-    _drop_old_layouts(engine, batch)
+    _drop_old_layouts(engine, settings, batch)
     filled = 0
     while True:
         with engine.begin() as conn:
@@ -37,12 +37,19 @@ def fill_missing(engine: Engine, settings: Settings, batch: int = 500) -> int:
             filled += len(ids)
 
 
-def _drop_old_layouts(engine: Engine, batch: int) -> None:
-    """Kept events in an earlier layout (32-bit item ids, no magic) become NULL, to be refilled like missing ones.
-    Readers already skip them; this only restores the fast path."""
+def _drop_old_layouts(engine: Engine, settings: Settings, batch: int) -> None:
+    """Kept values readers cannot use become NULL, to be refilled like missing ones: events in an earlier layout
+    (32-bit item ids, no magic) and seen items kept under a smaller ``seen_max_items`` than today's. Readers
+    already skip both (reading the events table); this restores the fast path."""
     with engine.begin() as conn:
         heads = conn.execute(select(User.id, func.substr(User.recent, 1, len(history.MAGIC)))
                              .where(User.recent.is_not(None))).all()
         old = [uid for uid, head in heads if bytes(head) != history.MAGIC]
         for i in range(0, len(old), batch):
             conn.execute(update(User).where(User.id.in_(old[i:i + batch])).values(recent=None))
+        heads = conn.execute(select(User.id, func.substr(User.seen, 1, seen.HEADER.size))
+                             .where(User.seen.is_not(None))).all()
+        small = [uid for uid, head in heads
+                 if len(head) < seen.HEADER.size or seen.HEADER.unpack(bytes(head))[0] < settings.seen_max_items]
+        for i in range(0, len(small), batch):
+            conn.execute(update(User).where(User.id.in_(small[i:i + batch])).values(seen=None))

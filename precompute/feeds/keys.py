@@ -13,7 +13,9 @@ class Keys:
         self.dirty = f"{prefix}dirty"              # zset user_id -> time it may next be claimed
         self.drain_flag = f"{prefix}drain:pending"
         self.drain_scheduled_flag = f"{prefix}drain:scheduled"
-        self.popular_global = f"{prefix}popular:global"
+        # Popular lists hold 64-bit ids; "v2" keeps them apart from the 32-bit lists of earlier versions, which
+        # an old worker may still publish during a rolling upgrade.
+        self.popular_global = f"{prefix}popular:v2:global"
 
     def feed(self, user_id: int) -> str:
         return f"{self.prefix}feed:{user_id}"
@@ -25,4 +27,4 @@ class Keys:
         return f"{self.prefix}seen:{user_id}"       # zset item_id -> history version of the interaction
 
     def popular_category(self, category: int) -> str:
-        return f"{self.prefix}popular:cat:{category}"
+        return f"{self.prefix}popular:v2:cat:{category}"

@@ -125,7 +125,8 @@ class LiveFeeds:
         for c in categories:
             pipe.get(self.keys.popular_category(c))
         pipe.get(self.keys.popular_global)
-        lists = [np.frombuffer(b, dtype="<i8").astype(np.int64) for b in pipe.execute() if b]
+        # A value that is not whole 8-byte ids is not a list this version wrote: left out, as if unpublished.
+        lists = [np.frombuffer(b, dtype="<i8").astype(np.int64) for b in pipe.execute() if b and len(b) % 8 == 0]
         if len(lists) > 1:
             width = max(len(x) for x in lists[:-1])
             grid = np.full((len(lists) - 1, width), -1, dtype=np.int64)

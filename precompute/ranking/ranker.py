@@ -96,7 +96,10 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
         return np.searchsorted(all_users, user_ids)
 
     post_code = user_pos(ev_user[~pre]) * span + items.rows(ev_item[~pre])
-    pre_code = np.unique(user_pos(ev_user[pre]) * span + items.rows(ev_item[pre]))
+    # Items seen inside the seen window before the cut are no candidates (as in serving), so no labels either;
+    # an item seen before the window may come back, and its later interaction counts.
+    seen = pre & (ev_ts >= cut - settings.seen_window)
+    pre_code = np.unique(user_pos(ev_user[seen]) * span + items.rows(ev_item[seen]))
     truth_code, inv = np.unique(post_code, return_inverse=True)
     truth_rel = np.zeros(len(truth_code))
     np.maximum.at(truth_rel, inv, ev_type[~pre].astype(np.float64))
