@@ -58,7 +58,8 @@ def test_items_and_users_above_2_53_keep_their_exact_ids_end_to_end(settings, r,
     user = users[0]
     stored = pipeline.store.read(user).items.tolist()
     assert stored and set(stored) <= set(m.item_id.tolist())
-    client = create_app(s, {"TESTING": True}).test_client()
+    app = create_app(s, {"TESTING": True})
+    client = app.test_client()
 
     def page(limit=20):
         body = client.get(f"/feed/{user}?limit={limit}").get_json()
@@ -83,6 +84,7 @@ def test_items_and_users_above_2_53_keep_their_exact_ids_end_to_end(settings, r,
                                         "ts": time.time()}).status_code in (200, 201, 202)
     ids, _ = page(limit=40)
     assert clicked not in ids and {clicked - 3, clicked + 3} & set(stored[:60]) <= set(ids) | {sold, lifted}
+    app.extensions["prefeed"]["engine"].dispose()
     engine.dispose()
 
 
