@@ -50,12 +50,18 @@ def redis_url():
 
 @pytest.fixture(scope="session")
 def database_url(tmp_path_factory):
+    yield from own_database(tmp_path_factory, "test")
+
+
+def own_database(tmp_path_factory, name: str):
+    """Yields the URL of a database of its own, then removes it: a temporary SQLite file, or a fresh schema in
+    PREFEED_TEST_DATABASE_URL (for a fixture to ``yield from``)."""
     url = os.environ.get("PREFEED_TEST_DATABASE_URL")
     if not url:
-        yield f"sqlite:///{tmp_path_factory.mktemp('db') / 'prefeed.db'}"
+        yield f"sqlite:///{tmp_path_factory.mktemp(name) / 'prefeed.db'}"
         return
     base = normalize_database_url(url)
-    schema = f"prefeed_test_{uuid.uuid4().hex[:10]}"
+    schema = f"prefeed_{name}_{uuid.uuid4().hex[:10]}"
     admin = create_engine(base)
     with admin.begin() as conn:
         conn.execute(text(f"CREATE SCHEMA {schema}"))

@@ -5,37 +5,23 @@ their exact ids."""
 import dataclasses
 import os
 import time
-import uuid
 
 import numpy as np
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
 from api import create_app
 from precompute.data import bulk, engine as db, synthetic
 from precompute.ranking import bundle, ranker
 from precompute.ranking.pipeline import Pipeline
-from precompute.settings import normalize_database_url
+from tests.conftest import own_database
 
 BASE = 2**62                  # item ids BASE + 3k and BASE + 3k + 1 differ by less than a double's spacing there
 
 
 @pytest.fixture
 def own_url(tmp_path_factory):
-    """A database of its own: a temporary SQLite file, or a fresh schema in PREFEED_TEST_DATABASE_URL."""
-    url = os.environ.get("PREFEED_TEST_DATABASE_URL")
-    if not url:
-        yield f"sqlite:///{tmp_path_factory.mktemp('ids') / 'ids.db'}"
-        return
-    base = normalize_database_url(url)
-    schema = f"prefeed_ids_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(base)
-    with admin.begin() as conn:
-        conn.execute(text(f"CREATE SCHEMA {schema}"))
-    yield f"{base}{'&' if '?' in base else '?'}options=-csearch_path%3D{schema}"
-    with admin.begin() as conn:
-        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
-    admin.dispose()
+    yield from own_database(tmp_path_factory, "ids")
 
 
 def test_items_and_users_above_2_53_keep_their_exact_ids_end_to_end(settings, r, own_url, tmp_path, admin):
