@@ -14,7 +14,7 @@ import time
 from flask import Blueprint, current_app
 
 from jobs.queues import notify_changed
-from precompute.data.models import EventType
+from precompute.data.event_types import EventTypes
 from precompute.data.recording import NewEvent, record
 from precompute.errors import InvalidInput
 from precompute.feeds.client import ping_redis
@@ -23,7 +23,6 @@ from .errors import json_response
 from .parse import body_object, field_id, field_number, json_body
 
 bp = Blueprint("events", __name__)
-_TYPES = {t.name: int(t) for t in EventType}
 
 
 @bp.post("/events")
@@ -39,7 +38,8 @@ def post_events():
     # ts may lie up to event_max_age in the past and event_max_future ahead (clock skew); it defaults to now.
     now = time.time()
     window = (now - settings.event_max_age, now + settings.event_max_future)
-    events = [_parse(body_object(e), now, window, k if isinstance(body, list) else None)
+    types = EventTypes.of(settings).codes
+    events = [_parse(body_object(e), types, now, window, k if isinstance(body, list) else None)
               for k, e in enumerate(batch)]
     ping_redis(ctx["redis"])
     result = record(ctx["engine"], events, settings)
@@ -58,18 +58,18 @@ def post_events():
     return json_response({"accepted": result.accepted, "duplicates": result.duplicates}, 202)
 
 
-def _parse(obj: dict, now: float, window: tuple[float, float], index: int | None) -> NewEvent:
+def _parse(obj: dict, types: dict[str, int], now: float, window: tuple[float, float], index: int | None) -> NewEvent:
     try:
         kind = obj.get("type")
-        if not isinstance(kind, str) or kind not in _TYPES:      # a list or object is not even hashable
-            raise InvalidInput(f"type must be one of {', '.join(_TYPES)}")
+        if not isinstance(kind, str) or kind not in types:      # a list or object is not even hashable
+            raise InvalidInput(f"type must be one of {', '.join(types)}")
         event_id = obj.get("event_id")
         if event_id is not None and (not isinstance(event_id, str) or not 1 <= len(event_id) <= 64):
             raise InvalidInput("event_id must be a string of 1 to 64 characters")
         unknown = set(obj) - {"user_id", "item_id", "type", "ts", "event_id"}
         if unknown:
             raise InvalidInput(f"unknown field(s): {', '.join(sorted(map(str, unknown)))[:200]}")
-        return NewEvent(user_id=field_id(obj, "user_id"), item_id=field_id(obj, "item_id"), type=_TYPES[kind],
+        return NewEvent(user_id=field_id(obj, "user_id"), item_id=field_id(obj, "item_id"), type=types[kind],
                         ts=field_number(obj, "ts", *window, default=now),
                         client_event_id=event_id)
     except InvalidInput as exc:

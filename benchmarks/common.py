@@ -74,9 +74,10 @@ def make_world(users: int, items: int, events: int, iterations: int, *, seed_: i
     tag = uuid.uuid4().hex[:8]
     settings = Settings(database_url=os.environ.get("DATABASE_URL") or f"sqlite:///{tmp / 'bench.db'}",
                         redis_url=redis_url, model_dir=tmp / "models", var_dir=tmp,
-                        key_prefix=f"pfbench:{tag}:", queue_name=f"pfbench-{tag}", admin_token="bench")
+                        key_prefix=f"pfbench:{tag}:", queue_name=f"pfbench-{tag}", admin_token="bench",
+                        item_attributes=synthetic.ATTRIBUTES)
     engine = db.make_engine(settings.database_url)
-    db.init_db(engine)
+    db.init_db(engine, settings)
     bulk.load(engine, synthetic.generate(users, items, events, seed=seed_, now=time.time()), settings)
     result = ranker.train(engine, settings, iterations=iterations, depth=depth, users=min(train_users, users))
     bundle.promote(settings.model_dir, bundle.write(settings.model_dir, result.model, result.pairs,

@@ -3,6 +3,7 @@ trained bundle, every feed precomputed by real RQ workers, the API under gunicor
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -14,7 +15,7 @@ import urllib.request
 
 import click
 
-from precompute.data import bulk, engine as db
+from precompute.data import bulk, engine as db, synthetic
 
 from . import command, fail
 from .embedded import ensure_redis
@@ -34,9 +35,12 @@ def demo(obj, users: int, items: int, events: int, port: int, once: bool) -> Non
     settings = ensure_redis(obj.settings)
     token = settings.admin_token or secrets.token_urlsafe(18)
     env = dict(os.environ, REDIS_URL=settings.redis_url, PREFEED_ADMIN_TOKEN=token)
+    # The synthetic marketplace's own attributes are model features unless the caller declared others.
+    env.setdefault("PREFEED_ITEM_ATTRIBUTES", ",".join(synthetic.ATTRIBUTES))
+    settings = dataclasses.replace(settings, item_attributes=tuple(env["PREFEED_ITEM_ATTRIBUTES"].split(",")))
     manage = [sys.executable, os.path.abspath(sys.argv[0])]
     engine = db.make_engine(settings.database_url)
-    db.init_db(engine)
+    db.init_db(engine, settings)
 
     def step(*args: str) -> None:
         # The step prints its own one-line error; the demo adds which step stopped it, and exits with its code.

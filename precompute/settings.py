@@ -15,17 +15,20 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .env_values import format_value as _format, parse as _parse
 from .urls import check_url, normalize_database_url, redact_url
 
 DAY = 86400
 
 
 def setting(default: Any, env: str, doc: str, unit: str = "", minimum: float | None = 1,
-            maximum: float | None = None, secret: bool = False, shown: str | None = None) -> Any:
+            maximum: float | None = None, secret: bool = False, shown: str | None = None, kind: str = "") -> Any:
     """A ``Settings`` field read from ``env``. Numbers must lie in ``[minimum, maximum]``; tuples are
     comma-separated numbers, each checked the same way. ``shown``: the default as the README states it, for
-    defaults derived from other settings."""
-    meta = dict(env=env, doc=doc, unit=unit, minimum=minimum, maximum=maximum, secret=secret, shown=shown)
+    defaults derived from other settings. ``kind``: ``"names"`` for a comma-separated list of names,
+    ``"weights"`` for comma-separated ``name:weight`` pairs (names as ``env_values.NAME``, weights range-checked)."""
+    meta = dict(env=env, doc=doc, unit=unit, minimum=minimum, maximum=maximum, secret=secret, shown=shown,
+                kind=kind)
     return dataclasses.field(default=default, metadata=meta)
 
 
@@ -44,6 +47,23 @@ class Settings:
                             "when nothing else is configured")
     key_prefix: str = setting("prefeed:", "PREFEED_KEY_PREFIX", "prefix of every Redis key prefeed writes")
     queue_name: str = setting("prefeed", "PREFEED_QUEUE", "RQ queue name")
+
+    # -- data model ----------------------------------------------------------------------------------------
+    event_types: tuple[tuple[str, float], ...] = setting(
+        (("view", 1.0), ("click", 2.0), ("contact", 4.0), ("purchase", 6.0)), "PREFEED_EVENT_TYPES",
+        "the interaction types events may carry, weakest first, each with its weight in item popularity, a user's "
+        "category preference, co-visitation strength and training labels; a type's position is its code in the "
+        "events table, so append new types at the end (init-db refuses a list that renames or reorders stored "
+        "ones)", minimum=0.0, kind="weights")
+    item_attributes: tuple[str, ...] = setting(
+        (), "PREFEED_ITEM_ATTRIBUTES", "numeric item attributes (comma-separated names) stored with items and used "
+        "as model features, missing = NaN; the synthetic marketplace declares `quality,photos,seller_rating`",
+        kind="names", shown="none")
+    events_create_items: bool = setting(True, "PREFEED_EVENTS_CREATE_ITEMS", "an event naming an item the "
+                                        "catalogue does not have creates it bare (no categories, price or "
+                                        "attributes); `false`: such events are refused")
+    items_batch_max: int = setting(500, "PREFEED_ITEMS_BATCH_MAX", "items accepted in one `POST /items`",
+                                   unit="items")
 
     # -- precompute ----------------------------------------------------------------------------------------
     batch_size: int = setting(500, "PREFEED_BATCH_SIZE", "users per job (one history query, one feed write "
@@ -230,50 +250,3 @@ def without_prefeed_config(base: Mapping[str, str] | None = None) -> dict[str, s
 
 def _env(name: str) -> str:
     return Settings.__dataclass_fields__[name].metadata["env"]
-
-
-def _format(value: Any) -> str:
-    if isinstance(value, tuple):
-        return ",".join(_format(v) for v in value)
-    if isinstance(value, float):
-        return repr(value)
-    return str(value)
-
-
-def _parse(f: dataclasses.Field, raw: str) -> Any:
-    """``raw`` as the type of ``f``'s default, range-checked; ConfigError naming the variable otherwise."""
-    m, default = f.metadata, f.default
-    if isinstance(default, Path):
-        return Path(raw)
-    if isinstance(default, tuple):
-        kind = type(default[0])
-        try:
-            values = tuple(kind(x) for x in raw.split(","))
-        except ValueError:
-            raise ConfigError(f"{m['env']} must be comma-separated {_kind(kind)}s, got {raw!r}") from None
-        for v in values:
-            _check_range(m, v)
-        return values
-    if isinstance(default, bool) or not isinstance(default, (int, float)):
-        return raw                                   # strings (URLs, names, the token)
-    kind = type(default)
-    try:
-        value = kind(raw)
-    except ValueError:
-        raise ConfigError(f"{m['env']} must be {_kind(kind, article=True)}, got {raw!r}") from None
-    _check_range(m, value)
-    return value
-
-
-def _check_range(m: Mapping, value: float) -> None:
-    lo, hi = m["minimum"], m["maximum"]
-    if lo is not None and value < lo:
-        raise ConfigError(f"{m['env']} must be " + ("positive" if lo == 1 and isinstance(value, int)
-                                                    else f"at least {lo}") + f", got {value}")
-    if hi is not None and value > hi:
-        raise ConfigError(f"{m['env']} must be at most {hi}, got {value}")
-
-
-def _kind(kind: type, article: bool = False) -> str:
-    word = "integer" if kind is int else "number"
-    return f"an {word}" if article and word == "integer" else (f"a {word}" if article else word)

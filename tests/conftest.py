@@ -75,9 +75,10 @@ def own_database(tmp_path_factory, name: str):
 def world(tmp_path_factory, database_url, redis_url) -> World:
     var = tmp_path_factory.mktemp("var")
     settings = Settings(database_url=database_url, redis_url=redis_url, model_dir=var / "models", var_dir=var,
-                        admin_token="test-admin-token", batch_size=25)
+                        admin_token="test-admin-token", batch_size=25,
+                        item_attributes=synthetic.ATTRIBUTES)
     engine = db.make_engine(database_url)
-    db.init_db(engine)
+    db.init_db(engine, settings)
     market = synthetic.generate(N_USERS, N_ITEMS, N_EVENTS, seed=7, now=time.time())
     bulk.load(engine, market, settings)
     result = ranker.train(engine, settings, iterations=40, users=N_USERS)

@@ -252,7 +252,7 @@ def test_stale_users_are_those_whose_feed_is_missing_or_older(pipeline, world, u
 def test_new_items_reach_candidates_and_feeds_once_the_item_matrices_reload(settings, world, r, user_id):
     from sqlalchemy import delete, insert
 
-    from precompute.data.models import Event
+    from precompute.data.models import Event, ItemCategory
     from precompute.ranking.pipeline import Pipeline
 
     # given a worker's pipeline whose popular lists are shorter than the catalogue, reloading every 2 s
@@ -269,8 +269,8 @@ def test_new_items_reach_candidates_and_feeds_once_the_item_matrices_reload(sett
     purchases = int(pipeline.items.popularity.max() // s.popularity_weights[3]) + 2
     now = time.time()
     with world.engine.begin() as conn:
-        conn.execute(insert(Item), [dict(id=i, category=strongest, price=100.0, created_at=now, active=True,
-                                         quality=0.5, photos=1, seller_rating=4.0) for i in new])
+        conn.execute(insert(Item), [dict(id=i, price=100.0, created_at=now, active=True) for i in new])
+        conn.execute(insert(ItemCategory), [dict(item_id=i, category=strongest) for i in new])
     try:
         record(world.engine, [NewEvent(crowd, i, 4, now - 60) for i in new for _ in range(purchases)],
                s)
@@ -297,4 +297,5 @@ def test_new_items_reach_candidates_and_feeds_once_the_item_matrices_reload(sett
         with world.engine.begin() as conn:
             conn.execute(delete(Event).where(Event.user_id == crowd))
             conn.execute(delete(User).where(User.id == crowd))
+            conn.execute(delete(ItemCategory).where(ItemCategory.item_id.in_(new)))
             conn.execute(delete(Item).where(Item.id.in_(new)))

@@ -38,9 +38,15 @@ def test_every_setting_round_trips_through_the_environment(tmp_path):
     changed = {}
     for f in dataclasses.fields(Settings):
         d = f.default
-        if isinstance(d, tuple):
+        if f.metadata["kind"] == "names":
+            changed[f.name] = ("alpha", "b_2")
+        elif f.metadata["kind"] == "weights":
+            changed[f.name] = tuple((f"{name}x", w + 0.5) for name, w in d)
+        elif isinstance(d, tuple):
             changed[f.name] = tuple(x + 1 for x in d)
-        elif isinstance(d, bool) or d is None or isinstance(d, str):
+        elif isinstance(d, bool):
+            changed[f.name] = not d
+        elif d is None or isinstance(d, str):
             changed[f.name] = {"database_url": f"sqlite:///{tmp_path / 'x.db'}", "redis_url": "redis://h:1/2",
                                "admin_token": "t0ken"}.get(f.name, f"{d}x")
         elif isinstance(d, Path):

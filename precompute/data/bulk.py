@@ -10,7 +10,7 @@ from sqlalchemy import Engine, delete, func, select
 from ..settings import Settings
 from . import seen
 from .history import recent_values_from_arrays
-from .models import Event, Item, User
+from .models import Event, Item, ItemAttribute, ItemCategory, User
 from .synthetic import Marketplace
 
 CHUNK = 50_000
@@ -23,9 +23,11 @@ def load(engine: Engine, m: Marketplace, settings: Settings, progress: Callable[
     Refuses to load into a database that already holds events, so a second ``seed`` cannot mix two
     marketplaces (``--reset`` in the CLI clears them first).
     """
-    items = zip(m.item_id.tolist(), m.item_category.tolist(), m.item_price.tolist(), m.item_created_at.tolist(),
-                m.item_active.tolist(), m.item_quality.tolist(), m.item_photos.tolist(),
-                m.item_seller_rating.tolist())
+    items = zip(m.item_id.tolist(), m.item_price.tolist(), m.item_created_at.tolist(), m.item_active.tolist())
+    categories = zip(m.item_id.tolist(), m.item_category.tolist())
+    attributes = [(i, name, v) for name, values in (("quality", m.item_quality), ("photos", m.item_photos),
+                                                    ("seller_rating", m.item_seller_rating))
+                  for i, v in zip(m.item_id.tolist(), values.tolist())]
     by_time = np.argsort(m.event_ts, kind="stable")      # (ts, id) order: ids follow the arrays' order
     kept = recent_values_from_arrays(m.user_id, m.event_user[by_time], m.event_item[by_time],
                                      m.event_type[by_time], m.event_ts[by_time], settings.history_limit)
@@ -37,8 +39,9 @@ def load(engine: Engine, m: Marketplace, settings: Settings, progress: Callable[
         raw = conn.connection.driver_connection
         cur = raw.cursor()
         postgres = engine.dialect.name == "postgresql"
-        _copy_or_insert(cur, postgres, "items", ["id", "category", "price", "created_at", "active", "quality",
-                                                  "photos", "seller_rating"], list(items))
+        _copy_or_insert(cur, postgres, "items", ["id", "price", "created_at", "active"], list(items))
+        _copy_or_insert(cur, postgres, "item_categories", ["item_id", "category"], list(categories))
+        _copy_or_insert(cur, postgres, "item_attributes", ["item_id", "name", "value"], attributes)
         progress(len(m.item_id))
         _copy_or_insert(cur, postgres, "users", ["id", "created_at", "history_version", "recent", "seen"],
                         list(users))
@@ -50,7 +53,7 @@ def load(engine: Engine, m: Marketplace, settings: Settings, progress: Callable[
 
 def clear(engine: Engine) -> None:
     with engine.begin() as conn:
-        for table in (Event, User, Item):
+        for table in (Event, User, ItemCategory, ItemAttribute, Item):
             conn.execute(delete(table))
 
 

@@ -4,12 +4,12 @@ listings, a user's latest interactions with their items' categories, and the ite
 from __future__ import annotations
 
 import numpy as np
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, func, select, update
 
 from ..errors import NotFound
 from ..settings import Settings
 from . import clock, seen
-from .models import Event, Item, User
+from .models import Event, Item, ItemCategory, User
 
 
 def require_item(engine: Engine, item_id: int) -> None:
@@ -43,7 +43,9 @@ def latest_interactions(engine: Engine, user_id: int, n: int) -> list[tuple[int,
     """``(item_id, category)`` of the user's newest ``n`` events, newest first."""
     with engine.connect() as conn:
         return [tuple(row) for row in conn.execute(
-            select(Event.item_id, Item.category).join(Item, Item.id == Event.item_id)
+            # TODO(issue 11, categories): the item's smallest category stands for all of them for now.
+            select(Event.item_id, select(func.min(ItemCategory.category)).where(ItemCategory.item_id == Event.item_id)
+                   .scalar_subquery())
             .where(Event.user_id == user_id).order_by(Event.ts.desc()).limit(n)).all()]
 
 

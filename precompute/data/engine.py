@@ -10,6 +10,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from ..errors import as_prefeed_error
+from ..settings import Settings
+from . import event_types, upgrade
 from .models import Base
 
 
@@ -41,11 +43,14 @@ def session_factory(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
 
 
-def init_db(engine: Engine) -> None:
-    """Create missing tables, add the columns and indexes later versions introduced to existing ones, and widen
-    32-bit id columns to 64 bits on PostgreSQL (idempotent)."""
+def init_db(engine: Engine, settings: Settings | None = None) -> None:
+    """Create missing tables, add the columns and indexes later versions introduced to existing ones, widen
+    32-bit id columns to 64 bits on PostgreSQL, move an earlier version's item columns to their tables
+    (``upgrade.split_item_columns``) and, given ``settings``, record the declared event types and refuse a
+    declaration that contradicts the stored ones (``event_types.register``). Idempotent."""
     try:
         Base.metadata.create_all(engine)
+        upgrade.split_item_columns(engine)
         with engine.begin() as conn:
             for table in Base.metadata.sorted_tables:
                 columns = {c["name"]: c for c in inspect(conn).get_columns(table.name)}
@@ -62,6 +67,8 @@ def init_db(engine: Engine) -> None:
                         if old is not None and isinstance(column.type, BigInteger) and \
                                 not isinstance(old["type"], BigInteger):
                             conn.execute(text(f'ALTER TABLE {table.name} ALTER COLUMN "{column.name}" TYPE BIGINT'))
+            if settings is not None:
+                event_types.register(conn, settings)
     except SQLAlchemyError as exc:
         raise as_prefeed_error(exc) from exc
 

@@ -5,8 +5,6 @@ Times are epoch seconds (float) so they load straight into numpy arrays.
 
 from __future__ import annotations
 
-import enum
-
 from sqlalchemy import BigInteger, Float, ForeignKey, Index, Integer, LargeBinary, SmallInteger, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -15,30 +13,51 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 BigId = BigInteger().with_variant(Integer(), "sqlite")
 
 
-class EventType(enum.IntEnum):
-    """Interaction strength grows with the value; it doubles as the graded relevance label."""
-
-    view = 1
-    click = 2
-    contact = 3
-    purchase = 4
-
-
 class Base(DeclarativeBase):
     pass
 
 
 class Item(Base):
+    """A listing. Everything but the id is optional: an event may create an item bare (``items.py``)."""
+
     __tablename__ = "items"
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=False)
-    category: Mapped[int] = mapped_column(SmallInteger, index=True)
-    price: Mapped[float] = mapped_column(Float)
-    created_at: Mapped[float] = mapped_column(Float)
+    price: Mapped[float | None] = mapped_column(Float, default=None)
+    created_at: Mapped[float | None] = mapped_column(Float, default=None)    # epoch s; NULL = not known
     active: Mapped[bool] = mapped_column(default=True)
-    quality: Mapped[float] = mapped_column(Float, default=0.5)        # listing quality score, 0..1
-    photos: Mapped[int] = mapped_column(SmallInteger, default=1)
-    seller_rating: Mapped[float] = mapped_column(Float, default=4.0)  # 1..5
+
+
+class ItemCategory(Base):
+    """An item belongs to zero or more categories; category ids are any non-negative 64-bit integers."""
+
+    __tablename__ = "item_categories"
+    __table_args__ = (Index("ix_item_categories_category", "category"),)
+
+    item_id: Mapped[int] = mapped_column(BigId, ForeignKey("items.id"), primary_key=True)
+    category: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+
+
+class ItemAttribute(Base):
+    """A numeric attribute of an item (``Settings.item_attributes`` names the ones used as features); an absent
+    row is a missing value."""
+
+    __tablename__ = "item_attributes"
+
+    item_id: Mapped[int] = mapped_column(BigId, ForeignKey("items.id"), primary_key=True)
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    value: Mapped[float] = mapped_column(Float)
+
+
+class StoredEventType(Base):
+    """The event types events were stored with: code (``events.type``) → name, written by init-db from
+    ``Settings.event_types`` and checked against it (``event_types.py``), so a reordered declaration cannot
+    silently give stored events another meaning."""
+
+    __tablename__ = "event_types"
+
+    code: Mapped[int] = mapped_column(SmallInteger, primary_key=True, autoincrement=False)
+    name: Mapped[str] = mapped_column(String(32), unique=True)
 
 
 class User(Base):
@@ -67,7 +86,9 @@ class Event(Base):
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     user_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("users.id"))
     item_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("items.id"))
-    type: Mapped[int] = mapped_column(SmallInteger)
+    type: Mapped[int] = mapped_column(SmallInteger)       # code: position in ``Settings.event_types``, from 1
     ts: Mapped[float] = mapped_column(Float)
+    #: Optional number the event carries (a rating, a watch time); NULL = none.
+    value: Mapped[float | None] = mapped_column(Float, default=None)
     #: Optional client-supplied idempotency key: an event posted twice with the same key is stored once.
     client_event_id: Mapped[str | None] = mapped_column(String(64), unique=True, default=None)

@@ -16,6 +16,8 @@ import dataclasses
 import numpy as np
 
 DAY = 86400.0
+#: The item attributes the generator writes (``Settings.item_attributes`` declares them to use them as features).
+ATTRIBUTES = ("quality", "photos", "seller_rating")
 
 
 @dataclasses.dataclass

@@ -1,10 +1,10 @@
 """Bringing a database written by an earlier version up to date: the kept values on user rows
 (``users.recent``, ``history.py``; ``users.seen``, ``seen.py``) for users that have none, or one in an earlier
-layout."""
+layout, and the one-category ``items`` table of earlier versions (``split_item_columns``)."""
 
 from __future__ import annotations
 
-from sqlalchemy import Engine, func, or_, select, update
+from sqlalchemy import Engine, func, inspect, or_, select, text, update
 
 from ..settings import Settings
 from . import history, seen
@@ -53,3 +53,57 @@ def _drop_old_layouts(engine: Engine, settings: Settings, batch: int) -> None:
                  if len(head) < seen.HEADER.size or seen.HEADER.unpack(bytes(head))[0] < settings.seen_max_items]
         for i in range(0, len(small), batch):
             conn.execute(update(User).where(User.id.in_(small[i:i + batch])).values(seen=None))
+
+
+#: Item columns of earlier versions that are attributes now (the synthetic marketplace's own).
+_LEGACY_ATTRIBUTES = ("quality", "photos", "seller_rating")
+
+
+def split_item_columns(engine: Engine) -> bool:
+    """Bring an ``items`` table of an earlier version (one ``category`` column, the generator's ``quality``,
+    ``photos`` and ``seller_rating`` columns, NOT NULL price and created_at) to today's: its categories move to
+    ``item_categories``, the three columns to ``item_attributes`` under their names, and the table is rebuilt
+    without them (on SQLite, the documented copy-and-rename, with foreign key checks off meanwhile). Returns
+    whether there was anything to do. Run after ``create_all``, so the new tables exist."""
+    columns = {c["name"] for c in inspect(engine).get_columns("items")}
+    if "category" not in columns:
+        return False
+    legacy = [name for name in _LEGACY_ATTRIBUTES if name in columns]
+    copy = ["INSERT INTO item_categories (item_id, category) SELECT id, category FROM items "
+            "WHERE category IS NOT NULL AND category >= 0"]
+    copy += [f"INSERT INTO item_attributes (item_id, name, value) SELECT id, '{name}', {name} FROM items "
+             f"WHERE {name} IS NOT NULL" for name in legacy]
+    if engine.dialect.name == "postgresql":
+        with engine.begin() as conn:
+            for statement in copy:
+                conn.execute(text(statement))
+            conn.execute(text("DROP INDEX IF EXISTS ix_items_category"))
+            for name in ["category", *legacy]:
+                conn.execute(text(f'ALTER TABLE items DROP COLUMN "{name}"'))
+            conn.execute(text("ALTER TABLE items ALTER COLUMN price DROP NOT NULL"))
+            conn.execute(text("ALTER TABLE items ALTER COLUMN created_at DROP NOT NULL"))
+        return True
+    raw = engine.raw_connection()
+    try:
+        cur = raw.cursor()
+        cur.execute("PRAGMA foreign_keys=OFF")          # no effect inside a transaction: set before it begins
+        raw.commit()
+        try:
+            for statement in copy:
+                cur.execute(statement)
+            cur.execute("CREATE TABLE items_upgraded (id INTEGER NOT NULL PRIMARY KEY, price FLOAT, "
+                        "created_at FLOAT, active BOOLEAN NOT NULL)")
+            cur.execute("INSERT INTO items_upgraded (id, price, created_at, active) "
+                        "SELECT id, price, created_at, active FROM items")
+            cur.execute("DROP TABLE items")
+            cur.execute("ALTER TABLE items_upgraded RENAME TO items")
+            cur.execute("PRAGMA foreign_key_check")
+            raw.commit()
+        except BaseException:
+            raw.rollback()
+            raise
+        finally:
+            cur.execute("PRAGMA foreign_keys=ON")
+    finally:
+        raw.close()
+    return True

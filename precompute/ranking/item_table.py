@@ -20,7 +20,7 @@ from sqlalchemy import Engine, case, func, select
 
 from ..data import clock
 from ..data.rows import table
-from ..data.models import Event, Item
+from ..data.models import Event, Item, ItemAttribute, ItemCategory
 from ..settings import Settings
 from .layout import LAYOUT
 
@@ -134,10 +134,11 @@ def load_item_table(engine: Engine, settings: Settings, as_of: float | None = No
     """
     with engine.connect() as conn:
         as_of = clock.log_clock(conn, settings) if as_of is None else as_of
-        items = conn.execute(
-            select(Item.id, Item.category, Item.price, Item.created_at, Item.active, Item.quality, Item.photos,
-                   Item.seller_rating).order_by(Item.id)
-        ).all()
+        items = conn.execute(select(Item.id, Item.price, Item.created_at, Item.active).order_by(Item.id)).all()
+        # TODO(issue 11, categories): one category per item for now, the smallest; NULL price/created_at as 0.
+        first_category = dict(conn.execute(select(ItemCategory.item_id, func.min(ItemCategory.category))
+                                           .group_by(ItemCategory.item_id)).all())
+        attributes = conn.execute(select(ItemAttribute.item_id, ItemAttribute.name, ItemAttribute.value)).all()
         stats = conn.execute(
             select(
                 Event.item_id,
@@ -148,6 +149,9 @@ def load_item_table(engine: Engine, settings: Settings, as_of: float | None = No
             .where(Event.ts <= as_of)
             .group_by(Event.item_id, Event.type)
         ).all()
+    attr = {(i, name): v for i, name, v in attributes}
+    items = [(i, first_category.get(i, 0), p or 0.0, c or 0.0, a, attr.get((i, "quality"), 0.5),
+              attr.get((i, "photos"), 1.0), attr.get((i, "seller_rating"), 4.0)) for i, p, c, a in items]
     cols = list(zip(*items)) if items else [[]] * 8
     ids = np.asarray(cols[0], dtype=np.int64)
     n = len(ids)

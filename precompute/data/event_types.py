@@ -1,0 +1,64 @@
+"""The declared event types (``Settings.event_types``): names, codes and weights, and the guard that keeps stored
+codes meaning what they meant.
+
+A type's code is its position in the declaration, from 1; events store the code. The ``event_types`` table records
+the names codes were stored under; ``register`` (init-db) adds newly declared types and refuses a declaration that
+renames, reorders or drops a stored one: the events already stored would silently change type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from sqlalchemy import Connection, select
+
+from ..errors import ConfigError
+from ..settings import Settings
+from .models import StoredEventType
+
+
+@dataclasses.dataclass(frozen=True)
+class EventTypes:
+    names: tuple[str, ...]           # by code - 1
+    weights: tuple[float, ...]
+
+    @classmethod
+    def of(cls, settings: Settings) -> EventTypes:
+        return cls(names=tuple(n for n, _ in settings.event_types), weights=tuple(w for _, w in settings.event_types))
+
+    @property
+    def codes(self) -> dict[str, int]:
+        """name → code."""
+        return {name: k for k, name in enumerate(self.names, start=1)}
+
+    def code(self, name: str) -> int:
+        try:
+            return self.names.index(name) + 1
+        except ValueError:
+            raise ConfigError(f"event type {name!r} is not declared (PREFEED_EVENT_TYPES: "
+                              f"{', '.join(self.names)})") from None
+
+    def weight_by_code(self) -> np.ndarray:
+        """float64 array indexed by code (index 0, and codes past the declaration: weight 0)."""
+        return np.r_[0.0, np.asarray(self.weights, dtype=np.float64)]
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+def register(conn: Connection, settings: Settings) -> EventTypes:
+    """Record the declared types in the ``event_types`` table; ``ConfigError`` if a stored code now names another
+    type or is no longer declared."""
+    types = EventTypes.of(settings)
+    stored = dict(conn.execute(select(StoredEventType.code, StoredEventType.name)).all())
+    for code, name in sorted(stored.items()):
+        if code > len(types) or types.names[code - 1] != name:
+            now = f"{types.names[code - 1]!r}" if code <= len(types) else "not declared"
+            raise ConfigError(f"PREFEED_EVENT_TYPES: events are stored with type {name!r} as code {code}, which is "
+                              f"{now} in today's declaration ({', '.join(types.names)}); keep the stored types in "
+                              "their order and declare new ones after them")
+    missing = [{"code": code, "name": name} for code, name in enumerate(types.names, start=1) if code not in stored]
+    if missing:
+        conn.execute(StoredEventType.__table__.insert(), missing)
+    return types

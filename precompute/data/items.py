@@ -1,0 +1,117 @@
+"""Writing the catalogue: whole items upserted in batches (``PUT``/``POST /items``, ``import-items``), and bare
+items created for events that name an item the catalogue does not have yet.
+
+An upsert replaces the whole item: its price, created_at, categories and attributes become exactly the given
+ones (absent = none), in the caller's transaction. Rows are written with driver-level ``executemany`` in batches;
+nothing here loops over Python objects per item beyond building those parameter rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+from sqlalchemy import Connection, delete, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from ..errors import NotFound
+from .importers.chunks import ItemChunk
+from .models import Item, ItemAttribute, ItemCategory
+
+#: Ids per ``IN (...)`` list: under SQLite's limit of bound parameters (32,766) with room to spare.
+IN_BATCH = 10_000
+
+
+@dataclasses.dataclass
+class Upserted:
+    created: int = 0
+    updated: int = 0
+
+    def __iadd__(self, other: Upserted) -> Upserted:
+        self.created += other.created
+        self.updated += other.updated
+        return self
+
+
+def existing(conn: Connection, ids: Sequence[int]) -> set[int]:
+    """Which of ``ids`` the catalogue has."""
+    ids = list(ids)
+    found: set[int] = set()
+    for start in range(0, len(ids), IN_BATCH):
+        found.update(conn.execute(select(Item.id).where(Item.id.in_(ids[start:start + IN_BATCH]))).scalars())
+    return found
+
+
+def upsert(conn: Connection, chunk: ItemChunk, attributes: Sequence[str], active: np.ndarray | None = None,
+           keep_active: bool = False) -> Upserted:
+    """Insert or replace the items of ``chunk`` (the same id twice: the last row wins), with their categories
+    and the values of the declared ``attributes`` (others are not stored). ``active``: bool per row (default:
+    all active); ``keep_active``: existing items keep their active flag (an import does not revive a listing an
+    admin deactivated), new ones are active."""
+    n = len(chunk)
+    if n == 0:
+        return Upserted()
+    # The last row of each id: unique over the reversed ids gives each id's last position.
+    rev = chunk.item_id[::-1]
+    _, first_in_rev = np.unique(rev, return_index=True)
+    last = np.sort(n - 1 - first_in_rev)
+    ids = chunk.item_id[last]
+    id_list = ids.tolist()
+    before = existing(conn, id_list)
+    flags = np.ones(n, dtype=bool) if active is None else np.asarray(active, dtype=bool)
+    price, created = chunk.price[last], chunk.created_at[last]
+    rows = [{"id": i, "price": None if p != p else p, "created_at": None if c != c else c, "active": a}
+            for i, p, c, a in zip(id_list, price.tolist(), created.tolist(), flags[last].tolist())]
+    insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+    stmt = insert(Item)
+    update = {"price": stmt.excluded.price, "created_at": stmt.excluded.created_at}
+    if not keep_active:
+        update["active"] = stmt.excluded.active
+    conn.execute(stmt.on_conflict_do_update(index_elements=["id"], set_=update), rows)
+    for start in range(0, len(id_list), IN_BATCH):
+        part = id_list[start:start + IN_BATCH]
+        conn.execute(delete(ItemCategory).where(ItemCategory.item_id.in_(part)))
+        conn.execute(delete(ItemAttribute).where(ItemAttribute.item_id.in_(part)))
+    sizes = np.diff(chunk.category_offsets)[last]
+    starts = chunk.category_offsets[:-1][last]
+    take = np.repeat(starts - np.r_[0, np.cumsum(sizes)[:-1]], sizes) + np.arange(int(sizes.sum()))
+    cat_rows = [{"item_id": i, "category": c}
+                for i, c in zip(np.repeat(ids, sizes).tolist(), chunk.categories[take].tolist())]
+    if cat_rows:
+        conn.execute(ItemCategory.__table__.insert(), cat_rows)
+    attr_rows = []
+    for name in attributes:
+        values = chunk.attributes.get(name)
+        if values is None:
+            continue
+        values = values[last]
+        given = ~np.isnan(values)
+        attr_rows += [{"item_id": i, "name": name, "value": v}
+                      for i, v in zip(ids[given].tolist(), values[given].tolist())]
+    if attr_rows:
+        conn.execute(ItemAttribute.__table__.insert(), attr_rows)
+    created = len(id_list) - len(before)
+    return Upserted(created=created, updated=len(id_list) - created)
+
+
+def ensure(conn: Connection, ids: Sequence[int], create: bool) -> int:
+    """Make sure every item of ``ids`` exists: create the missing ones bare (active, nothing else known) when
+    ``create``, else raise ``NotFound`` naming them. Returns how many were created by this call (an item another
+    transaction created meanwhile is not counted)."""
+    ids = sorted(set(ids))
+    have = existing(conn, ids)
+    missing = [i for i in ids if i not in have]
+    if not missing:
+        return 0
+    if not create:
+        raise NotFound(f"unknown item id(s): {', '.join(map(str, missing[:10]))}"
+                       + (f" and {len(missing) - 10} more" if len(missing) > 10 else ""))
+    insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+    made = 0
+    for start in range(0, len(missing), IN_BATCH):
+        made += len(conn.execute(insert(Item).values([{"id": i, "active": True}
+                                                      for i in missing[start:start + IN_BATCH]])
+                                 .on_conflict_do_nothing(index_elements=["id"]).returning(Item.id)).all())
+    return made
