@@ -11,11 +11,10 @@ import dataclasses
 from collections.abc import Callable
 
 import numpy as np
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine
 
+from ..data import log as event_log
 from ..data.history import histories_from_arrays
-from ..data.rows import table
-from ..data.models import Event
 from ..errors import InvalidInput
 from ..settings import Settings
 from . import candidates, covisit, features
@@ -37,12 +36,9 @@ def score(model, X: np.ndarray, thread_count: int = 1) -> np.ndarray:
 
 
 def load_events(engine: Engine, until: float = float("inf")) -> tuple[np.ndarray, ...]:
-    """The event log up to ``until`` as arrays (user, item, type, ts), in (ts, id) order."""
-    with engine.connect() as conn:
-        rows = conn.execute(select(Event.user_id, Event.item_id, Event.type, Event.ts).where(Event.ts <= until)
-                            .order_by(Event.ts, Event.id)).all()
-    ev = table(rows, user="<i8", item="<i8", type="<i8", ts="<f8")
-    return ev["user"], ev["item"], ev["type"], ev["ts"]
+    """The event log up to ``until`` as arrays (user, item, type, ts), in (ts, id) order (``data/log.py``)."""
+    ev = event_log.load_events(engine, until)
+    return ev.user, ev.item, ev.type, ev.ts
 
 
 def feature_rows(items, cov, events: tuple[np.ndarray, ...], user_ids: np.ndarray, now: float, settings: Settings):
@@ -82,7 +78,8 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
 
     def pairs_of(keep) -> dict[str, np.ndarray]:
         return covisit.build_pairs(ev_user[keep], ev_item[keep], ev_ts[keep], settings.covisit_window,
-                                   settings.session_gap, settings.covisit_neighbours)
+                                   settings.session_gap, settings.covisit_neighbours,
+                                   covisit.event_factors(ev_type[keep], settings))
 
     pre_pairs = pairs_of(pre)
     cov = covisit.index_for(items, pre_pairs)
