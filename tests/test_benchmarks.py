@@ -1,6 +1,7 @@
 """Every benchmark runs in --quick mode, so the suite cannot rot: it must finish, print its table and write JSON
 with its headline figures; the soak and freshness runs must also have had nothing go wrong."""
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -18,6 +19,7 @@ EXPECTED = {
     "memory": ["processes", "feed_value_bytes_mean"],
     "scaling": ["by_users", "by_candidates", "by_trees", "plot"],
     "soak": ["requests", "errors", "api_rss_mib", "worker_rss_mib"],
+    "import": ["rows", "import_rows_per_s", "import_rss_mib", "train_s", "train_rss_mib", "runs"],
 }
 #: Counts of things that went wrong, which a quick run must leave at zero: a soak request answered with an error
 #: (or not at all), a freshness event whose feed never carried its version within the deadline, a failed job.
@@ -27,6 +29,8 @@ ZERO = {"soak": ["errors"], "freshness": ["timed_out", "failed_jobs"]}
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_benchmark_runs_in_quick_mode(name, tmp_path):
+    if name == "import" and importlib.util.find_spec("precompute.data.importing") is None:
+        pytest.skip("the importer (precompute.data.importing) is not merged yet")
     env = without_prefeed_config()
     env["PREFEED_BENCH_RESULTS"] = str(tmp_path)
     done = subprocess.run([sys.executable, "-m", "benchmarks", name, "--quick"], cwd=ROOT, env=env,
