@@ -36,9 +36,9 @@ class CoVisit:
         return self.nbr[idx], self.weight[idx] * np.repeat(row_weight, lens), lens
 
 
-#: Upper bound on the (src, dst) contributions reduced at once (16 bytes each plus the sort's temporaries, ~40 MB
+#: Upper bound on the (src, dst) contributions reduced at once (~75 bytes each with the sort's temporaries, ~75 MB
 #: per million): the log is swept by ranges of source item so that memory stays bounded whatever its length.
-PAIRS_PER_PASS = 4_000_000
+PAIRS_PER_PASS = 1_000_000
 
 
 def event_factors(ev_type: np.ndarray, settings: Settings) -> np.ndarray:
