@@ -21,8 +21,9 @@ def engine(tmp_path_factory):
         users = (2 ** 62 + np.arange(1, 31) * 3).tolist()
         items = (2 ** 63 - 1 - np.arange(0, 60) * 5).tolist()
         # inserted out of time order, many equal timestamps: the (ts, id) order is not the id order
-        rows = [{"user_id": users[rng.integers(30)], "item_id": items[rng.integers(60)], "type": int(rng.integers(1, 5)),
-                 "ts": float(rng.integers(0, 50)) + 1.7e9, "value": None if k % 3 else float(k) / 2}
+        rows = [{"user_id": users[rng.integers(30)], "item_id": items[rng.integers(60)],
+                 "type": int(rng.integers(1, 5)), "ts": float(rng.integers(0, 50)) + 1.7e9,
+                 "value": None if k % 3 else float(k) / 2}
                 for k in range(n)]
         with engine.begin() as conn:
             conn.execute(Item.__table__.insert(), [{"id": i} for i in items])
