@@ -194,7 +194,7 @@ def _peak_mib() -> float:
 
 
 def _in_child(args: dict) -> dict:
-    from precompute.data import engine as db, importing
+    from precompute.data import engine as db
     from precompute.ranking import ranker
     from precompute.settings import Settings
 
@@ -203,6 +203,8 @@ def _in_child(args: dict) -> dict:
     engine = db.make_engine(settings.database_url)
     t0 = time.perf_counter()
     if args["step"] == "import":
+        from precompute.data import importing
+
         db.init_db(engine, settings)
         importing.import_items(engine, args["movies"], "movielens", settings)
         result = importing.import_events(engine, args["ratings"], "movielens", settings)
