@@ -140,7 +140,7 @@ def test_a_deactivation_through_put_drops_the_item_from_served_feeds_at_once(cli
         # then the served feed leaves it out at once
         after = [x["item_id"] for x in client.get(f"/feed/{user_id}?limit=5").get_json()["items"]]
         assert item not in after and after[:4] == first[1:]
-        assert item in _inactive(r, settings)
+        assert item in _inactive(r, settings) and _stored(world.engine, item)["active"] is False
     finally:
         assert client.put(f"/items/{item}", headers=admin, json=before).status_code == 200
     # and putting it back restores it exactly, served again
@@ -255,3 +255,20 @@ def test_events_naming_unknown_items_are_refused_whole_when_creation_is_off(sett
         assert resp.get_json() == {"accepted": 1, "duplicates": 0, "items_created": 0}
     finally:
         engine.dispose()
+
+
+def test_an_event_colliding_on_another_unique_index_counts_as_a_duplicate(own, ids):
+    client, engine = own
+    # given the events table has a second unique rule besides client_event_id (as a rule for imported events may)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE UNIQUE INDEX ux_events_test_once ON events (user_id, item_id, type, ts)")
+    try:
+        event = {"user_id": ids[0], "item_id": ids[0], "type": "view", "ts": time.time()}
+        # when the same event is posted twice, without an event_id
+        first, again = (client.post("/events", json=event) for _ in range(2))
+        # then the second is skipped and counted as a duplicate, not an error
+        assert first.get_json() == {"accepted": 1, "duplicates": 0, "items_created": 1}
+        assert again.status_code == 202 and again.get_json() == {"accepted": 0, "duplicates": 1, "items_created": 0}
+    finally:
+        with engine.begin() as conn:
+            conn.exec_driver_sql("DROP INDEX ux_events_test_once")
