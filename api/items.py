@@ -83,13 +83,14 @@ def _parse(obj: dict, item_id: int) -> tuple[NewItem, set[str]]:
 
 
 def _attributes(obj: dict) -> dict[str, float | None]:
-    """``{name: number or null}``, names among the declared ``PREFEED_ITEM_ATTRIBUTES``."""
+    """``{name: number or None}``, names among the declared ``PREFEED_ITEM_ATTRIBUTES``; absent or null: every
+    declared name None (none, and for PATCH: every attribute removed)."""
     given = obj.get("attributes")
+    declared = current_app.extensions["prefeed"]["settings"].item_attributes
     if given is None:
-        return {}
+        return dict.fromkeys(declared)
     if not isinstance(given, dict):
         raise InvalidInput("attributes must be an object of {name: number or null}")
-    declared = current_app.extensions["prefeed"]["settings"].item_attributes
     undeclared = sorted(set(given) - set(declared))
     if undeclared:
         raise InvalidInput(f"undeclared attribute(s) {', '.join(undeclared)[:100]}: PREFEED_ITEM_ATTRIBUTES declares "

@@ -117,6 +117,10 @@ def test_patch_changes_only_the_given_fields_and_the_inactive_set_follows(own, a
     assert _stored(engine, item) == {**full, "categories": [1], "attributes": {"photos": 5.0, "seller_rating": 4.5},
                                      "active": True}
     assert item not in _inactive(r, settings)
+    # and null clears a field: price, categories, every attribute
+    resp = client.patch(f"/items/{item}", headers=admin, json={"price": None, "categories": None, "attributes": None})
+    assert resp.status_code == 200
+    assert _stored(engine, item) == {**full, "price": None, "categories": [], "attributes": {}, "active": True}
     # and a refused or unknown PATCH changes nothing
     before = _stored(engine, item)
     assert client.patch(f"/items/{item}", headers=admin, json={"price": -1, "active": False}).status_code == 400

@@ -1,5 +1,6 @@
-"""Writing the catalogue: whole items upserted in batches (``PUT``/``POST /items``, ``import-items``), and bare
-items created for events that name an item the catalogue does not have yet.
+"""Writing the catalogue: whole items upserted in batches (``PUT``/``POST /items``, ``import-items``), the given
+fields of one item changed (``PATCH /items``), and bare items created for events that name an item the catalogue
+does not have yet.
 
 An upsert replaces the whole item: its price, created_at, categories and attributes become exactly the given
 ones (absent = none), in the caller's transaction. Rows are written with driver-level ``executemany`` in batches;
