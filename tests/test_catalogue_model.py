@@ -61,17 +61,17 @@ def test_an_item_in_two_categories_is_on_both_lists_and_a_candidate_through_eith
     items = [(1, [10, BIG], 5.0, NOW), (2, [10], 5.0, NOW), (3, [10], 5.0, NOW), (4, [BIG], 5.0, NOW),
              (5, [BIG], 5.0, NOW), (6, [], 5.0, NOW)]
     crowd = [(900, 6, 1, NOW - 10)] * 9 + [(900, 1, 1, NOW - 10)] * 5 + [(900, i, 1, NOW - 10) for i in (2, 3, 4, 5)]
-    # and user 1 whose only interest is category 10 (item 3), user 2 whose only one is BIG (item 5)
-    events = crowd + [(1, 3, 1, NOW - 5), (2, 5, 1, NOW - 5)]
+    # and user 1 whose only interest is category 10 (item 3), user 2 whose only one is BIG (item 5), user 3 with both
+    events = crowd + [(1, 3, 1, NOW - 5), (2, 5, 1, NOW - 5), (3, 3, 1, NOW - 5), (3, 5, 1, NOW - 5)]
     engine = small_world(s, own_url, items, events)
     table = load_item_table(engine, s)
     # then item 1 heads both categories' popular lists, which use the real ids only as names
     lists = {int(c): table.ids[rows].tolist() for c, rows in zip(table.category_ids, table.category_popular)}
-    assert lists == {10: [1, 3], BIG: [1, 5]}
+    assert lists == {10: [1, 3], BIG: [1, 5]}, lists
     assert table.n_categories == 2
-    # and it is a category candidate of both users, once each
-    hist, cand = batch(table, s, events, [1, 2])
-    for k in range(2):
+    # and it is a category candidate of each user, once each
+    hist, cand = batch(table, s, events, [1, 2, 3])
+    for k in range(3):
         got = dict(zip(table.ids[cand.rows[cand.offsets[k]:cand.offsets[k + 1]]].tolist(),
                        cand.flags[cand.offsets[k]:cand.offsets[k + 1]].tolist()))
         assert len(got) == cand.offsets[k + 1] - cand.offsets[k]
@@ -80,7 +80,7 @@ def test_an_item_in_two_categories_is_on_both_lists_and_a_candidate_through_eith
     # and its user x category features describe its strongest category for each user: rank 0 for both
     X = features.build(table, hist, cand, NOW)
     rank = X[:, table.layout.index("ux_category_rank")]
-    assert rank[cand.rows == table.rows(np.array([1]))[0]].tolist() == [0, 0]
+    assert rank[cand.rows == table.rows(np.array([1]))[0]].tolist() == [0, 0, 0]
     # while item 6, without categories, has no category features at all
     assert np.isnan(rank[cand.rows == table.rows(np.array([6]))[0]]).all()
     engine.dispose()
@@ -203,8 +203,11 @@ def test_items_without_price_or_creation_time_get_nan_features_and_still_rank(sp
         column = X[:, layout.index(name)]
         assert np.isnan(column[unpriced]).all() and not np.isnan(column[~unpriced & ~np.isnan(
             X[:, layout.index("user_mean_log_price")])]).any(), name
-    # and its user's price level ignores it (a user's mean over priced items only)
-    assert not np.isnan(X[:, layout.index("user_mean_log_price")]).all()
+    # and the price level of a user who interacted with it ignores it (the mean of their priced items)
+    mean = X[:, layout.index("user_mean_log_price")]
+    owners = cand.owner
+    touched = np.unique(hist.owner[np.isin(items.ids[hist.item_rows], no_price)])
+    assert len(touched) and np.isfinite(mean[np.isin(owners, touched)]).all()
     # and an item without creation time has NaN age
     age = X[:, layout.index("item_age_days")]
     assert np.isnan(age[undated]).all() and np.isfinite(age[~undated]).all()
