@@ -14,7 +14,7 @@ import numpy as np
 from ..data.history import Histories
 from .arrays import unique_sorted
 from .candidates import FROM_CATEGORY, FROM_COVISIT, FROM_GLOBAL, Candidates
-from .item_table import ItemTable, rates, segment_reduce
+from .item_table import ItemTable, rates
 from .layout import FeatureLayout
 
 DAY = 86400.0
@@ -55,9 +55,9 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float) -> np
     known = hist.item_rows >= 0
     h_rows = np.where(known, hist.item_rows, 0)
     n_types = len(items.type_names)
-    by_code = np.zeros((n_users, n_types + 1))
     declared = (hist.types >= 1) & (hist.types <= n_types)
-    np.add.at(by_code, (h_owner[declared], hist.types[declared]), 1.0)
+    by_code = np.bincount(h_owner[declared] * (n_types + 1) + hist.types[declared],
+                          minlength=n_users * (n_types + 1)).reshape(n_users, n_types + 1).astype(np.float64)
     n_events = np.diff(hist.offsets).astype(np.float64)
     pair = unique_sorted(h_owner[known] * len(items) + h_rows[known])
     distinct_items = np.bincount(pair // len(items), minlength=n_users)
@@ -116,18 +116,19 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float) -> np
         "ux_days_since_category": np.where(np.isfinite(uc_last), (now - uc_last) / DAY, 365.0),
         "ux_log_category_weight": np.log1p(uc.ravel()), "ux_category_events_7d": uc_week,
     })
+    # The chosen (user, category) cell of each candidate; candidates without categories point at a NaN row.
     owner = np.repeat(np.arange(n_users), sizes)
-    c_at, c_cat = items.categories_of(r)
-    best = segment_reduce(np.minimum, order_rank[owner[c_at], c_cat].astype(np.float64),
-                          np.r_[0, np.cumsum(items.n_cats[r])])
-    has_cat = np.isfinite(best)
-    strongest = cand.category_order[owner[has_cat], best[has_cat].astype(np.int64)]
-    start = layout.start("user_category")
-    oc = owner[has_cat] * n_cat + strongest
-    for j in range(uc_table.shape[1]):
-        column = out[:, start + j]
-        column[~has_cat] = np.nan
-        column[has_cat] = uc_table[oc, j]
+    deg = items.n_cats[r]
+    cell = np.full(len(r), n_users * n_cat, dtype=np.int64)
+    one = np.flatnonzero(deg == 1)                      # the common case: the item's only category
+    cell[one] = owner[one] * n_cat + items.cat_of[items.cat_indptr[r[one]]]
+    many = np.flatnonzero(deg > 1)
+    if len(many):
+        m_at, m_cat = items.categories_of(r[many])
+        best = np.minimum.reduceat(order_rank[owner[many][m_at], m_cat], np.r_[0, np.cumsum(deg[many])[:-1]])
+        cell[many] = owner[many] * n_cat + cand.category_order[owner[many], best]
+    _gather(out, layout.start("user_category"), np.vstack([uc_table, np.full((1, uc_table.shape[1]), np.nan,
+                                                                             dtype=uc_table.dtype)]), cell)
     # Price and co-visitation columns, computed in place in float32. Per-user factors are repeated over the user's
     # candidates (grouped by user); NaN where the item or the user has no price.
     diff, z, ratio, cov, log_cov, cov_count, cov_norm = (out[:, layout.index(name)] for name in _USER_ITEM)
