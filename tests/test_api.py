@@ -289,8 +289,10 @@ def test_fallback_interleaves_the_users_top_categories_then_global_popular(clien
     items = worker.items
     ranked = sorted((int(i) for i in np.flatnonzero(items.active)), key=lambda row: (-items.popularity[row],
                                                                                     items.ids[row]))
-    by_category = {c: [int(items.ids[row]) for row in ranked if items.category[row] == c]
+    by_category = {int(items.category_ids[c]): [int(items.ids[row]) for row in ranked
+                                                if c in items.cat_of[items.cat_indptr[row]:items.cat_indptr[row + 1]]]
                    for c in range(items.n_categories)}
+    only_one = {int(items.ids[row]) for row in ranked if items.n_cats[row] == 1}
     assert min(len(ids) for ids in by_category.values()) > small.category_popular
     assert len(ranked) > small.global_popular
     lists = {c: ids[: small.category_popular] for c, ids in by_category.items()}
@@ -301,7 +303,9 @@ def test_fallback_interleaves_the_users_top_categories_then_global_popular(clien
     # and a user without a feed whose events weigh categories 2 > 0 > 4 (one event per view): they viewed the top
     # item of category 2 three times, and an item off the lists in each of the others
     uid = 1_700_000_000 + user_id
-    viewed = [lists[2][0]] * 3 + [by_category[0][-1]] * 2 + [by_category[4][-1]]
+    # (items listed in that one category only, so each view weighs that category alone)
+    viewed = [next(i for i in lists[2] if i in only_one)] * 3 + [
+        i for c, k in ((0, 2), (4, 1)) for i in [next(i for i in reversed(by_category[c]) if i in only_one)] * k]
     resp = client.post("/events", json=[{"user_id": uid, "item_id": i, "type": "view"} for i in viewed])
     assert resp.status_code == 202
     # and an item of category 0's list sold since the lists were published
