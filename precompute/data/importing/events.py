@@ -39,6 +39,9 @@ WHERE NOT EXISTS (SELECT 1 FROM users u WHERE u.id = s.user_id) GROUP BY s.user_
 ON CONFLICT (id) DO NOTHING
 """)
 
+_MISSING_ITEMS = (f"SELECT DISTINCT s.item_id FROM {STAGE} s "
+                  "WHERE NOT EXISTS (SELECT 1 FROM items i WHERE i.id = s.item_id)")
+
 _INSERT = f"""
 INSERT INTO events (user_id, item_id, type, ts, value, client_event_id)
 SELECT s.user_id, s.item_id, s.type, s.ts, s.value, s.client_event_id FROM {STAGE} s
@@ -71,11 +74,11 @@ def first_of_each(chunk: EventChunk) -> np.ndarray:
         keep[with_id[first]] = True
     rest = np.flatnonzero(~has_id)
     if len(rest):
-        key = np.empty(len(rest), dtype=[("u", "<i8"), ("i", "<i8"), ("t", "<i2"), ("s", "<f8")])
-        key["u"], key["i"], key["t"], key["s"] = (chunk.user_id[rest], chunk.item_id[rest], chunk.type[rest],
-                                                  chunk.ts[rest])
-        _, first = np.unique(key, return_index=True)
-        keep[rest[first]] = True
+        u, i, t, ts = chunk.user_id[rest], chunk.item_id[rest], chunk.type[rest], chunk.ts[rest]
+        order = np.lexsort((np.arange(len(rest)), t, i, ts, u))       # equal keys adjacent, file order inside
+        u, i, t, ts = u[order], i[order], t[order], ts[order]
+        first = np.r_[True, (u[1:] != u[:-1]) | (ts[1:] != ts[:-1]) | (i[1:] != i[:-1]) | (t[1:] != t[:-1])]
+        keep[rest[order[first]]] = True
     return keep
 
 
@@ -99,19 +102,19 @@ def write(conn: Connection, chunk: EventChunk, report: Report, path: str, create
     """Store the new events of ``chunk`` in the caller's transaction, creating unknown users (and items, when
     ``create_items``; else their rows are refused into ``report``)."""
     items_created = refused = 0
-    missing = unknown_items(conn, chunk.item_id)
+    chunk = chunk.take(first_of_each(chunk))
+    stage.load(conn, chunk.user_id, chunk.item_id, chunk.type, chunk.ts, chunk.value, chunk.event_id)
+    missing = np.array(conn.exec_driver_sql(_MISSING_ITEMS).scalars().all(), dtype=np.int64)
     if len(missing):
         if create_items:
             items_created = items.ensure(conn, missing.tolist(), create=True)
         else:
-            keep = refuse_unknown(chunk, missing, report, path)
-            refused = int((~keep).sum())
-            chunk = chunk.take(keep)
-    chunk = chunk.take(first_of_each(chunk))
-    if not len(chunk):
-        return Written(np.empty(0, dtype=list(STORED.items())), items_created, 0, refused)
-    stage.load(conn, chunk.user_id, chunk.item_id, chunk.type, chunk.ts, chunk.value, chunk.event_id)
+            refused = int((~refuse_unknown(chunk, missing, report, path)).sum())
+            conn.exec_driver_sql(f"DELETE FROM {STAGE} WHERE item_id IN ({stage.id_list(missing)})")
     users_created = conn.execute(_NEW_USERS, {"recent": history.empty(history_limit),
                                               "seen": seen.empty(seen_cap)}).rowcount
-    stored = table(conn.exec_driver_sql(_INSERT).fetchall(), **STORED)
+    cur = conn.connection.driver_connection.cursor()        # the driver's tuples: no result wrapping per row
+    cur.execute(_INSERT)
+    stored = table(cur.fetchall(), **STORED)
+    cur.close()
     return Written(stored, items_created, max(users_created, 0), refused)
