@@ -195,9 +195,9 @@ def test_strict_with_one_bad_row_writes_nothing(setup, tmp_path, kind):
     path = (write(tmp_path, "items.csv", "item_id,categories,price\n" + good + "9,1,-3\n") if kind == "items" else
             write(tmp_path, "ev.csv", "user_id,item_id,ts\n" + good + "9,1,yesterday\n"))
     run = import_items if kind == "items" else import_events
-    # when it is imported with strict: one line naming the row, and nothing written
+    # when it is imported with strict, 500 rows per transaction: one line naming the row, and nothing written
     with pytest.raises(InvalidInput, match=r"\.csv:2001: "):
-        run(engine, path, "csv", s, strict=True)
+        run(engine, path, "csv", s, strict=True, chunk_rows=500)
     assert counts(engine) == before
     # and without strict, the good rows are written
     assert run(engine, path, "csv", s).report.accepted == 1999
@@ -210,7 +210,7 @@ def test_events_naming_unknown_items_are_refused_when_items_are_not_created(setu
     path = write(tmp_path, "ev.csv", "user_id,item_id,ts\n1,1,10\n1,99,11\n2,2,12\n")
     before = counts(engine)
     with pytest.raises(InvalidInput, match=r"ev\.csv:3: unknown item id 99"):
-        import_events(engine, path, "csv", s, strict=True)
+        import_events(engine, path, "csv", s, strict=True, chunk_rows=1)
     assert counts(engine) == before
     res = import_events(engine, path, "csv", s)
     assert [(r.line, r.reason) for r in res.report.bad_rows] == [(3, "unknown item id 99 "

@@ -34,7 +34,7 @@ from ...errors import as_prefeed_error
 from ...settings import Settings
 from .. import items as catalogue
 from ..event_types import EventTypes
-from ..importers import EventChunk, RatingRule, Report, read_events, read_items
+from ..importers import CHUNK_ROWS, EventChunk, RatingRule, Report, read_events, read_items
 from . import events, kept, stage
 
 Progress = Callable[[int], None]
@@ -64,12 +64,13 @@ def default_rating_rule(settings: Settings) -> RatingRule:
 
 
 def import_items(engine: Engine, path: str | Path, format: str, settings: Settings, *, strict: bool = False,
-                 encoding: str | None = None, progress: Progress | None = None) -> ImportResult:
+                 encoding: str | None = None, progress: Progress | None = None,
+                 chunk_rows: int = CHUNK_ROWS) -> ImportResult:
     """Upsert the items of ``path`` (``importers.ITEM_FORMATS``) with their categories and declared attributes
-    (``Settings.item_attributes``; other columns are ignored with a note)."""
+    (``Settings.item_attributes``; other columns are ignored with a note), ``chunk_rows`` per transaction."""
     def chunks(report: Report, on_bytes: Progress | None) -> Iterator:
         return read_items(path, format, report=report, attributes=settings.item_attributes, encoding=encoding,
-                          progress=on_bytes)
+                          progress=on_bytes, chunk_rows=chunk_rows)
 
     result = ImportResult(Report(strict=strict))
     with _connection(engine) as conn:
@@ -85,7 +86,8 @@ def import_items(engine: Engine, path: str | Path, format: str, settings: Settin
 
 def import_events(engine: Engine, path: str | Path, format: str, settings: Settings, *, strict: bool = False,
                   encoding: str | None = None, progress: Progress | None = None,
-                  rating_rule: RatingRule | None = None, default_type: str | None = None) -> ImportResult:
+                  rating_rule: RatingRule | None = None, default_type: str | None = None,
+                  chunk_rows: int = CHUNK_ROWS) -> ImportResult:
     """Store the events of ``path`` (``importers.EVENT_FORMATS``), creating unknown users, and unknown items bare
     unless ``Settings.events_create_items`` is off (then their rows are refused like bad rows). Types are the
     declared ``Settings.event_types``; ``default_type`` (default: the first declared) for rows without one;
@@ -98,7 +100,7 @@ def import_events(engine: Engine, path: str | Path, format: str, settings: Setti
 
     def chunks(report: Report, on_bytes: Progress | None) -> Iterator[EventChunk]:
         return read_events(path, format, report=report, types=types, default_type=default, rating_rule=rule,
-                           encoding=encoding, progress=on_bytes)
+                           encoding=encoding, progress=on_bytes, chunk_rows=chunk_rows)
 
     result = ImportResult(Report(strict=strict))
     affected = [np.empty(0, dtype=np.int64)]

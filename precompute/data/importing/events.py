@@ -63,22 +63,18 @@ class Written:
 
 
 def first_of_each(chunk: EventChunk) -> np.ndarray:
-    """Bool mask of the rows kept: the first row of each event id, and of each (user, item, type, ts) among the
+    """Bool mask of the rows kept: every row with an event id (the unique column and ``ON CONFLICT`` keep the
+    first of each id, rows being inserted in file order), and the first of each (user, item, type, ts) among the
     rows without one."""
-    keep = np.zeros(len(chunk), dtype=bool)
-    has_id = np.zeros(len(chunk), dtype=bool) if chunk.event_id is None else \
-        np.array([e is not None for e in chunk.event_id.tolist()], dtype=bool)
-    with_id = np.flatnonzero(has_id)
-    if len(with_id):
-        _, first = np.unique(chunk.event_id[with_id].astype(str), return_index=True)
-        keep[with_id[first]] = True
-    rest = np.flatnonzero(~has_id)
+    keep = np.ones(len(chunk), dtype=bool)
+    rest = np.arange(len(chunk)) if chunk.event_id is None else \
+        np.flatnonzero(np.array([e is None for e in chunk.event_id.tolist()], dtype=bool))
     if len(rest):
         u, i, t, ts = chunk.user_id[rest], chunk.item_id[rest], chunk.type[rest], chunk.ts[rest]
         order = np.lexsort((np.arange(len(rest)), t, i, ts, u))       # equal keys adjacent, file order inside
         u, i, t, ts = u[order], i[order], t[order], ts[order]
         first = np.r_[True, (u[1:] != u[:-1]) | (ts[1:] != ts[:-1]) | (i[1:] != i[:-1]) | (t[1:] != t[:-1])]
-        keep[rest[order[first]]] = True
+        keep[rest[order[~first]]] = False
     return keep
 
 
