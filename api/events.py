@@ -4,7 +4,8 @@ Events are stored only when Redis answers (checked first), so an accepted event 
 scheduled; if Redis fails between the database commit and the scheduling, the client gets a 503 and retries:
 events carrying an ``event_id`` are stored once however often they are posted, and the retry schedules the
 recompute. (Without ``event_id`` a retry stores the event again; ``manage.py precompute --stale`` finds users whose
-feed fell behind.)
+feed fell behind.) An event naming an item the catalogue does not have creates it bare, in the same transaction
+(``items_created`` in the answer); with ``PREFEED_EVENTS_CREATE_ITEMS=false`` the whole batch is refused (404).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from precompute.errors import InvalidInput
 from precompute.feeds.client import ping_redis
 
 from .errors import json_response
-from .parse import body_object, field_id, field_number, json_body
+from .parse import body_object, field_id, field_number, field_optional_number, json_body, refuse_unknown
 
 bp = Blueprint("events", __name__)
 
@@ -55,7 +56,8 @@ def post_events():
     # Every user of the request, not only those with newly stored events: a client retrying after a 503 that
     # came after the commit gets "duplicates" back, and its users must still be recomputed.
     notify_changed(settings, ctx["redis"], {e.user_id for e in events})
-    return json_response({"accepted": result.accepted, "duplicates": result.duplicates}, 202)
+    return json_response({"accepted": result.accepted, "duplicates": result.duplicates,
+                          "items_created": result.items_created}, 202)
 
 
 def _parse(obj: dict, types: dict[str, int], now: float, window: tuple[float, float], index: int | None) -> NewEvent:
@@ -66,12 +68,10 @@ def _parse(obj: dict, types: dict[str, int], now: float, window: tuple[float, fl
         event_id = obj.get("event_id")
         if event_id is not None and (not isinstance(event_id, str) or not 1 <= len(event_id) <= 64):
             raise InvalidInput("event_id must be a string of 1 to 64 characters")
-        unknown = set(obj) - {"user_id", "item_id", "type", "ts", "event_id"}
-        if unknown:
-            raise InvalidInput(f"unknown field(s): {', '.join(sorted(map(str, unknown)))[:200]}")
+        refuse_unknown(obj, ("user_id", "item_id", "type", "ts", "event_id", "value"))
         return NewEvent(user_id=field_id(obj, "user_id"), item_id=field_id(obj, "item_id"), type=types[kind],
                         ts=field_number(obj, "ts", *window, default=now),
-                        client_event_id=event_id)
+                        client_event_id=event_id, value=field_optional_number(obj, "value"))
     except InvalidInput as exc:
         if index is None:
             raise

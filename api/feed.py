@@ -7,6 +7,7 @@ from flask import Blueprint, current_app
 
 from jobs.queues import notify_changed
 from precompute.data import catalog
+from precompute.data.event_types import EventTypes
 
 from .errors import json_response
 from .parse import path_id, query_int
@@ -35,13 +36,22 @@ def get_feed(user_id: str):
 
 
 def _fallback(ctx, uid: int, limit: int, offset: int):
-    """Popular in the user's recent categories, else global popular; and ask for the real feed."""
+    """Popular in the user's recent categories, else global popular; and ask for the real feed.
+
+    The user's categories are ranked as precompute ranks them: each recent event adds its type's weight
+    (``PREFEED_EVENT_TYPES``) to every category of its item; ties by category id."""
     settings = ctx["settings"]
     recent = catalog.latest_interactions(ctx["engine"], uid, settings.seen_recent_max)
     seen = np.union1d(catalog.seen_items(ctx["engine"], uid, settings),
                       np.array([r[0] for r in recent], dtype=np.int64))
-    cats, counts = np.unique(np.array([r[1] for r in recent], dtype=np.int64), return_counts=True)
-    top = cats[np.argsort(-counts, kind="stable")][: settings.user_top_categories].tolist()
+    weight_of = EventTypes.of(settings).weight_by_code()
+    weights: dict[int, float] = {}
+    for _, type_, cats in recent:
+        w = float(weight_of[type_]) if 0 <= type_ < len(weight_of) else 0.0
+        for c in cats:
+            weights[c] = weights.get(c, 0.0) + w
+    top = sorted((c for c in weights if weights[c] > 0), key=lambda c: (-weights[c], c))
     if len(recent):
         notify_changed(settings, ctx["redis"], [uid])
-    return ctx["live"].fallback(top, limit, offset, seen, lambda n: catalog.newest_active(ctx["engine"], n))
+    return ctx["live"].fallback(top[: settings.user_top_categories], limit, offset, seen,
+                                lambda n: catalog.newest_active(ctx["engine"], n))

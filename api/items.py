@@ -1,35 +1,122 @@
-"""PUT /items/<item_id> (admin): activate or deactivate a listing; served feeds drop inactive items at once."""
+"""The catalogue through the API (admin): ``PUT /items/<item_id>`` replaces a whole item (creating it if new),
+``PATCH /items/<item_id>`` changes the given fields of an existing one (``{"active": false}``: a listing sold),
+``POST /items`` upserts a batch, all or nothing. Served feeds drop inactive items at once.
+
+The database is the record; Redis's inactive set is what serving reads. Each write commits to the database first,
+then brings the set in line with the active flags it wrote; every verb is idempotent, so a client that gets a 503
+between the two retries and both agree.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+
 from flask import Blueprint, current_app
 
-from precompute.data import catalog
+from precompute.data import items
+from precompute.data.items import NewItem, Upserted
 from precompute.errors import InvalidInput
 from precompute.feeds.client import ping_redis
 
 from .auth import admin_required
 from .errors import json_response
-from .parse import body_object, json_body, path_id
+from .parse import (body_object, field_id, field_id_set, field_optional_number, field_time, json_body, path_id,
+                    refuse_unknown)
 
 bp = Blueprint("items", __name__)
+
+#: The fields of an item body (``POST /items`` adds ``item_id``); an absent one is none, ``active`` defaults true.
+FIELDS = ("categories", "price", "created_at", "attributes", "active")
 
 
 @bp.put("/items/<item_id>")
 @admin_required
 def put_item(item_id: str):
-    iid = path_id(item_id, "item_id")
-    body = body_object(json_body())
-    active = body.get("active")
-    if type(active) is not bool or set(body) != {"active"}:
-        raise InvalidInput('body must be {"active": true|false}')
+    item, _ = _parse(body_object(json_body()), path_id(item_id, "item_id"))
+    done = _upsert([item])
+    return json_response({"item_id": item.item_id, "created": bool(done.created)}, 201 if done.created else 200)
+
+
+@bp.patch("/items/<item_id>")
+@admin_required
+def patch_item(item_id: str):
+    item, given = _parse(body_object(json_body()), path_id(item_id, "item_id"))
     ctx = current_app.extensions["prefeed"]
     ping_redis(ctx["redis"])
-    catalog.set_active(ctx["engine"], iid, active)
-    # The database is the record; the Redis set is what serving reads. PUT is idempotent, so a client that
-    # sees a 503 here retries and both agree.
-    if active:
-        ctx["redis"].srem(ctx["keys"].inactive, str(iid))
-    else:
-        ctx["redis"].sadd(ctx["keys"].inactive, str(iid))
-    return json_response({"item_id": iid, "active": active})
+    with ctx["engine"].begin() as conn:
+        items.patch(conn, item, given)
+    if "active" in given:
+        _follow_active({item.item_id: item.active})
+    changed = {name: value for name, value in dataclasses.asdict(item).items() if name in given}
+    return json_response({"item_id": item.item_id, **changed})
+
+
+@bp.post("/items")
+@admin_required
+def post_items():
+    body = body_object(json_body())
+    refuse_unknown(body, ("items",))
+    batch = body.get("items")
+    limit = current_app.extensions["prefeed"]["settings"].items_batch_max
+    if not isinstance(batch, list) or not 1 <= len(batch) <= limit:
+        raise InvalidInput(f"items must be a list of 1 to {limit} items")
+    new = []
+    for k, obj in enumerate(batch):
+        try:
+            obj = body_object(obj)
+            new.append(_parse({f: v for f, v in obj.items() if f != "item_id"}, field_id(obj, "item_id"))[0])
+        except InvalidInput as exc:
+            raise InvalidInput(f"item {k}: {exc}") from None
+    done = _upsert(new)
+    return json_response({"created": done.created, "updated": done.updated})
+
+
+def _parse(obj: dict, item_id: int) -> tuple[NewItem, set[str]]:
+    """The item ``obj`` states, and the fields it gives."""
+    refuse_unknown(obj, FIELDS)
+    active = obj.get("active", True)
+    if type(active) is not bool:
+        raise InvalidInput("active must be true or false")
+    return NewItem(item_id=item_id, categories=field_id_set(obj, "categories"),
+                   price=field_optional_number(obj, "price", lo=0.0), created_at=field_time(obj, "created_at"),
+                   attributes=_attributes(obj), active=active), set(obj)
+
+
+def _attributes(obj: dict) -> dict[str, float | None]:
+    """``{name: number or None}``, names among the declared ``PREFEED_ITEM_ATTRIBUTES``; absent or null: every
+    declared name None (none, and for PATCH: every attribute removed)."""
+    given = obj.get("attributes")
+    declared = current_app.extensions["prefeed"]["settings"].item_attributes
+    if given is None:
+        return dict.fromkeys(declared)
+    if not isinstance(given, dict):
+        raise InvalidInput("attributes must be an object of {name: number or null}")
+    undeclared = sorted(set(given) - set(declared))
+    if undeclared:
+        raise InvalidInput(f"undeclared attribute(s) {', '.join(undeclared)[:100]}: PREFEED_ITEM_ATTRIBUTES declares "
+                           + (", ".join(declared) or "none"))
+    return {name: field_optional_number(given, name) for name in given}
+
+
+def _upsert(new: list[NewItem]) -> Upserted:
+    """Replace or create the items of ``new`` (the same id twice: the last wins) in one transaction."""
+    ctx = current_app.extensions["prefeed"]
+    attributes = ctx["settings"].item_attributes
+    chunk, active = items.chunk_of(new, attributes)
+    ping_redis(ctx["redis"])
+    with ctx["engine"].begin() as conn:
+        done = items.upsert(conn, chunk, attributes, active=active)
+    _follow_active({item.item_id: item.active for item in new})
+    return done
+
+
+def _follow_active(flags: dict[int, bool]) -> None:
+    """Bring Redis's inactive set in line with the active ``flags`` just committed (item id → active)."""
+    ctx = current_app.extensions["prefeed"]
+    key = ctx["keys"].inactive
+    pipe = ctx["redis"].pipeline(transaction=False)
+    for active, command in ((True, pipe.srem), (False, pipe.sadd)):
+        ids = [str(i) for i, a in flags.items() if a is active]
+        if ids:
+            command(key, *ids)
+    pipe.execute()

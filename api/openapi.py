@@ -10,7 +10,8 @@ from .errors import json_response
 
 bp = Blueprint("openapi", __name__)
 
-_ID = {"type": "integer", "minimum": 1, "maximum": 2**31 - 1}
+_ID = {"type": "integer", "minimum": 1, "maximum": 2**63 - 1}
+_MAYBE_NUMBER = {"type": ["number", "null"]}
 _ERROR = {"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
 _ADMIN = [{"admin": []}]
 
@@ -21,6 +22,53 @@ def _path_id(name: str) -> dict:
 
 def _json_body(schema: dict) -> dict:
     return {"required": True, "content": {"application/json": {"schema": schema}}}
+
+
+def _item_fields(settings: Settings) -> dict:
+    """The properties of an item body: absent means none (``active``: true) for PUT and POST, unchanged for PATCH."""
+    return {
+        "categories": {"type": ["array", "null"], "items": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
+                       "description": "category ids; repeats collapse"},
+        "price": {"type": ["number", "null"], "minimum": 0},
+        "created_at": {"oneOf": [{"type": "number", "description": "epoch seconds"},
+                                 {"type": "string", "description": "ISO-8601; no zone = UTC"}, {"type": "null"}]},
+        "attributes": {"type": ["object", "null"], "additionalProperties": False,
+                       "properties": {name: _MAYBE_NUMBER for name in settings.item_attributes},
+                       "description": "declared in PREFEED_ITEM_ATTRIBUTES; null = none"},
+        "active": {"type": "boolean"},
+    }
+
+
+def _items_paths(settings: Settings) -> dict:
+    item = {"type": "object", "additionalProperties": False, "properties": _item_fields(settings)}
+    written = {"item_id": _ID, "created": {"type": "boolean"}}
+    refusals = {"400": _ERROR, "401": _ERROR, "413": _ERROR, "415": _ERROR, "503": _ERROR}
+    return {
+        "/items/{item_id}": {
+            "put": {"summary": "Create or replace a whole item", "security": _ADMIN,
+                    "parameters": [_path_id("item_id")], "requestBody": _json_body(item),
+                    "responses": {"200": _object("replaced", written), "201": _object("created", written),
+                                  **refusals}},
+            "patch": {"summary": "Change the given fields of an item ({\"active\": false}: sold)", "security": _ADMIN,
+                      "parameters": [_path_id("item_id")], "requestBody": _json_body(item),
+                      "responses": {"200": _object("the item id and the fields changed", {"item_id": _ID}),
+                                    "404": _ERROR, **refusals}}},
+        "/items": {"post": {
+            "summary": "Create or replace items, all or nothing (the same id twice: the last wins)",
+            "security": _ADMIN,
+            "requestBody": _json_body({"type": "object", "additionalProperties": False, "required": ["items"],
+                                       "properties": {"items": {
+                                           "type": "array", "minItems": 1, "maxItems": settings.items_batch_max,
+                                           "items": {**item, "required": ["item_id"],
+                                                     "properties": {"item_id": _ID, **item["properties"]}}}}}),
+            "responses": {"200": _object("counts", {"created": {"type": "integer"}, "updated": {"type": "integer"}}),
+                          **refusals}}},
+    }
+
+
+def _object(description: str, properties: dict) -> dict:
+    return {"description": description, "content": {"application/json": {"schema": {
+        "type": "object", "properties": properties}}}}
 
 
 def spec(settings: Settings) -> dict:
@@ -35,9 +83,10 @@ def spec(settings: Settings) -> dict:
                                                                                   "dependency": {"type": "string"}}},
                 "Event": {"type": "object", "additionalProperties": False, "required": ["user_id", "item_id", "type"],
                           "properties": {"user_id": _ID, "item_id": _ID,
-                                         "type": {"enum": ["view", "click", "contact", "purchase"]},
+                                         "type": {"enum": [name for name, _ in settings.event_types]},
                                          "ts": {"type": "number", "description": "epoch seconds, default now"},
-                                         "event_id": {"type": "string", "minLength": 1, "maxLength": 64}}},
+                                         "event_id": {"type": "string", "minLength": 1, "maxLength": 64},
+                                         "value": {**_MAYBE_NUMBER, "description": "a rating, a watch time"}}},
                 "Feed": {"type": "object", "properties": {
                     "user_id": _ID, "source": {"enum": ["precomputed", "fallback"]},
                     "model_version": {"type": ["integer", "null"]}, "computed_at": {"type": ["number", "null"]},
@@ -61,8 +110,13 @@ def spec(settings: Settings) -> dict:
                     {"$ref": "#/components/schemas/Event"},
                     {"type": "array", "minItems": 1, "maxItems": settings.events_batch_max,
                      "items": {"$ref": "#/components/schemas/Event"}}]}),
-                "responses": {"202": {"description": "accepted"}, "400": _ERROR, "404": _ERROR, "413": _ERROR,
-                              "415": _ERROR, "503": _ERROR}}},
+                "responses": {"202": _object("stored (events whose event_id was stored before: duplicates); items "
+                                             "the catalogue did not have created bare", {
+                                                 "accepted": {"type": "integer"}, "duplicates": {"type": "integer"},
+                                                 "items_created": {"type": "integer"}}),
+                              "400": _ERROR, "404": {**_ERROR, "description": "an unknown item, when "
+                                                     "PREFEED_EVENTS_CREATE_ITEMS is false"},
+                              "413": _ERROR, "415": _ERROR, "503": _ERROR}}},
             "/boosts/{item_id}": {
                 "put": {"security": _ADMIN, "parameters": [_path_id("item_id")],
                         "requestBody": _json_body({"type": "object", "required": ["weight"], "properties": {
@@ -74,11 +128,7 @@ def spec(settings: Settings) -> dict:
                                       "404": _ERROR}},
                 "delete": {"security": _ADMIN, "parameters": [_path_id("item_id")],
                            "responses": {"200": {"description": "boost removed"}, "401": _ERROR}}},
-            "/items/{item_id}": {"put": {
-                "security": _ADMIN, "parameters": [_path_id("item_id")],
-                "requestBody": _json_body({"type": "object", "required": ["active"], "additionalProperties": False,
-                                           "properties": {"active": {"type": "boolean"}}}),
-                "responses": {"200": {"description": "updated"}, "400": _ERROR, "401": _ERROR, "404": _ERROR}}},
+            **_items_paths(settings),
             "/healthz": {"get": {"responses": {"200": {"description": "all dependencies up"}, "503": _ERROR}}},
             "/livez": {"get": {"responses": {"200": {"description": "process up"}}}},
             "/openapi.json": {"get": {"responses": {"200": {"description": "this document"}}}},

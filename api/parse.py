@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Collection
 
 import orjson
 from flask import request
 
+from precompute.data.importers import timestamps
 from precompute.errors import InvalidInput, UnsupportedMediaType
 
 MAX_ID = 2**63 - 1             # ids are 64-bit: any positive signed 64-bit integer
@@ -56,3 +58,50 @@ def field_number(obj: dict, name: str, lo: float, hi: float, default: float | No
     if type(value) not in (int, float) or not math.isfinite(value) or not lo <= value <= hi:
         raise InvalidInput(f"{name} must be a number between {lo:g} and {hi:g}")
     return float(value)
+
+
+def refuse_unknown(obj: dict, known: Collection[str]) -> None:
+    """``InvalidInput`` naming the fields of ``obj`` that are not in ``known``."""
+    unknown = set(obj) - set(known)
+    if unknown:
+        raise InvalidInput(f"unknown field(s): {', '.join(sorted(map(str, unknown)))[:200]}")
+
+
+def field_optional_number(obj: dict, name: str, lo: float = -math.inf) -> float | None:
+    """A finite number of at least ``lo``, or None when the field is absent or null."""
+    value = obj.get(name)
+    if value is None:
+        return None
+    if type(value) not in (int, float) or not math.isfinite(value) or value < lo:
+        floor = "" if lo == -math.inf else f" of at least {lo:g}"
+        raise InvalidInput(f"{name} must be a finite number{floor} or null")
+    return float(value)
+
+
+def field_time(obj: dict, name: str) -> float | None:
+    """Epoch seconds given as a number or an ISO-8601 string (read as the importers read times: no zone = UTC),
+    within ``MAX_ABS_SECONDS`` of 1970; None when absent or null."""
+    value = obj.get(name)
+    if value is None:
+        return None
+    seconds = math.nan
+    if type(value) in (int, float):
+        seconds = float(value)
+    elif isinstance(value, str) and 0 < len(value) <= 64:
+        parsed, failed = timestamps.parse([value])
+        seconds = math.nan if failed[0] else float(parsed[0])
+    if not math.isfinite(seconds) or abs(seconds) > timestamps.MAX_ABS_SECONDS:
+        raise InvalidInput(f"{name} must be epoch seconds or an ISO-8601 time (such as 2024-05-01T12:00:00Z), "
+                           f"at most {timestamps.MAX_ABS_SECONDS:g} s from 1970")
+    return seconds
+
+
+def field_id_set(obj: dict, name: str, lo: int = 0) -> tuple[int, ...]:
+    """A list of integers from ``lo`` to ``MAX_ID``, ascending and distinct (repeats collapse); () when absent
+    or null."""
+    value = obj.get(name)
+    if value is None:
+        return ()
+    if not isinstance(value, list) or any(type(v) is not int or not lo <= v <= MAX_ID for v in value):
+        raise InvalidInput(f"{name} must be a list of integers between {lo} and {MAX_ID}")
+    return tuple(sorted(set(value)))

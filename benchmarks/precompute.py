@@ -87,7 +87,7 @@ def run(quick: bool = False) -> dict:
 
         per_user_ms = {k: 1000 * v / len(users) for k, v in stage.items()}
         out = dict(
-            config=cfg, users=len(users), candidates_per_user=scored / len(users), features=features.N_FEATURES,
+            config=cfg, users=len(users), candidates_per_user=scored / len(users), features=len(pipeline.items.layout),
             trees=int(pipeline.bundle.model.tree_count_),
             per_user_ms=per_user_ms, per_user_ms_total=sum(per_user_ms.values()),
             pipeline_item_scores_per_s_per_core=pipeline_rate,

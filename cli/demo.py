@@ -80,7 +80,7 @@ try it:
        -d '{{"user_id": {user}, "item_id": {sample['items'][0]['item_id'] if sample['items'] else 1}, "type": "click"}}'
   curl -X PUT {base}/boosts/42 -H 'Authorization: Bearer {token}' -H 'Content-Type: application/json' \\
        -d '{{"weight": 2.0, "ttl_seconds": 3600}}'
-  curl -X PUT {base}/items/42 -H 'Authorization: Bearer {token}' -H 'Content-Type: application/json' \\
+  curl -X PATCH {base}/items/42 -H 'Authorization: Bearer {token}' -H 'Content-Type: application/json' \\
        -d '{{"active": false}}'
   curl {base}/healthz
 admin token: {token}

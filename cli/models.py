@@ -7,6 +7,7 @@ import time
 import click
 
 from precompute.ranking import bundle, ranker
+from precompute.ranking.layout import for_settings
 
 from . import command
 from .data import ready_engine
@@ -40,5 +41,5 @@ def train(obj, iterations: int | None, depth: int | None, users: int | None, see
 @click.pass_obj
 def promote(obj, version: int) -> None:
     """Make bundle VERSION current after checking it; running workers switch to it between jobs."""
-    bundle.promote(obj.settings.model_dir, version)
+    bundle.promote(obj.settings.model_dir, version, for_settings(obj.settings))
     click.echo(f"bundle {version} is current")

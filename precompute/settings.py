@@ -105,12 +105,6 @@ class Settings:
                                     "categories", unit="items")
     global_popular: int = setting(1000, "PREFEED_GLOBAL_POPULAR", "globally popular items added to every user's "
                                   "candidates", unit="items")
-    popularity_weights: tuple[float, ...] = setting(
-        (1.0, 3.0, 8.0, 12.0), "PREFEED_POPULARITY_WEIGHTS", "weight of a view, click, contact and purchase in an "
-        "item's popularity", minimum=0.0)
-    category_weights: tuple[float, ...] = setting(
-        (1.0, 2.0, 4.0, 6.0), "PREFEED_CATEGORY_WEIGHTS", "weight of a view, click, contact and purchase in a "
-        "user's category preference", minimum=0.0)
 
     # -- serving -------------------------------------------------------------------------------------------
     page_limit_default: int = setting(20, "PREFEED_PAGE_LIMIT_DEFAULT", "items per page when `limit` is not given",
@@ -180,9 +174,6 @@ class Settings:
             check_url(_env(name), getattr(self, name))
         if not str(self.model_dir) or self.model_dir == Path(""):
             object.__setattr__(self, "model_dir", Path(self.var_dir) / "models")
-        for name in ("popularity_weights", "category_weights"):
-            if len(getattr(self, name)) != 4:
-                raise ConfigError(f"{_env(name)} needs 4 weights (view, click, contact, purchase)")
         if self.page_limit_default > self.page_limit_max:
             raise ConfigError("PREFEED_PAGE_LIMIT_DEFAULT must not exceed PREFEED_PAGE_LIMIT_MAX")
 

@@ -167,6 +167,17 @@ def client(app):
 
 
 @pytest.fixture
+def refusing_client(settings):
+    """A client of an app that refuses events naming items the catalogue does not have
+    (``PREFEED_EVENTS_CREATE_ITEMS=false``) instead of creating them."""
+    from api import create_app
+
+    app = create_app(dataclasses.replace(settings, events_create_items=False), {"TESTING": True})
+    yield app.test_client()
+    app.extensions["prefeed"]["engine"].dispose()
+
+
+@pytest.fixture
 def admin():
     return {"Authorization": "Bearer test-admin-token"}
 

@@ -9,7 +9,17 @@ import math
 from precompute.ranking import candidates
 
 DAY = 86400.0
-VIEW, CLICK, CONTACT, PURCHASE = 1, 2, 3, 4
+NAN = float("nan")
+
+
+def categories(items, r) -> list[int]:
+    """The (dense) categories of item row ``r``, from the table's CSR."""
+    return [int(c) for c in items.cat_of[items.cat_indptr[r]:items.cat_indptr[r + 1]]]
+
+
+def weight_of(items, t) -> float:
+    """The declared weight of type code ``t``; 0 past the declaration."""
+    return float(items.type_weights[t]) if 0 <= t < len(items.type_weights) else 0.0
 
 
 def candidates_of(settings, items, cov, rows, types, seen: set[int]) -> dict[int, tuple[float, int, int]]:
@@ -27,9 +37,7 @@ def candidates_of(settings, items, cov, rows, types, seen: set[int]) -> dict[int
             score[n] = score.get(n, 0.0) + cov.weight[j] * settings.recency_decay ** i
             count[n] = count.get(n, 0) + 1
             flags[n] = flags.get(n, 0) | candidates.FROM_COVISIT
-    weight = category_weights(settings, items, rows, types)
-    top = sorted((c for c in weight if weight[c] > 0), key=lambda c: (-weight[c], c))
-    for c in top[: settings.user_top_categories]:
+    for c in top_categories(settings, items, rows, types):
         for n in items.category_popular[c]:
             flags[int(n)] = flags.get(int(n), 0) | candidates.FROM_CATEGORY
     for n in items.global_popular:
@@ -38,49 +46,73 @@ def candidates_of(settings, items, cov, rows, types, seen: set[int]) -> dict[int
             if n not in seen and items.active[n]}
 
 
-def category_weights(settings, items, rows, types) -> dict[int, float]:
-    """A user's events per category, each weighted by its type (``Settings.category_weights``)."""
+def category_weights(items, rows, types) -> dict[int, float]:
+    """A user's events per category, each adding its type's weight to every category of its item."""
     weight: dict[int, float] = {}
     for r, t in zip(rows, types):
         if r >= 0:
-            c = int(items.category[r])
-            weight[c] = weight.get(c, 0.0) + settings.category_weights[t - 1]
+            for c in categories(items, r):
+                weight[c] = weight.get(c, 0.0) + weight_of(items, int(t))
     return weight
+
+
+def top_categories(settings, items, rows, types) -> list[int]:
+    weight = category_weights(items, rows, types)
+    return sorted((c for c in weight if weight[c] > 0), key=lambda c: (-weight[c], c))[: settings.user_top_categories]
+
+
+def popularity(items) -> list[float]:
+    """Each row's interactions weighted by their type, plus a tenth of its events of the last week."""
+    return [sum(weight_of(items, t) * items.counts[r, t] for t in range(1, items.counts.shape[1]))
+            + 0.1 * items.recent[r] for r in range(len(items))]
+
+
+def rate_prior(code: int) -> float:
+    """Smoothing of the k-th type after the first (code k + 1): 1/k."""
+    return 1.0 / (code - 1)
 
 
 def item_features(items, now: float) -> list[dict[str, float]]:
     """The item groups ("item_static", "item_clock") of every item row, from the table's raw columns."""
     n = len(items)
-    popularity = [sum(w * items.counts[r, t] for t, w in enumerate(items.popularity_weights, start=1))
-                  + 0.1 * items.recent_views[r] for r in range(n)]
-    ranked = sorted(range(n), key=lambda r: (-popularity[r], items.ids[r]))
+    pop = popularity(items)
+    ranked = sorted(range(n), key=lambda r: (-pop[r], items.ids[r]))
     pop_rank = {r: k for k, r in enumerate(ranked)}
     cat_rank, members = {}, {}
     for r in ranked:
-        c = int(items.category[r])
-        cat_rank[r] = len(members.setdefault(c, []))
-        members[c].append(r)
-    total = sum(popularity)
+        for c in categories(items, r):
+            cat_rank[(r, c)] = len(members.setdefault(c, []))
+            members[c].append(r)
+    total = sum(pop)
+
+    def mean_log_price(c):
+        prices = [math.log1p(items.price[m]) for m in members[c] if not math.isnan(items.price[m])]
+        return sum(prices) / len(prices) if prices else NAN
+
+    types = items.type_names
     out = []
     for r in range(n):
-        c = int(items.category[r])
-        log_price = math.log1p(items.price[r])
-        views, clicks, contacts, purchases = (items.counts[r, t] for t in (VIEW, CLICK, CONTACT, PURCHASE))
-        out.append({
+        cats = categories(items, r)
+        log_price = math.log1p(items.price[r])           # NaN for an item without price
+        counts = {t: items.counts[r, t] for t in range(1, len(types) + 1)}
+        row = {
             "item_log_price": log_price,
-            "item_price_vs_category": log_price - sum(math.log1p(items.price[m]) for m in members[c]) / len(members[c]),
-            "item_quality": items.quality[r], "item_photos": items.photos[r],
-            "item_seller_rating": items.seller_rating[r],
-            "item_log_views": math.log1p(views), "item_log_clicks": math.log1p(clicks),
-            "item_log_contacts": math.log1p(contacts), "item_log_purchases": math.log1p(purchases),
-            "item_click_rate": (clicks + 1) / (views + 10), "item_contact_rate": (contacts + 0.5) / (views + 10),
-            "item_purchase_rate": (purchases + 0.2) / (views + 10),
-            "item_log_recent_views": math.log1p(items.recent_views[r]),
-            "item_log_pop_rank": math.log1p(pop_rank[r]), "item_log_category_rank": math.log1p(cat_rank[r]),
-            "item_log_category_size": math.log1p(len(members[c])),
-            "item_category_global_share": sum(popularity[m] for m in members[c]) / total,
-            "item_age_days": (now - items.created_at[r]) / DAY,
-        })
+            # an item in several categories: against the mean of its categories' means, its best rank, its largest
+            # category and the largest share; NaN without categories
+            "item_price_vs_category": log_price - sum(mean_log_price(c) for c in cats) / len(cats) if cats else NAN,
+            **{f"item_attr_{a}": items.attributes[r, k] for k, a in enumerate(items.attribute_names)},
+            **{f"item_log_{name}": math.log1p(counts[t]) for t, name in enumerate(types, start=1)},
+            **{f"item_{name}_rate": (counts[t] + rate_prior(t)) / (counts[1] + 10)
+               for t, name in enumerate(types, start=1) if t > 1},
+            "item_log_recent_events": math.log1p(items.recent[r]),
+            "item_log_pop_rank": math.log1p(pop_rank[r]),
+            "item_log_category_rank": math.log1p(min(cat_rank[(r, c)] for c in cats)) if cats else NAN,
+            "item_log_category_size": math.log1p(max(len(members[c]) for c in cats)) if cats else NAN,
+            "item_category_global_share": max(sum(pop[m] for m in members[c]) / total for c in cats)
+            if cats else NAN,
+            "item_age_days": (now - items.created_at[r]) / DAY,   # NaN without created_at
+        }
+        out.append(row)
     return out
 
 
@@ -90,40 +122,37 @@ def feature_rows(settings, items, cov, rows, types, ts, now: float, per_item,
     -1 unknown), ``types`` and ``ts``; ``per_item`` is ``item_features(items, now)``."""
     known = [(int(r), int(t), float(s)) for r, t, s in zip(rows, types, ts) if r >= 0]
     n_events = len(rows)
-    by_type = {t: sum(1 for x in types if x == t) for t in (VIEW, CLICK, CONTACT, PURCHASE)}
-    prices = [math.log1p(items.price[r]) for r, _, _ in known]
-    mean = sum(prices) / len(prices) if prices else 0.0
-    std = math.sqrt(max(sum(p * p for p in prices) / len(prices) - mean ** 2, 0.0)) if prices else 0.0
+    names = items.type_names
+    by_type = {t: sum(1 for x in types if x == t) for t in range(1, len(names) + 1)}
+    prices = [math.log1p(items.price[r]) for r, _, _ in known if not math.isnan(items.price[r])]
+    mean = sum(prices) / len(prices) if prices else NAN
+    std = math.sqrt(max(sum(p * p for p in prices) / len(prices) - mean ** 2, 0.0)) if prices else NAN
     user = {
-        "user_log_events": math.log1p(n_events), "user_log_views": math.log1p(by_type[VIEW]),
-        "user_log_clicks": math.log1p(by_type[CLICK]), "user_log_contacts": math.log1p(by_type[CONTACT]),
-        "user_log_purchases": math.log1p(by_type[PURCHASE]),
+        "user_log_events": math.log1p(n_events),
+        **{f"user_log_{name}": math.log1p(by_type[t]) for t, name in enumerate(names, start=1)},
         "user_log_distinct_items": math.log1p(len({r for r, _, _ in known})),
-        "user_distinct_categories": len({int(items.category[r]) for r, _, _ in known}),
+        "user_distinct_categories": len({c for r, _, _ in known for c in categories(items, r)}),
         "user_days_since_last": (now - max(ts)) / DAY if n_events else 365.0,
         "user_days_since_first": (now - min(ts)) / DAY if n_events else 0.0,
         "user_events_24h": sum(1 for s in ts if s >= now - DAY),
         "user_events_7d": sum(1 for s in ts if s >= now - 7 * DAY),
-        "user_click_rate": (by_type[CLICK] + 1) / (by_type[VIEW] + 10), "user_mean_log_price": mean,
-        "user_std_log_price": std,
+        **{f"user_{name}_rate": (by_type[t] + rate_prior(t)) / (by_type[1] + 10)
+           for t, name in enumerate(names, start=1) if t > 1},
+        "user_mean_log_price": mean, "user_std_log_price": std,
     }
-    weight = category_weights(settings, items, rows, types)
-    strongest = sorted((c for c in weight if weight[c] > 0), key=lambda c: (-weight[c], c))
+    weight = category_weights(items, rows, types)
+    # every category in the user's order: weight descending, then category (those without weight last)
+    order = sorted(range(items.n_categories), key=lambda c: (-weight.get(c, 0.0), c))
+    strongest = [c for c in order if weight.get(c, 0.0) > 0]
     total = sum(weight.values())
     cand = candidates_of(settings, items, cov, rows, types, seen)
     best = max((s for s, _, _ in cand.values()), default=0.0)
     out = {}
     for r, (score, count, flags) in cand.items():
-        c = int(items.category[r])
-        in_c = [(t, s) for k, t, s in known if int(items.category[k]) == c]
-        diff = math.log1p(items.price[r]) - mean if n_events else 0.0
-        out[r] = {
+        cats = categories(items, r)
+        diff = math.log1p(items.price[r]) - mean
+        row = {
             **per_item[r], **user,
-            "ux_category_share": weight.get(c, 0.0) / max(total, 1e-9),
-            "ux_category_rank": strongest.index(c) if c in strongest else items.n_categories,
-            "ux_days_since_category": (now - max(s for _, s in in_c)) / DAY if in_c else 365.0,
-            "ux_log_category_contacts": math.log1p(sum(1 for t, _ in in_c if t >= CONTACT)),
-            "ux_category_events_7d": sum(1 for _, s in in_c if s >= now - 7 * DAY),
             "ux_price_diff": diff, "ux_price_z": abs(diff) / (std + 0.1), "ux_price_ratio": math.exp(diff),
             "ux_covisit_score": score, "ux_log_covisit_score": math.log1p(score), "ux_covisit_count": count,
             "ux_covisit_norm": score / max(best, 1e-9),
@@ -131,4 +160,19 @@ def feature_rows(settings, items, cov, rows, types, ts, now: float, per_item,
             "ux_from_category": bool(flags & candidates.FROM_CATEGORY),
             "ux_from_global": bool(flags & candidates.FROM_GLOBAL), "ux_n_sources": bin(flags).count("1"),
         }
+        if cats:
+            # the item's strongest category for this user: first of its categories in the user's order
+            c = min(cats, key=order.index)
+            in_c = [(t, s) for k, t, s in known if c in categories(items, k)]
+            row.update({
+                "ux_category_share": weight.get(c, 0.0) / max(total, 1e-9),
+                "ux_category_rank": strongest.index(c) if c in strongest else items.n_categories,
+                "ux_days_since_category": (now - max(s for _, s in in_c)) / DAY if in_c else 365.0,
+                "ux_log_category_weight": math.log1p(weight.get(c, 0.0)),
+                "ux_category_events_7d": sum(1 for _, s in in_c if s >= now - 7 * DAY),
+            })
+        else:
+            row.update(dict.fromkeys(("ux_category_share", "ux_category_rank", "ux_days_since_category",
+                                      "ux_log_category_weight", "ux_category_events_7d"), NAN))
+        out[r] = row
     return out

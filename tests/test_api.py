@@ -75,13 +75,13 @@ def test_expired_boosts_are_ignored(client, pipeline, user_id, r, settings):
 def test_deactivated_items_disappear_from_served_feeds_at_once(client, pipeline, user_id, admin, world):
     pipeline.recompute([user_id])
     first = _ids(_feed(client, user_id, limit=5))
-    resp = client.put(f"/items/{first[0]}", json={"active": False}, headers=admin)
+    resp = client.patch(f"/items/{first[0]}", json={"active": False}, headers=admin)
     assert resp.status_code == 200
     try:
         after = _ids(_feed(client, user_id, limit=5))
         assert first[0] not in after and after[:4] == first[1:]
     finally:
-        assert client.put(f"/items/{first[0]}", json={"active": True}, headers=admin).status_code == 200
+        assert client.patch(f"/items/{first[0]}", json={"active": True}, headers=admin).status_code == 200
     assert _ids(_feed(client, user_id, limit=5)) == first
 
 
@@ -92,7 +92,7 @@ def test_deactivated_items_stay_out_after_redis_loses_data(client, pipeline, use
     firsts = {u: _ids(_feed(client, u, limit=5)) for u in users}
     sold = sorted({ids[0] for ids in firsts.values()})
     for item in sold:
-        assert client.put(f"/items/{item}", json={"active": False}, headers=admin).status_code == 200
+        assert client.patch(f"/items/{item}", json={"active": False}, headers=admin).status_code == 200
     try:
         # when Redis comes back from an older snapshot: the feeds are there, every other key of prefeed is lost
         feeds = {u: r.get(f"{settings.key_prefix}feed:{u}") for u in users}
@@ -109,7 +109,7 @@ def test_deactivated_items_stay_out_after_redis_loses_data(client, pipeline, use
         assert r.smembers(f"{settings.key_prefix}inactive") >= {str(i).encode() for i in sold}
     finally:
         for item in sold:
-            assert client.put(f"/items/{item}", json={"active": True}, headers=admin).status_code == 200
+            assert client.patch(f"/items/{item}", json={"active": True}, headers=admin).status_code == 200
 
 
 def test_a_rebuild_of_the_inactive_set_never_undoes_a_newer_deactivation(pipeline, r, settings):
@@ -142,7 +142,7 @@ def test_items_interacted_with_since_precompute_are_dropped(client, pipeline, us
     pipeline.recompute([user_id])
     first = _ids(_feed(client, user_id, limit=5))
     resp = client.post("/events", json={"user_id": user_id, "item_id": first[1], "type": "click"})
-    assert resp.status_code == 202 and _json(resp) == {"accepted": 1, "duplicates": 0}
+    assert resp.status_code == 202 and _json(resp) == {"accepted": 1, "duplicates": 0, "items_created": 0}
     assert first[1] not in _ids(_feed(client, user_id, limit=5))
 
 
@@ -163,8 +163,8 @@ def test_event_batches_and_idempotency(client, world, pipeline, user_id):
     item = int(pipeline.items.ids[0])
     batch = [{"user_id": user_id, "item_id": item, "type": t, "event_id": f"e-{user_id}-{t}"}
              for t in ("view", "click", "contact")]
-    assert _json(client.post("/events", json=batch)) == {"accepted": 3, "duplicates": 0}
-    assert _json(client.post("/events", json=batch)) == {"accepted": 0, "duplicates": 3}
+    assert _json(client.post("/events", json=batch)) == {"accepted": 3, "duplicates": 0, "items_created": 0}
+    assert _json(client.post("/events", json=batch)) == {"accepted": 0, "duplicates": 3, "items_created": 0}
     with world.engine.connect() as conn:
         n = conn.execute(select(func.count()).select_from(Event)
                          .where(Event.client_event_id.like(f"e-{user_id}-%"))).scalar()
@@ -218,9 +218,9 @@ def _event_count(world):
     (b'[{"user_id": 1, "item_id": 1, "type": "view"}, {"user_id": 1, "item_id": 1999999999, "type": "view"}]',
      404),
 ])
-def test_bad_events_are_rejected_whole(client, world, body, status):
+def test_bad_events_are_rejected_whole(refusing_client, world, body, status):
     before = _event_count(world)
-    resp = client.post("/events", data=body, content_type="application/json")
+    resp = refusing_client.post("/events", data=body, content_type="application/json")
     assert resp.status_code == status, resp.data
     assert _json(resp)["error"]
     assert _event_count(world) == before
@@ -239,7 +239,9 @@ def test_event_batch_cap_and_content_type(client, world):
 @pytest.mark.parametrize("method,url,body", [
     ("put", "/boosts/1", {"weight": 1.0, "ttl_seconds": 60}),
     ("delete", "/boosts/1", None),
+    ("patch", "/items/1", {"active": False}),
     ("put", "/items/1", {"active": False}),
+    ("post", "/items", {"items": [{"item_id": 1, "active": False}]}),
 ])
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": "test-admin-token"}])
 def test_admin_endpoints_require_the_token(client, method, url, body, headers, r, settings):
@@ -261,8 +263,8 @@ def test_bad_boosts_are_rejected(client, admin, body, r, settings):
 
 def test_boost_and_item_updates_on_unknown_items_are_404(client, admin):
     assert client.put("/boosts/1999999999", json={"weight": 1.0}, headers=admin).status_code == 404
-    assert client.put("/items/1999999999", json={"active": False}, headers=admin).status_code == 404
-    assert client.put("/items/1", json={"active": "no"}, headers=admin).status_code == 400
+    assert client.patch("/items/1999999999", json={"active": False}, headers=admin).status_code == 404
+    assert client.patch("/items/1", json={"active": "no"}, headers=admin).status_code == 400
 
 
 def test_healthz_reports_each_dependency(client):
@@ -287,8 +289,10 @@ def test_fallback_interleaves_the_users_top_categories_then_global_popular(clien
     items = worker.items
     ranked = sorted((int(i) for i in np.flatnonzero(items.active)), key=lambda row: (-items.popularity[row],
                                                                                     items.ids[row]))
-    by_category = {c: [int(items.ids[row]) for row in ranked if items.category[row] == c]
+    by_category = {int(items.category_ids[c]): [int(items.ids[row]) for row in ranked
+                                                if c in items.cat_of[items.cat_indptr[row]:items.cat_indptr[row + 1]]]
                    for c in range(items.n_categories)}
+    only_one = {int(items.ids[row]) for row in ranked if items.n_cats[row] == 1}
     assert min(len(ids) for ids in by_category.values()) > small.category_popular
     assert len(ranked) > small.global_popular
     lists = {c: ids[: small.category_popular] for c, ids in by_category.items()}
@@ -299,18 +303,20 @@ def test_fallback_interleaves_the_users_top_categories_then_global_popular(clien
     # and a user without a feed whose events weigh categories 2 > 0 > 4 (one event per view): they viewed the top
     # item of category 2 three times, and an item off the lists in each of the others
     uid = 1_700_000_000 + user_id
-    viewed = [lists[2][0]] * 3 + [by_category[0][-1]] * 2 + [by_category[4][-1]]
+    # (items listed in that one category only, so each view weighs that category alone)
+    viewed = [next(i for i in lists[2] if i in only_one)] * 3 + [
+        i for c, k in ((0, 2), (4, 1)) for i in [next(i for i in reversed(by_category[c]) if i in only_one)] * k]
     resp = client.post("/events", json=[{"user_id": uid, "item_id": i, "type": "view"} for i in viewed])
     assert resp.status_code == 202
     # and an item of category 0's list sold since the lists were published
     sold = lists[0][1]
-    assert client.put(f"/items/{sold}", json={"active": False}, headers=admin).status_code == 200
+    assert client.patch(f"/items/{sold}", json={"active": False}, headers=admin).status_code == 200
     try:
         # when the user's feed is asked for
         body = _feed(client, uid, limit=100)
         page = _feed(client, uid, limit=5, offset=3)
     finally:
-        assert client.put(f"/items/{sold}", json={"active": True}, headers=admin).status_code == 200
+        assert client.patch(f"/items/{sold}", json={"active": True}, headers=admin).status_code == 200
     # then it is the top categories' lists interleaved in the order of the user's weight, then global popular,
     # each item once, without the items the user interacted with or the sold one
     merged = [ids[k] for k in range(small.category_popular) for ids in (lists[2], lists[0], lists[4])]
@@ -325,9 +331,9 @@ def test_fallback_interleaves_the_users_top_categories_then_global_popular(clien
 
 def test_a_retried_batch_of_duplicates_still_schedules_the_recompute(client, settings, r, pipeline, user_id):
     event = {"user_id": user_id, "item_id": int(pipeline.items.ids[1]), "type": "view", "event_id": f"r-{user_id}"}
-    assert _json(client.post("/events", json=event)) == {"accepted": 1, "duplicates": 0}
+    assert _json(client.post("/events", json=event)) == {"accepted": 1, "duplicates": 0, "items_created": 0}
     r.delete(f"{settings.key_prefix}dirty")        # as if Redis failed after the commit: nothing scheduled
-    assert _json(client.post("/events", json=event)) == {"accepted": 0, "duplicates": 1}
+    assert _json(client.post("/events", json=event)) == {"accepted": 0, "duplicates": 1, "items_created": 0}
     assert r.zscore(f"{settings.key_prefix}dirty", str(user_id)) is not None
 
 

@@ -56,7 +56,7 @@ def test_items_and_users_above_2_53_keep_their_exact_ids_end_to_end(settings, r,
     assert ids == stored[:20]
     # and deactivating an item drops exactly it (not a neighbour a double would confuse it with)
     sold = ids[0]
-    assert client.put(f"/items/{sold}", json={"active": False}, headers=admin).status_code == 200
+    assert client.patch(f"/items/{sold}", json={"active": False}, headers=admin).status_code == 200
     ids, _ = page()
     assert sold not in ids and ids == [i for i in stored if i != sold][:20]
     # and a boost on an item far down the feed lifts exactly it

@@ -72,7 +72,6 @@ def test_every_setting_round_trips_through_the_environment(tmp_path):
     ("PREFEED_RECENCY_DECAY", "fast", "PREFEED_RECENCY_DECAY must be a number"),
     ("PREFEED_RETRY_INTERVALS", "5,x", "PREFEED_RETRY_INTERVALS must be comma-separated integers"),
     ("PREFEED_RETRY_INTERVALS", "5,-1", "PREFEED_RETRY_INTERVALS must be at least 0"),
-    ("PREFEED_POPULARITY_WEIGHTS", "1,2", "PREFEED_POPULARITY_WEIGHTS needs 4 weights"),
     ("PREFEED_PAGE_LIMIT_DEFAULT", "500", "must not exceed PREFEED_PAGE_LIMIT_MAX"),
     ("REDIS_URL", "redis://:pass/word@h:6379/0", "REDIS_URL cannot be read: an '@', '/'"),
     ("DATABASE_URL", "postgresql://u:pass@word@h/db", "DATABASE_URL cannot be read: an '@', '/'"),

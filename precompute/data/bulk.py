@@ -24,7 +24,7 @@ def load(engine: Engine, m: Marketplace, settings: Settings, progress: Callable[
     marketplaces (``--reset`` in the CLI clears them first).
     """
     items = zip(m.item_id.tolist(), m.item_price.tolist(), m.item_created_at.tolist(), m.item_active.tolist())
-    categories = zip(m.item_id.tolist(), m.item_category.tolist())
+    categories = zip(*(column.tolist() for column in m.categories()))
     attributes = [(i, name, v) for name, values in (("quality", m.item_quality), ("photos", m.item_photos),
                                                     ("seller_rating", m.item_seller_rating))
                   for i, v in zip(m.item_id.tolist(), values.tolist())]

@@ -4,7 +4,7 @@ listings, a user's latest interactions with their items' categories, and the ite
 from __future__ import annotations
 
 import numpy as np
-from sqlalchemy import Engine, func, select, update
+from sqlalchemy import Engine, select, update
 
 from ..errors import NotFound
 from ..settings import Settings
@@ -33,20 +33,29 @@ def inactive_ids(engine: Engine) -> list[int]:
 
 
 def newest_active(engine: Engine, n: int) -> list[int]:
-    """Ids of the ``n`` most recently listed active items, newest first."""
+    """Ids of the ``n`` most recently listed active items, newest first; items without a creation time last
+    (PostgreSQL sorts NULL first in descending order, SQLite last: the explicit key makes both agree)."""
     with engine.connect() as conn:
-        return list(conn.execute(select(Item.id).where(Item.active).order_by(Item.created_at.desc(), Item.id.desc())
+        return list(conn.execute(select(Item.id).where(Item.active)
+                                 .order_by(Item.created_at.is_(None), Item.created_at.desc(), Item.id.desc())
                                  .limit(n)).scalars())
 
 
-def latest_interactions(engine: Engine, user_id: int, n: int) -> list[tuple[int, int]]:
-    """``(item_id, category)`` of the user's newest ``n`` events, newest first."""
+def latest_interactions(engine: Engine, user_id: int, n: int) -> list[tuple[int, int, tuple[int, ...]]]:
+    """``(item_id, type code, the item's categories)`` of the user's newest ``n`` events, newest first."""
+    recent = (select(Event.id, Event.item_id, Event.type, Event.ts).where(Event.user_id == user_id)
+              .order_by(Event.ts.desc(), Event.id.desc()).limit(n).subquery())
     with engine.connect() as conn:
-        return [tuple(row) for row in conn.execute(
-            # TODO(issue 11, categories): the item's smallest category stands for all of them for now.
-            select(Event.item_id, select(func.min(ItemCategory.category)).where(ItemCategory.item_id == Event.item_id)
-                   .scalar_subquery())
-            .where(Event.user_id == user_id).order_by(Event.ts.desc()).limit(n)).all()]
+        rows = conn.execute(
+            select(recent.c.id, recent.c.item_id, recent.c.type, ItemCategory.category)
+            .outerjoin(ItemCategory, ItemCategory.item_id == recent.c.item_id)
+            .order_by(recent.c.ts.desc(), recent.c.id.desc(), ItemCategory.category)).all()
+    events: dict[int, tuple[int, int, list[int]]] = {}
+    for event_id, item_id, type_, category in rows:
+        entry = events.setdefault(event_id, (item_id, type_, []))
+        if category is not None:
+            entry[2].append(category)
+    return [(item_id, type_, tuple(cats)) for item_id, type_, cats in events.values()]
 
 
 def seen_items(engine: Engine, user_id: int, settings: Settings) -> np.ndarray:

@@ -1,5 +1,6 @@
-"""Writing the catalogue: whole items upserted in batches (``PUT``/``POST /items``, ``import-items``), and bare
-items created for events that name an item the catalogue does not have yet.
+"""Writing the catalogue: whole items upserted in batches (``PUT``/``POST /items``, ``import-items``), the given
+fields of one item changed (``PATCH /items``), and bare items created for events that name an item the catalogue
+does not have yet.
 
 An upsert replaces the whole item: its price, created_at, categories and attributes become exactly the given
 ones (absent = none), in the caller's transaction. Rows are written with driver-level ``executemany`` in batches;
@@ -9,10 +10,10 @@ nothing here loops over Python objects per item beyond building those parameter 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
-from sqlalchemy import Connection, delete, select
+from sqlalchemy import Connection, delete, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -33,6 +34,38 @@ class Upserted:
         self.created += other.created
         self.updated += other.updated
         return self
+
+
+@dataclasses.dataclass(frozen=True)
+class NewItem:
+    """One item as a request states it (``PUT``/``PATCH``/``POST /items``): everything but the id optional.
+    ``categories`` ascending and distinct; ``created_at`` epoch seconds; an attribute of value None has none."""
+
+    item_id: int
+    categories: tuple[int, ...] = ()
+    price: float | None = None
+    created_at: float | None = None
+    attributes: Mapping[str, float | None] = dataclasses.field(default_factory=dict)
+    active: bool = True
+
+
+def chunk_of(new: Sequence[NewItem], attributes: Sequence[str]) -> tuple[ItemChunk, np.ndarray]:
+    """``new`` as an ``ItemChunk`` for ``upsert`` (a row's line is its position in ``new``), and the active flag
+    of each row."""
+    sizes = np.fromiter((len(it.categories) for it in new), dtype=np.int64, count=len(new))
+    offsets = np.zeros(len(new) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+
+    def numbers(values) -> np.ndarray:
+        return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+
+    chunk = ItemChunk(item_id=np.array([it.item_id for it in new], dtype=np.int64), category_offsets=offsets,
+                      categories=np.fromiter((c for it in new for c in it.categories), dtype=np.int64,
+                                             count=int(sizes.sum())),
+                      price=numbers(it.price for it in new), created_at=numbers(it.created_at for it in new),
+                      attributes={name: numbers(it.attributes.get(name) for it in new) for name in attributes},
+                      lines=np.arange(len(new), dtype=np.int64))
+    return chunk, np.array([it.active for it in new], dtype=bool)
 
 
 def existing(conn: Connection, ids: Sequence[int]) -> set[int]:
@@ -115,3 +148,27 @@ def ensure(conn: Connection, ids: Sequence[int], create: bool) -> int:
                                                       for i in missing[start:start + IN_BATCH]])
                                  .on_conflict_do_nothing(index_elements=["id"]).returning(Item.id)).all())
     return made
+
+
+def patch(conn: Connection, item: NewItem, given: Collection[str]) -> None:
+    """Change only the ``given`` fields of an existing item (``NotFound`` otherwise): price, created_at and active
+    take the new value; categories are replaced by the given ones; attributes are set by name (None removes one),
+    the others kept. The item's row is locked first, so concurrent changes of one item apply one after another."""
+    columns = {name: getattr(item, name) for name in ("price", "created_at", "active") if name in given}
+    if columns:
+        found = conn.execute(update(Item).where(Item.id == item.item_id).values(**columns)).rowcount > 0
+    else:
+        found = conn.execute(select(Item.id).where(Item.id == item.item_id).with_for_update()).first() is not None
+    if not found:
+        raise NotFound(f"item {item.item_id} does not exist")
+    if "categories" in given:
+        conn.execute(delete(ItemCategory).where(ItemCategory.item_id == item.item_id))
+        if item.categories:
+            conn.execute(ItemCategory.__table__.insert(),
+                         [{"item_id": item.item_id, "category": c} for c in item.categories])
+    if "attributes" in given and item.attributes:
+        conn.execute(delete(ItemAttribute).where(ItemAttribute.item_id == item.item_id,
+                                                 ItemAttribute.name.in_(list(item.attributes))))
+        rows = [{"item_id": item.item_id, "name": k, "value": v} for k, v in item.attributes.items() if v is not None]
+        if rows:
+            conn.execute(ItemAttribute.__table__.insert(), rows)

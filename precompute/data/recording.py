@@ -1,19 +1,20 @@
-"""Recording interaction events: one transaction that stores them, bumps each user's history version and rewrites
+"""Recording interaction events: one transaction that stores them (creating bare items they name that the catalogue
+does not have, or refusing them: ``PREFEED_EVENTS_CREATE_ITEMS``), bumps each user's history version and rewrites
 the user's kept values: newest events (``history.py``) and seen items (``seen.py``)."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
 
-from ..errors import NotFound, as_prefeed_error
+from ..errors import as_prefeed_error
 from ..settings import Settings
-from . import history, seen as seen_items
-from .models import Event, Item, User
+from . import history, items, seen as seen_items
+from .models import Event, User
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,19 +24,22 @@ class NewEvent:
     type: int
     ts: float
     client_event_id: str | None = None
+    value: float | None = None           # a rating, a watch time; None = none
 
 
 @dataclasses.dataclass
 class Recorded:
     accepted: int                    # events stored now
-    duplicates: int                  # events skipped because their client_event_id was already stored
+    duplicates: int                  # events skipped: their client_event_id (or another unique key) was stored
     versions: dict[int, int]         # user id -> history version after this batch (users with new events)
     seen: list[tuple[int, int, int]]  # (user_id, item_id, version) of the stored events
+    items_created: int = 0           # bare items created for events naming items the catalogue did not have
 
 
 def record(engine: Engine, events: list[NewEvent], settings: Settings) -> Recorded:
-    """Store ``events`` atomically; unknown item ids reject the whole batch (nothing is written). Each user's kept
-    values (newest ``history_limit`` events, up to ``seen_max_items`` seen items) are rewritten in the same
+    """Store ``events`` atomically. Item ids the catalogue does not have are created bare in the same transaction
+    when ``settings.events_create_items``, else reject the whole batch (``NotFound``, nothing written). Each user's
+    kept values (newest ``history_limit`` events, up to ``seen_max_items`` seen items) are rewritten in the same
     transaction."""
     history_limit, cap = settings.history_limit, settings.seen_max_items
     insert = pg_insert if engine.dialect.name == "postgresql" else sqlite_insert
@@ -43,10 +47,7 @@ def record(engine: Engine, events: list[NewEvent], settings: Settings) -> Record
     user_ids = sorted({e.user_id for e in events})
     try:
         with engine.begin() as conn:
-            found = set(conn.execute(select(Item.id).where(Item.id.in_(item_ids))).scalars())
-            missing = [i for i in item_ids if i not in found]
-            if missing:
-                raise NotFound(f"unknown item id(s): {', '.join(map(str, missing[:10]))}")
+            created = items.ensure(conn, item_ids, settings.events_create_items)
             first_ts = min(e.ts for e in events)
             conn.execute(insert(User).values([{"id": u, "created_at": first_ts, "history_version": 0,
                                                "recent": history.empty(history_limit),
@@ -54,7 +55,9 @@ def record(engine: Engine, events: list[NewEvent], settings: Settings) -> Record
                          .on_conflict_do_nothing(index_elements=["id"]))
             stored = conn.execute(
                 insert(Event).values([dataclasses.asdict(e) for e in events])
-                .on_conflict_do_nothing(index_elements=["client_event_id"])
+                # No conflict target: an event that collides on any unique index (client_event_id, or another
+                # rule for imported events) is a duplicate, skipped and counted, on SQLite as on PostgreSQL.
+                .on_conflict_do_nothing()
                 .returning(Event.id, Event.user_id, Event.item_id, Event.type, Event.ts)
             ).all()
             per_user: dict[int, list] = {}
@@ -84,5 +87,6 @@ def record(engine: Engine, events: list[NewEvent], settings: Settings) -> Record
                 seen += [(uid, e.item_id, int(v)) for e in new]
     except SQLAlchemyError as exc:
         raise as_prefeed_error(exc) from exc
-    return Recorded(accepted=len(stored), duplicates=len(events) - len(stored), versions=versions, seen=seen)
+    return Recorded(accepted=len(stored), duplicates=len(events) - len(stored), versions=versions, seen=seen,
+                    items_created=created)
 

@@ -1,7 +1,8 @@
 """A synthetic marketplace with real structure, so that ranking has signal to learn.
 
 - categories with power-law popularity and their own price level;
-- items in small clusters of related listings inside a category, with power-law appeal;
+- items in small clusters of related listings inside a category, with power-law appeal; one in ten listed in a
+  second category too;
 - users with 1-3 interest categories, a favourite cluster in each, and a personal price level;
 - sessions that stay inside a cluster most of the time, which is what produces co-visitation;
 - clicks, contacts and purchases more likely when the price fits the user and the listing is good.
@@ -37,6 +38,16 @@ class Marketplace:
     event_item: np.ndarray
     event_type: np.ndarray
     event_ts: np.ndarray
+    #: A second category for about one item in ten (-1: none), as real catalogues list items in several.
+    item_second_category: np.ndarray | None = None
+
+    def categories(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every (item id, category) pair of the catalogue."""
+        second = self.item_second_category
+        if second is None:
+            return self.item_id, self.item_category
+        extra = second >= 0
+        return np.r_[self.item_id, self.item_id[extra]], np.r_[self.item_category, second[extra]]
 
 
 class _Sampler:
@@ -129,6 +140,10 @@ def generate(n_users: int, n_items: int, n_events: int, seed: int = 0, now: floa
     order = np.argsort(ev_ts, kind="stable")
 
     user_hist = np.bincount(ev_user, minlength=n_users)
+    # Drawn from a stream of their own, so the rest of the world stays what it was for a given seed.
+    extra = np.random.default_rng([seed, 2])
+    second = (item_cat + extra.integers(1, n_cat, n_items)) % n_cat
+    second[extra.random(n_items) >= 0.1] = -1
     return Marketplace(
         item_id=np.arange(1, n_items + 1),
         item_category=item_cat,
@@ -145,4 +160,5 @@ def generate(n_users: int, n_items: int, n_events: int, seed: int = 0, now: floa
         event_item=ev_item[order] + 1,
         event_type=ev_type[order],
         event_ts=np.round(ev_ts[order], 3),
+        item_second_category=second,
     )

@@ -92,10 +92,11 @@ class FeedStore:
                     continue
         raise redis.WatchError(f"{key} kept changing during {attempts} rebuilds")
 
-    def publish_popular(self, global_ids: np.ndarray, by_category: list[np.ndarray]) -> None:
-        """Popular item ids for the fallback feed, one int64 array per list, replaced in one transaction."""
+    def publish_popular(self, global_ids: np.ndarray, by_category: dict[int, np.ndarray]) -> None:
+        """Popular item ids for the fallback feed, one int64 array per list (``by_category``: real category id →
+        its list; an item in several categories is on each one's), replaced in one transaction."""
         pipe = self.r.pipeline(transaction=True)
         pipe.set(self.keys.popular_global, np.asarray(global_ids, dtype="<i8").tobytes())
-        for c, ids in enumerate(by_category):
+        for c, ids in by_category.items():
             pipe.set(self.keys.popular_category(c), np.asarray(ids, dtype="<i8").tobytes())
         pipe.execute()

@@ -6,9 +6,10 @@
     MODEL_DIR/<version>/meta.json  format, feature layout (names in order, dtype), checksums, training metrics
 
 A bundle is written to a temporary directory and renamed into place, and is checked (format, the feature layout
-recorded in meta.json and the one inside the model against ``layout.LAYOUT``, file checksums, model loads) before it
-is made current and whenever it is loaded. A bad bundle is refused
-with a ``BundleError``; workers keep the bundle they have.
+recorded in meta.json against the one inside the model and against the layout today's settings imply
+(``layout.for_settings``: declared attributes and event types name columns), file checksums, model loads) before it
+is made current and whenever it is loaded. A bad bundle, or one trained with other attributes or event types, is
+refused with a ``BundleError`` that says to retrain; workers keep the bundle they have.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import BundleError
-from .layout import LAYOUT
+from .layout import FeatureLayout
 
 BUNDLE_FORMAT = 1
 FILES = ("model.cbm", "covisit.npz")
@@ -50,7 +51,8 @@ def current_version(model_dir: Path) -> int | None:
 
 
 def write(model_dir: Path, model, pairs: dict[str, np.ndarray], meta: dict) -> int:
-    """Write a new bundle and return its version (not yet current)."""
+    """Write a new bundle and return its version (not yet current). Its recorded layout is the one the model was
+    trained with: training names every column (``ranker.train``)."""
     model_dir = Path(model_dir)
     model_dir.mkdir(parents=True, exist_ok=True)
     version = int(time.strftime("%Y%m%d%H%M%S", time.gmtime()))
@@ -60,7 +62,8 @@ def write(model_dir: Path, model, pairs: dict[str, np.ndarray], meta: dict) -> i
     try:
         model.save_model(str(tmp / "model.cbm"))
         np.savez(tmp / "covisit.npz", **pairs)
-        full = dict(meta, format=BUNDLE_FORMAT, version=version, **LAYOUT.as_meta(), created_at=time.time(),
+        trained = FeatureLayout(groups=(("trained", tuple(model.feature_names_ or ())),))
+        full = dict(meta, format=BUNDLE_FORMAT, version=version, **trained.as_meta(), created_at=time.time(),
                     sha256={name: _sha256(tmp / name) for name in FILES})
         (tmp / "meta.json").write_text(json.dumps(full, indent=2))
         os.replace(tmp, model_dir / str(version))
@@ -70,9 +73,10 @@ def write(model_dir: Path, model, pairs: dict[str, np.ndarray], meta: dict) -> i
     return version
 
 
-def promote(model_dir: Path, version: int) -> Bundle:
-    """Check bundle ``version`` fully, then make it current. Returns the loaded bundle."""
-    bundle = load(model_dir, version)
+def promote(model_dir: Path, version: int, layout: FeatureLayout | None = None) -> Bundle:
+    """Check bundle ``version`` fully (against ``layout`` if given, see ``load``), then make it current. Returns
+    the loaded bundle."""
+    bundle = load(model_dir, version, layout)
     pointer = Path(model_dir) / "CURRENT"
     tmp = pointer.with_suffix(".tmp")
     tmp.write_text(f"{version}\n")
@@ -80,7 +84,10 @@ def promote(model_dir: Path, version: int) -> Bundle:
     return bundle
 
 
-def load(model_dir: Path, version: int | None = None) -> Bundle:
+def load(model_dir: Path, version: int | None = None, layout: FeatureLayout | None = None) -> Bundle:
+    """Bundle ``version`` (default: the current one), checked. ``layout``: the columns the caller builds (the
+    pipeline passes its settings' layout); without it the model and meta.json are only checked against each
+    other."""
     from catboost import CatBoost, CatBoostError
 
     model_dir = Path(model_dir)
@@ -98,7 +105,11 @@ def load(model_dir: Path, version: int | None = None) -> Bundle:
     if meta.get("format") != BUNDLE_FORMAT:
         raise BundleError(f"model bundle {version}: format {meta.get('format')!r}, this prefeed reads "
                           f"{BUNDLE_FORMAT}")
-    LAYOUT.check(meta.get("feature_names"), meta.get("feature_dtype"), f"model bundle {version}")
+    names = meta.get("feature_names")
+    if layout is not None:
+        layout.check(names, meta.get("feature_dtype"), f"model bundle {version}")
+    elif not isinstance(names, list) or not names or len(set(names)) != len(names):
+        raise BundleError(f"model bundle {version}: meta.json records no valid feature names; retrain")
     for name in FILES:
         try:
             digest = _sha256(path / name)
@@ -113,7 +124,8 @@ def load(model_dir: Path, version: int | None = None) -> Bundle:
         raise BundleError(f"model bundle {version}: model.cbm does not load ({str(exc)[:120]})") from None
     # The model carries the names it was trained with (training passes them to its Pool): checked too, so a
     # meta.json edited or copied from another bundle cannot pair a model with columns in another order.
-    LAYOUT.check(list(model.feature_names_ or []), None, f"the model in bundle {version}")
+    recorded = FeatureLayout(groups=(("recorded", tuple(names)),), dtype=meta.get("feature_dtype") or "float32")
+    recorded.check(list(model.feature_names_ or []), None, f"the model in bundle {version}")
     with np.load(path / "covisit.npz") as npz:
         pairs = {k: npz[k] for k in ("src", "dst", "weight")}
     return Bundle(version=version, model=model, pairs=pairs, meta=meta)

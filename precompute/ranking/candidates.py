@@ -19,7 +19,7 @@ from .covisit import CoVisit
 from .item_table import POPULAR_CATEGORY, POPULAR_GLOBAL, ItemTable
 
 FROM_COVISIT = 1
-FROM_CATEGORY, FROM_GLOBAL = POPULAR_CATEGORY, POPULAR_GLOBAL     # the bits of ``ItemTable.popular_bits``
+FROM_CATEGORY, FROM_GLOBAL = POPULAR_CATEGORY, POPULAR_GLOBAL
 
 
 @dataclasses.dataclass
@@ -31,8 +31,8 @@ class Candidates:
     cov_score: np.ndarray    # summed co-visitation weight from the user's recent items
     cov_count: np.ndarray    # how many recent items list it as a neighbour
     flags: np.ndarray        # FROM_* bits
-    #: ``(B, n_categories)`` interaction-weighted category counts of each user and each row's categories from
-    #: strongest to weakest (stable): computed once here, reused by the features.
+    #: ``(B, n_categories)`` type-weighted interactions of each user per (dense) category and each row's categories
+    #: from strongest to weakest (stable): computed once here, reused by the features.
     category_weight: np.ndarray
     category_order: np.ndarray
 
@@ -41,14 +41,15 @@ class Candidates:
         return np.repeat(np.arange(len(self.offsets) - 1), np.diff(self.offsets))
 
 
-def category_weights(items: ItemTable, hist: Histories, type_weights: tuple[float, ...]) -> np.ndarray:
-    """``(B, n_categories)`` count of each user's history per category, each event weighted by its type
-    (``type_weights``: view, click, contact, purchase)."""
+def category_weights(items: ItemTable, hist: Histories) -> np.ndarray:
+    """``(B, n_categories)`` weight of each user's history per category: each event adds its type's weight
+    (``PREFEED_EVENT_TYPES``; codes past the declaration weigh 0) to every category of its item."""
     n_users, n_cat = len(hist), items.n_categories
-    known = hist.item_rows >= 0
-    cat = items.category[np.where(known, hist.item_rows, 0)]
-    w = np.r_[0.0, type_weights][hist.types] * known
-    return np.bincount(hist.owner * n_cat + cat, weights=w, minlength=n_users * n_cat).reshape(n_users, n_cat)
+    known = np.flatnonzero(hist.item_rows >= 0)
+    event, cat = items.categories_of(hist.item_rows[known])
+    w = items.weight_of(hist.types[known])[event]
+    return np.bincount(hist.owner[known][event] * n_cat + cat, weights=w,
+                       minlength=n_users * n_cat).reshape(n_users, n_cat)
 
 
 def _distinct(slot: np.ndarray, a: np.ndarray) -> np.ndarray:
@@ -98,14 +99,18 @@ def for_user(items: ItemTable, seen: np.ndarray, cov_rows: np.ndarray, cov_w: np
     runs of rows, so one stable sort (a linear merge of presorted runs) ranks their union, and the cap is a
     prefix of it: nothing is partitioned or ranked per user.
     """
-    # The popular lists, merged: category lists are disjoint, and global items already on a top category's list
-    # are left out of the global run, so the merge has no duplicates.
-    in_top = np.zeros(items.n_categories, dtype=bool)
-    in_top[top_cats] = True
+    # The popular lists, merged: one stable sort of the concatenated runs ranks their union, and a row on several
+    # lists (an item in two top categories, or also globally popular) sits in adjacent places, kept once. Each
+    # list's rows mark their source bit in the all-zero ``_bits`` scratch (reset below).
+    bits = items._bits
+    cat_lists = [items.category_popular[c] for c in top_cats]
+    for rows_ in cat_lists:
+        bits[rows_] |= FROM_CATEGORY
     glob = items.global_popular
-    if len(top_cats):
-        glob = glob[~(items.global_on_category_list & in_top[items.global_category])]
-        popular = np.sort(np.concatenate([*(items.category_popular[c] for c in top_cats), glob]), kind="stable")
+    bits[glob] |= FROM_GLOBAL
+    if cat_lists:
+        popular = np.sort(np.concatenate([*cat_lists, glob]), kind="stable")
+        popular = popular[np.r_[True, popular[1:] != popular[:-1]]] if len(popular) else popular
     else:
         popular = glob
     # Distinct co-visited neighbours; weights and counts summed through each one's position in the slot array.
@@ -129,9 +134,9 @@ def for_user(items: ItemTable, seen: np.ndarray, cov_rows: np.ndarray, cov_w: np
 
     rows = np.concatenate([cov[keep], fill])
     zeros = np.zeros(len(fill))
-    # Source bits: the popular lists a row is on, the category bit only for the user's top categories.
-    keep_bits = np.where(in_top, FROM_CATEGORY | FROM_GLOBAL, FROM_GLOBAL).astype(np.uint8)
-    flags = items.popular_bits[rows] & keep_bits[items.category[rows]]
+    # Source bits: the popular lists a row is on (the category bit only for lists of the user's top categories).
+    flags = bits[rows]
+    bits[popular] = 0
     flags[: len(keep)] |= FROM_COVISIT
     return rows, np.concatenate([cov_score[keep], zeros]), np.concatenate([cov_count[keep], zeros]), flags
 
@@ -140,7 +145,7 @@ def for_batch(items: ItemTable, cov: CoVisit, hist: Histories, settings: Setting
     """Candidates of every user of ``hist``; list lengths, weights and the cap from ``settings``."""
     n_users = len(hist)
     max_candidates = settings.max_candidates
-    weight = category_weights(items, hist, settings.category_weights)
+    weight = category_weights(items, hist)
     order = np.argsort(-weight, axis=1, kind="stable")
     k = settings.user_top_categories
     # Co-visited neighbours of every user's recent items in one gather, grouped by user.

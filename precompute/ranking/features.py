@@ -1,63 +1,72 @@
 """The one feature function, used by both training and precompute.
 
-``build(items, hist, cand, now)`` returns a float32 matrix with one row per candidate and the columns declared in
-``layout.LAYOUT``, each written by name. User-level quantities are computed once per user (length-B arrays) and
+``build(items, hist, cand, now)`` returns a float32 matrix with one row per candidate and the columns the item
+table's layout declares (``layout.for_settings``), each written by name. User-level quantities are computed once per user (length-B arrays) and
 broadcast to candidates by fancy-indexing; nothing loops over candidates in Python.
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
 from ..data.history import Histories
 from .arrays import unique_sorted
 from .candidates import FROM_CATEGORY, FROM_COVISIT, FROM_GLOBAL, Candidates
-from .item_table import ItemTable
-from .layout import LAYOUT
+from .item_table import ItemTable, rates
+from .layout import FeatureLayout
 
 DAY = 86400.0
-N_FEATURES = len(LAYOUT)
 #: The "user_item" group, computed in place column by column in ``build`` (in this order, by name).
 _USER_ITEM = ("ux_price_diff", "ux_price_z", "ux_price_ratio", "ux_covisit_score", "ux_log_covisit_score",
               "ux_covisit_count", "ux_covisit_norm")
-if set(_USER_ITEM) != set(LAYOUT.group("user_item")):       # a column declared but never written would be garbage
-    raise RuntimeError("features.build computes a different user_item group than layout.LAYOUT declares")
-#: The source group by candidate flags (index = the FROM_* bits), looked up per candidate.
-_FLAG_TABLE = LAYOUT.stack("source", {
+#: The source group's columns by candidate flags (index = the FROM_* bits), looked up per candidate.
+_FLAGS = {
     "ux_from_covisit": [(f & FROM_COVISIT) > 0 for f in range(8)],
     "ux_from_category": [(f & FROM_CATEGORY) > 0 for f in range(8)],
     "ux_from_global": [(f & FROM_GLOBAL) > 0 for f in range(8)],
     "ux_n_sources": [bin(f).count("1") for f in range(8)],
-})
+}
 
 
 def build(items: ItemTable, hist: Histories, cand: Candidates, now: float) -> np.ndarray:
+    """The feature matrix of ``cand``, columns as ``items.layout`` declares them (the settings' attributes and
+    event types). Missing values (an item without price, creation time or categories, a user without priced
+    events) are NaN, which CatBoost handles, never a made-up number."""
+    layout = items.layout
+    if set(_USER_ITEM) != set(layout.group("user_item")):     # a column declared but never written is garbage
+        raise RuntimeError("features.build computes a different user_item group than the layout declares")
     r = cand.rows
     n_users, n_cat = len(hist), items.n_categories
     # Column-major: each feature is written as one contiguous column, and CatBoost builds its Pool from a
     # Fortran-ordered float32 matrix without copying (C order costs it a transposing copy larger than the predict).
-    out = np.empty((len(r), N_FEATURES), dtype=LAYOUT.dtype, order="F")
+    out = np.empty((len(r), len(layout)), dtype=layout.dtype, order="F")
 
     # ---- item: one gather from the table's precomputed block, plus the clock-dependent age -----------------
-    _gather(out, LAYOUT.start("item_static"), items.static_features(), r)
-    age = out[:, LAYOUT.index("item_age_days")]
+    _gather(out, layout.start("item_static"), items.static_features(), r)
+    age = out[:, layout.index("item_age_days")]
     np.take(items.created_day32, r, out=age, mode="clip")
     np.subtract(np.float32(now / DAY), age, out=age)
-    cat = items.category[r]
     sizes = np.diff(cand.offsets)
 
-    # ---- user (length n_users, broadcast with [o]) ------------------------------------------------------
+    # ---- user (length n_users, broadcast over each user's block) -----------------------------------------
     h_owner = hist.owner
     known = hist.item_rows >= 0
     h_rows = np.where(known, hist.item_rows, 0)
-    h_types = hist.types
-    by_type = [np.bincount(h_owner[h_types == t], minlength=n_users).astype(np.float64) for t in (1, 2, 3, 4)]
+    n_types = len(items.type_names)
+    declared = (hist.types >= 1) & (hist.types <= n_types)
+    by_code = np.bincount(h_owner[declared] * (n_types + 1) + hist.types[declared],
+                          minlength=n_users * (n_types + 1)).reshape(n_users, n_types + 1).astype(np.float64)
     n_events = np.diff(hist.offsets).astype(np.float64)
     pair = unique_sorted(h_owner[known] * len(items) + h_rows[known])
     distinct_items = np.bincount(pair // len(items), minlength=n_users)
-    h_cat = items.category[h_rows]
-    cat_pair = unique_sorted(h_owner[known] * n_cat + h_cat[known])
-    distinct_cats = np.bincount(cat_pair // n_cat, minlength=n_users)
+    # Every (event, category of its item) pair: an event counts in each category of its item.
+    ev_known = np.flatnonzero(known)
+    ev_at, ev_cat = items.categories_of(hist.item_rows[ev_known])
+    ev_at = ev_known[ev_at]
+    uc_key = h_owner[ev_at] * n_cat + ev_cat
+    distinct_cats = np.bincount(unique_sorted(uc_key) // max(n_cat, 1), minlength=n_users)
     has = n_events > 0
     # Histories are oldest first within each user: first and last events sit at the segment ends.
     last_ts = np.where(has, hist.ts[np.maximum(hist.offsets[1:] - 1, 0)] if len(hist.ts) else 0.0, -np.inf)
@@ -67,49 +76,64 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float) -> np
     days_first = np.where(has, (now - first_ts) / DAY, 0.0)
     ev24 = np.bincount(h_owner[hist.ts >= now - DAY], minlength=n_users)
     ev7 = np.bincount(h_owner[hist.ts >= now - 7 * DAY], minlength=n_users)
-    h_lp = np.log1p(items.price[h_rows])
-    k = np.maximum(np.bincount(h_owner[known], minlength=n_users), 1)
-    u_mean = np.bincount(h_owner[known], weights=h_lp[known], minlength=n_users) / k
-    u_sq = np.bincount(h_owner[known], weights=h_lp[known] ** 2, minlength=n_users) / k
+    # Price level of the user's priced events only; NaN for a user with none (no price information at all).
+    h_lp = items.log_price[h_rows]
+    priced = known & np.isfinite(h_lp)
+    k = np.bincount(h_owner[priced], minlength=n_users).astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        u_mean = np.bincount(h_owner[priced], weights=h_lp[priced], minlength=n_users) / k
+        u_sq = np.bincount(h_owner[priced], weights=h_lp[priced] ** 2, minlength=n_users) / k
     u_std = np.sqrt(np.maximum(u_sq - u_mean ** 2, 0.0))
-    user_table = LAYOUT.stack("user", {
-        "user_log_events": np.log1p(n_events), "user_log_views": np.log1p(by_type[0]),
-        "user_log_clicks": np.log1p(by_type[1]), "user_log_contacts": np.log1p(by_type[2]),
-        "user_log_purchases": np.log1p(by_type[3]), "user_log_distinct_items": np.log1p(distinct_items),
+    types = items.type_names
+    user_table = layout.stack("user", {
+        "user_log_events": np.log1p(n_events),
+        **{f"user_log_{t}": np.log1p(by_code[:, code]) for code, t in enumerate(types, start=1)},
+        "user_log_distinct_items": np.log1p(distinct_items),
         "user_distinct_categories": distinct_cats, "user_days_since_last": days_last,
         "user_days_since_first": days_first, "user_events_24h": ev24, "user_events_7d": ev7,
-        "user_click_rate": (by_type[1] + 1.0) / (by_type[0] + 10.0), "user_mean_log_price": u_mean,
-        "user_std_log_price": u_std,
+        **rates("user", list(types), by_code), "user_mean_log_price": u_mean, "user_std_log_price": u_std,
     })
-    u0 = LAYOUT.start("user")
+    u0 = layout.start("user")
     # Candidates are grouped by user: one broadcast row per user fills its block (~6x faster than gathering by o).
-    for k, (a, b) in enumerate(zip(cand.offsets[:-1].tolist(), cand.offsets[1:].tolist())):
-        out[a:b, u0:u0 + user_table.shape[1]] = user_table[k]
+    for j, (a, b) in enumerate(zip(cand.offsets[:-1].tolist(), cand.offsets[1:].tolist())):
+        out[a:b, u0:u0 + user_table.shape[1]] = user_table[j]
 
-    # ---- user x item ------------------------------------------------------------------------------------
+    # ---- user x category of the item --------------------------------------------------------------------
+    # An item in several categories is described by its strongest category for this user (the best rank in the
+    # user's category order, ties by category): every column then speaks of one category, the best reason the
+    # user has to like the item, and no event is counted twice because its item shares two categories with
+    # the candidate. An item without categories gets NaN in the whole group.
     uc = cand.category_weight                            # computed once per batch by the candidate stage
     share = uc / np.maximum(uc.sum(axis=1, keepdims=True), 1e-9)
-    rank = np.empty_like(cand.category_order)           # the inverse permutation of each row's order
-    np.put_along_axis(rank, cand.category_order, np.arange(n_cat)[None, :], axis=1)
-    rank = np.where(uc > 0, rank, n_cat)
+    order_rank = np.empty_like(cand.category_order)       # the inverse permutation of each row's order
+    np.put_along_axis(order_rank, cand.category_order, np.arange(n_cat)[None, :], axis=1)
+    rank = np.where(uc > 0, order_rank, n_cat)
     uc_last = np.full(n_users * n_cat, -np.inf)
-    np.maximum.at(uc_last, (h_owner * n_cat + h_cat)[known], hist.ts[known])
-    uc_contacts = np.bincount((h_owner * n_cat + h_cat)[known & (h_types >= 3)], minlength=n_users * n_cat)
-    uc_week = np.bincount((h_owner * n_cat + h_cat)[known & (hist.ts >= now - 7 * DAY)],
-                          minlength=n_users * n_cat)
-    oc = np.repeat(np.arange(n_users) * n_cat, sizes) + cat
-    uc_table = LAYOUT.stack("user_category", {
+    np.maximum.at(uc_last, uc_key, hist.ts[ev_at])
+    uc_week = np.bincount(uc_key[hist.ts[ev_at] >= now - 7 * DAY], minlength=n_users * n_cat)
+    uc_table = layout.stack("user_category", {
         "ux_category_share": share.ravel(), "ux_category_rank": rank.ravel(),
         "ux_days_since_category": np.where(np.isfinite(uc_last), (now - uc_last) / DAY, 365.0),
-        "ux_log_category_contacts": np.log1p(uc_contacts), "ux_category_events_7d": uc_week,
+        "ux_log_category_weight": np.log1p(uc.ravel()), "ux_category_events_7d": uc_week,
     })
-    _gather(out, LAYOUT.start("user_category"), uc_table, oc)
+    # The chosen (user, category) cell of each candidate; candidates without categories point at a NaN row.
+    owner = np.repeat(np.arange(n_users), sizes)
+    deg = items.n_cats[r]
+    cell = np.full(len(r), n_users * n_cat, dtype=np.int64)
+    one = np.flatnonzero(deg == 1)                      # the common case: the item's only category
+    cell[one] = owner[one] * n_cat + items.cat_of[items.cat_indptr[r[one]]]
+    many = np.flatnonzero(deg > 1)
+    if len(many):
+        m_at, m_cat = items.categories_of(r[many])
+        best = np.minimum.reduceat(order_rank[owner[many][m_at], m_cat], np.r_[0, np.cumsum(deg[many])[:-1]])
+        cell[many] = owner[many] * n_cat + cand.category_order[owner[many], best]
+    _gather(out, layout.start("user_category"), np.vstack([uc_table, np.full((1, uc_table.shape[1]), np.nan,
+                                                                             dtype=uc_table.dtype)]), cell)
     # Price and co-visitation columns, computed in place in float32. Per-user factors are repeated over the user's
-    # candidates (grouped by user); a user with no history gets diff 0, z 0 and ratio exp(0) = 1.
-    diff, z, ratio, cov, log_cov, cov_count, cov_norm = (out[:, LAYOUT.index(name)] for name in _USER_ITEM)
+    # candidates (grouped by user); NaN where the item or the user has no price.
+    diff, z, ratio, cov, log_cov, cov_count, cov_norm = (out[:, layout.index(name)] for name in _USER_ITEM)
     np.take(items.log_price32, r, out=diff, mode="clip")
     diff -= np.repeat(u_mean.astype(np.float32), sizes)
-    diff *= np.repeat(has.astype(np.float32), sizes)
     np.abs(diff, out=z)
     z *= np.repeat((1.0 / (u_std + 0.1)).astype(np.float32), sizes)
     np.exp(diff, out=ratio)
@@ -122,8 +146,13 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float) -> np
         nonempty = sizes > 0
         top[nonempty] = np.maximum.reduceat(cand.cov_score, cand.offsets[:-1][nonempty])
     np.multiply(cov, np.repeat((1.0 / np.maximum(top, 1e-9)).astype(np.float32), sizes), out=cov_norm)
-    _gather(out, LAYOUT.start("source"), _FLAG_TABLE, cand.flags)    # source bits and their count, by lookup
+    _gather(out, layout.start("source"), _flag_table(layout), cand.flags)   # source bits and their count
     return out
+
+
+@functools.lru_cache(maxsize=16)
+def _flag_table(layout: FeatureLayout) -> np.ndarray:
+    return layout.stack("source", _FLAGS)
 
 
 def _gather(out: np.ndarray, start: int, table: np.ndarray, index: np.ndarray) -> None:

@@ -7,6 +7,10 @@ sparse 64-bit ids cost no more than dense ones (translating 100,000 ids: ~4 ms; 
 
 Rows are in popularity order (row 0 is the most popular item, ties by id): a sorted run of rows is then also a
 popularity ranking, which candidate generation relies on to merge and cap popular lists without ranking them.
+
+Categories: an item has zero or more, held as CSR (``cat_indptr``/``cat_of``: row → dense category indexes
+0..C-1, ``category_ids[c]`` the real 64-bit id). Memory follows the categories in use, never the largest id. An
+item counts in each of its categories: on each one's popular list, in each one's size, share and mean price.
 """
 
 from __future__ import annotations
@@ -19,100 +23,132 @@ import pandas as pd
 from sqlalchemy import Engine, case, func, select
 
 from ..data import clock
+from ..data.event_types import EventTypes
 from ..data.rows import table
 from ..data.models import Event, Item, ItemAttribute, ItemCategory
 from ..settings import Settings
-from .layout import LAYOUT
+from .layout import FeatureLayout, for_settings
 
 DAY = 86400.0
-#: Bits of ``ItemTable.popular_bits``; the same values as the candidate source bits ``FROM_CATEGORY``/``FROM_GLOBAL``.
+#: Bits of the candidate sources for popular lists (``candidates.FROM_CATEGORY``/``FROM_GLOBAL``).
 POPULAR_CATEGORY, POPULAR_GLOBAL = 2, 4
 
 
 @dataclasses.dataclass
 class ItemTable:
     ids: np.ndarray            # int64
-    category: np.ndarray       # int64
-    price: np.ndarray          # float64
-    created_at: np.ndarray     # epoch s
+    price: np.ndarray          # float64; NaN = not known
+    created_at: np.ndarray     # epoch s; NaN = not known
     active: np.ndarray         # bool
-    quality: np.ndarray
-    photos: np.ndarray
-    seller_rating: np.ndarray
-    counts: np.ndarray         # (n, 5) interactions by EventType value (column 0 unused)
-    recent_views: np.ndarray   # views in the 7 days before ``as_of``
+    attributes: np.ndarray     # (n, len(layout's attributes)) float64; NaN = missing
+    counts: np.ndarray         # (n, n_types + 1) interactions by type code (column 0 unused)
+    recent: np.ndarray         # events of any type in the 7 days before ``as_of``
+    member_item: np.ndarray    # (item index, category id) pairs in any order: the memberships, rows reordered
+    member_category: np.ndarray
     as_of: float               # epoch s the statistics were taken at
-    popularity_weights: tuple[float, ...]   # weight of a view, click, contact, purchase (``Settings``)
+    type_names: tuple[str, ...]       # declared event types, by code - 1
+    type_weights: np.ndarray   # weight by type code (``EventTypes.weight_by_code``)
+    attribute_names: tuple[str, ...]  # declared attributes, the columns of ``attributes``
+    layout: FeatureLayout      # the feature columns these declarations imply
     n_global_popular: int      # length of the global popular list
     n_category_popular: int    # length of each category's popular list
     loaded_at: float = dataclasses.field(default_factory=time.time)
 
     def __post_init__(self) -> None:
         n = len(self.ids)
+        # Popularity: interactions weighted by their type's weight, plus a small term for the last week.
+        w = np.zeros(self.counts.shape[1])
+        k = min(len(w), len(self.type_weights))
+        w[:k] = self.type_weights[:k]
+        popularity = self.counts @ w + 0.1 * self.recent
         # Reorder every per-item array so that rows follow popularity, most popular first, ties by id.
-        popularity = self.counts @ np.r_[0.0, self.popularity_weights] + 0.1 * self.recent_views
         order = np.lexsort((self.ids, -popularity))
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if isinstance(value, np.ndarray):            # every per-item field; not as_of / loaded_at
-                setattr(self, field.name, value[order])
+        for name in ("ids", "price", "created_at", "active", "attributes", "counts", "recent"):
+            setattr(self, name, getattr(self, name)[order])
         self.popularity = popularity[order]
         self._index = pd.Index(self.ids)
         self.rows(self.ids[:1])           # builds the index's hash table now (in the parent), not in each horse
-        self.n_categories = int(self.category.max(initial=0)) + 1
-        # Rank 0 = most popular; global (the row itself) and within-category (a stable sort by category).
+        # Memberships as (row, dense category), sorted by category then row: each category's members in
+        # popularity order. The same pairs sorted by row are the CSR row → categories.
+        new_row = np.empty(n, dtype=np.int64)
+        new_row[order] = np.arange(n)
+        m_row = new_row[self.member_item]
+        self.category_ids, m_cat = np.unique(self.member_category, return_inverse=True)
+        m_cat = m_cat.astype(np.int64).ravel()
+        self.n_categories = n_cat = len(self.category_ids)
+        by_cat = np.lexsort((m_row, m_cat))
+        m_row, m_cat = m_row[by_cat], m_cat[by_cat]
+        starts = np.searchsorted(m_cat, np.arange(n_cat + 1))
+        m_rank = np.arange(len(m_row)) - starts[m_cat]           # 0 = most popular item of the category
+        by_row = np.argsort(m_row, kind="stable")
+        self.cat_of = m_cat[by_row]
+        self.cat_indptr = np.searchsorted(m_row[by_row], np.arange(n + 1)).astype(np.int64)
+        self.n_cats = np.diff(self.cat_indptr)
         self.pop_rank = np.arange(n)
-        cat_order = np.argsort(self.category, kind="stable")
-        starts = np.searchsorted(self.category[cat_order], np.arange(self.n_categories))
-        self.cat_rank = np.empty(n, dtype=np.int64)
-        self.cat_rank[cat_order] = np.arange(n) - np.repeat(starts, np.bincount(self.category,
-                                                                                minlength=self.n_categories))
-        self.cat_size = np.bincount(self.category, minlength=self.n_categories).astype(np.float64)
-        cat_pop = np.bincount(self.category, weights=self.popularity, minlength=self.n_categories)
-        self.cat_share = cat_pop / max(cat_pop.sum(), 1e-9)
+        # Per category: size, share of all items' popularity, mean log price of its priced members.
+        self.log_price = np.log1p(self.price)
+        priced = np.isfinite(self.log_price[m_row])
+        self.cat_size = np.bincount(m_cat, minlength=n_cat).astype(np.float64)
+        self.cat_share = np.bincount(m_cat, weights=self.popularity[m_row], minlength=n_cat) \
+            / max(float(self.popularity.sum()), 1e-9)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            self.cat_log_price_mean = np.bincount(m_cat[priced], weights=self.log_price[m_row][priced],
+                                                  minlength=n_cat) / np.bincount(m_cat[priced], minlength=n_cat)
+        # The item's best within-category rank (``m_rank`` in CSR order).
+        self._cat_rank_by_member = m_rank[by_row]
         self._static: np.ndarray | None = None
         # Scratch arrays of the candidate stage: one table serves one thread at a time (workers are processes).
         self._mark = np.zeros(n, dtype=bool)     # scratch for O(k) membership tests, always left all-False
         self._slot = np.zeros(n, dtype=np.int64)  # scratch for O(k) dedupe: written before read, never reset
-        log_price = self.log_price = np.log1p(self.price)
+        self._bits = np.zeros(n, dtype=np.uint8)  # scratch for popular-list source bits, always left all-zero
         # float32 copies the feature code gathers straight into its float32 columns.
-        self.log_price32 = log_price.astype(np.float32)
-        self.created_day32 = (self.created_at / 86400.0).astype(np.float32)
-        self.cat_log_price_mean = np.bincount(self.category, weights=log_price, minlength=self.n_categories) \
-            / np.maximum(self.cat_size, 1)
+        self.log_price32 = self.log_price.astype(np.float32)
+        self.created_day32 = (self.created_at / DAY).astype(np.float32)
         # Popular active items: global list and per category, most popular first, i.e. ascending rows.
         self.global_popular = np.flatnonzero(self.active)[: self.n_global_popular]
-        cat_active = cat_order[self.active[cat_order]]
-        bounds = np.searchsorted(self.category[cat_active], np.arange(self.n_categories + 1))
-        self.category_popular = [cat_active[bounds[c]: min(bounds[c] + self.n_category_popular, bounds[c + 1])]
-                                 for c in range(self.n_categories)]
-        # Which popular list(s) each row is on, as candidate source bits (the category bit still needs the row's
-        # category to be one of the user's top categories).
-        self.popular_bits = np.zeros(n, dtype=np.uint8)
-        self.popular_bits[self.global_popular] |= POPULAR_GLOBAL
-        for rows in self.category_popular:
-            self.popular_bits[rows] |= POPULAR_CATEGORY
-        self.global_category = self.category[self.global_popular]
-        self.global_on_category_list = (self.popular_bits[self.global_popular] & POPULAR_CATEGORY) > 0
+        live = self.active[m_row]
+        a_row, a_cat = m_row[live], m_cat[live]
+        bounds = np.searchsorted(a_cat, np.arange(n_cat + 1))
+        self.category_popular = [a_row[bounds[c]: min(bounds[c] + self.n_category_popular, bounds[c + 1])]
+                                 for c in range(n_cat)]
+
+    def weight_of(self, types: np.ndarray) -> np.ndarray:
+        """The declared weight of each event type code; 0 for codes past the declaration."""
+        w = self.type_weights
+        types = np.asarray(types, dtype=np.int64)
+        return np.where((types >= 0) & (types < len(w)), w[np.clip(types, 0, len(w) - 1)], 0.0)
+
+    def categories_of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Every (position in ``rows``, dense category) pair of ``rows``' categories, grouped by position in
+        order: each row counts once for each of its categories."""
+        rows = np.asarray(rows, dtype=np.int64)
+        deg = self.n_cats[rows]
+        which = np.repeat(np.arange(len(rows)), deg)
+        ends = np.cumsum(deg)
+        offset = np.arange(len(which)) - np.repeat(ends - deg, deg)
+        return which, self.cat_of[self.cat_indptr[rows][which] + offset]
 
     def static_features(self) -> np.ndarray:
         """The per-item features that do not depend on the user or the clock (``layout`` group "item_static"), as
         float32 rows, computed once per table; column-major: ``features.build`` gathers each column."""
         if self._static is None:
-            views, clicks, contacts, purchases = (self.counts[:, t] for t in (1, 2, 3, 4))
-            block = LAYOUT.stack("item_static", {
+            types = self.type_names
+            # Category statistics of an item in several categories: its best rank, its largest category, the
+            # largest share, and its price against the mean of its categories' mean prices (what the item is
+            # compared with wherever it is listed); NaN for an item without categories.
+            rank = segment_reduce(np.minimum, self._cat_rank_by_member.astype(np.float64), self.cat_indptr)
+            size = segment_reduce(np.maximum, self.cat_size[self.cat_of], self.cat_indptr)
+            share = segment_reduce(np.maximum, self.cat_share[self.cat_of], self.cat_indptr)
+            mean_price = segment_reduce(np.add, self.cat_log_price_mean[self.cat_of], self.cat_indptr) / self.n_cats
+            block = self.layout.stack("item_static", {
                 "item_log_price": self.log_price,
-                "item_price_vs_category": self.log_price - self.cat_log_price_mean[self.category],
-                "item_quality": self.quality, "item_photos": self.photos, "item_seller_rating": self.seller_rating,
-                "item_log_views": np.log1p(views), "item_log_clicks": np.log1p(clicks),
-                "item_log_contacts": np.log1p(contacts), "item_log_purchases": np.log1p(purchases),
-                "item_click_rate": (clicks + 1.0) / (views + 10.0),
-                "item_contact_rate": (contacts + 0.5) / (views + 10.0),
-                "item_purchase_rate": (purchases + 0.2) / (views + 10.0),
-                "item_log_recent_views": np.log1p(self.recent_views), "item_log_pop_rank": np.log1p(self.pop_rank),
-                "item_log_category_rank": np.log1p(self.cat_rank),
-                "item_log_category_size": np.log1p(self.cat_size[self.category]),
-                "item_category_global_share": self.cat_share[self.category],
+                "item_price_vs_category": self.log_price - mean_price,
+                **{f"item_attr_{name}": self.attributes[:, k] for k, name in enumerate(self.attribute_names)},
+                **{f"item_log_{t}": np.log1p(self.counts[:, code]) for code, t in enumerate(types, start=1)},
+                **rates("item", types, self.counts),
+                "item_log_recent_events": np.log1p(self.recent), "item_log_pop_rank": np.log1p(self.pop_rank),
+                "item_log_category_rank": np.log1p(rank), "item_log_category_size": np.log1p(size),
+                "item_category_global_share": share,
             })
             self._static = np.asfortranarray(block)
         return self._static
@@ -125,58 +161,68 @@ class ItemTable:
         return self._index.get_indexer(np.asarray(item_ids, dtype=np.int64)).astype(np.int64, copy=False)
 
 
+def rates(prefix: str, types: list[str], counts: np.ndarray) -> dict[str, np.ndarray]:
+    """``<prefix>_<type>_rate`` of each type after the first: its count against the first (weakest) type's,
+    smoothed towards 1/k for the k-th stronger type (stronger types are rarer). ``counts`` is by type code."""
+    return {f"{prefix}_{t}_rate": (counts[:, code] + 1.0 / (code - 1)) / (counts[:, 1] + 10.0)
+            for code, t in enumerate(types, start=1) if code > 1}
+
+
+def segment_reduce(ufunc: np.ufunc, values: np.ndarray, indptr: np.ndarray) -> np.ndarray:
+    """``ufunc`` over each segment ``values[indptr[k]:indptr[k+1]]``; NaN for an empty segment."""
+    sizes = np.diff(indptr)
+    out = np.full(len(sizes), np.nan)
+    full = sizes > 0
+    if full.any():
+        out[full] = ufunc.reduceat(values, indptr[:-1][full])
+    return out
+
+
 def load_item_table(engine: Engine, settings: Settings, as_of: float | None = None) -> ItemTable:
-    """Items plus interaction statistics from events at or before ``as_of`` (default: the log's clock,
-    ``data/clock.py``); popularity weights and popular-list lengths from ``settings``.
+    """Items, their categories and declared attributes, plus interaction statistics from events at or before
+    ``as_of`` (default: the log's clock, ``data/clock.py``); type weights and popular-list lengths from
+    ``settings``.
 
     Training passes its time cut as ``as_of`` so the statistics hold no future information; precompute the log's
     clock, which its batches are read at too.
     """
+    types = EventTypes.of(settings)
+    names = tuple(settings.item_attributes)
     with engine.connect() as conn:
         as_of = clock.log_clock(conn, settings) if as_of is None else as_of
-        items = conn.execute(select(Item.id, Item.price, Item.created_at, Item.active).order_by(Item.id)).all()
-        # TODO(issue 11, categories): one category per item for now, the smallest; NULL price/created_at as 0.
-        first_category = dict(conn.execute(select(ItemCategory.item_id, func.min(ItemCategory.category))
-                                           .group_by(ItemCategory.item_id)).all())
-        attributes = conn.execute(select(ItemAttribute.item_id, ItemAttribute.name, ItemAttribute.value)).all()
+        items = table(conn.execute(select(Item.id, Item.price, Item.created_at, Item.active).order_by(Item.id))
+                      .all(), id="<i8", price="<f8", created="<f8", active="?")
+        members = table(conn.execute(select(ItemCategory.item_id, ItemCategory.category)).all(),
+                        item="<i8", category="<i8")
+        attributes = table(conn.execute(select(ItemAttribute.item_id, ItemAttribute.name, ItemAttribute.value)
+                                        .where(ItemAttribute.name.in_(names))).all() if names else [],
+                           item="<i8", name="O", value="<f8")
         stats = conn.execute(
-            select(
-                Event.item_id,
-                Event.type,
-                func.count(),
-                func.sum(case((Event.ts >= as_of - 7 * DAY, 1), else_=0)),
-            )
+            select(Event.item_id, Event.type, func.count(), func.sum(case((Event.ts >= as_of - 7 * DAY, 1), else_=0)))
             .where(Event.ts <= as_of)
             .group_by(Event.item_id, Event.type)
         ).all()
-    attr = {(i, name): v for i, name, v in attributes}
-    items = [(i, first_category.get(i, 0), p or 0.0, c or 0.0, a, attr.get((i, "quality"), 0.5),
-              attr.get((i, "photos"), 1.0), attr.get((i, "seller_rating"), 4.0)) for i, p, c, a in items]
-    cols = list(zip(*items)) if items else [[]] * 8
-    ids = np.asarray(cols[0], dtype=np.int64)
+    ids = items["id"]
     n = len(ids)
-    counts = np.zeros((n, 5), dtype=np.float64)
-    recent_views = np.zeros(n, dtype=np.float64)
+    index = pd.Index(ids)
+    attr = np.full((n, len(names)), np.nan)
+    if len(attributes):
+        at = index.get_indexer(attributes["item"])
+        attr[at, [names.index(a) for a in attributes["name"]]] = attributes["value"]
+    counts = np.zeros((n, len(types) + 1), dtype=np.float64)
+    recent = np.zeros(n, dtype=np.float64)
     if stats and n:
         s = table(stats, item="<i8", type="<i8", count="<f8", recent="<f8")
-        known = pd.Index(ids).get_indexer(s["item"])
-        s, rows = s[known >= 0], known[known >= 0]
-        np.add.at(counts, (rows, s["type"]), s["count"])
-        is_view = s["type"] == 1
-        np.add.at(recent_views, rows[is_view], s["recent"][is_view])
+        known = index.get_indexer(s["item"])
+        ok = (known >= 0) & (s["type"] >= 1) & (s["type"] <= len(types))    # codes past the declaration: none
+        np.add.at(counts, (known[ok], s["type"][ok]), s["count"][ok])
+        np.add.at(recent, known[ok], s["recent"][ok])
+    m_item = index.get_indexer(members["item"])
     return ItemTable(
-        ids=ids,
-        category=np.asarray(cols[1], dtype=np.int64),
-        price=np.asarray(cols[2], dtype=np.float64),
-        created_at=np.asarray(cols[3], dtype=np.float64),
-        active=np.asarray(cols[4], dtype=bool),
-        quality=np.asarray(cols[5], dtype=np.float64),
-        photos=np.asarray(cols[6], dtype=np.float64),
-        seller_rating=np.asarray(cols[7], dtype=np.float64),
-        counts=counts,
-        recent_views=recent_views,
-        as_of=as_of,
-        popularity_weights=settings.popularity_weights,
-        n_global_popular=settings.global_popular,
-        n_category_popular=settings.category_popular,
+        ids=ids, price=items["price"], created_at=items["created"], active=items["active"].astype(bool),
+        attributes=attr, counts=counts, recent=recent,
+        member_item=m_item[m_item >= 0], member_category=members["category"][m_item >= 0],
+        as_of=as_of, type_names=types.names, type_weights=types.weight_by_code(), attribute_names=names,
+        layout=for_settings(settings),
+        n_global_popular=settings.global_popular, n_category_popular=settings.category_popular,
     )

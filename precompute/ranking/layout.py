@@ -1,6 +1,8 @@
 """The model's input columns, declared once: names, order, groups and dtype.
 
-``features.build`` writes every column by name through this declaration, ``ItemTable.static_features`` orders its
+The layout follows the data model's declarations (``for_settings``): one column per declared item attribute and
+per-type columns named after the declared event types, so a catalogue with other attributes or types has another
+layout. ``features.build`` writes every column by name through this declaration, ``ItemTable.static_features`` orders its
 block by it, bundles record it in their metadata, and a bundle whose names, order or dtype differ is refused
 (``bundle.load``). Reordering two names here therefore reorders the matrix consistently (and makes existing bundles
 refuse to load until retrained); it can never feed a model columns in an order it was not trained on.
@@ -9,6 +11,7 @@ refuse to load until retrained); it can never feed a model columns in an order i
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -68,33 +71,45 @@ class FeatureLayout:
                 k = next(i for i, (a, b) in enumerate(zip(names, mine)) if a != b)
                 detail = (f"the same number of features in a different order or with other names: column {k} is "
                           f"{names[k]!r} there, {mine[k]!r} here")
-            raise BundleError(f"{what} was built for a different feature set ({detail}); retrain")
+            raise BundleError(f"{what} was built for a different feature set ({detail}; feature names follow "
+                              "PREFEED_ITEM_ATTRIBUTES and PREFEED_EVENT_TYPES); retrain")
         if dtype is not None and dtype != self.dtype:
             raise BundleError(f"{what} was built for {dtype} features, this prefeed builds {self.dtype}; retrain")
 
 
-LAYOUT = FeatureLayout(groups=(
-    # Per item, independent of user and clock: computed once per item table (``ItemTable.static_features``).
-    ("item_static", (
-        "item_log_price", "item_price_vs_category", "item_quality", "item_photos", "item_seller_rating",
-        "item_log_views", "item_log_clicks", "item_log_contacts", "item_log_purchases", "item_click_rate",
-        "item_contact_rate", "item_purchase_rate", "item_log_recent_views", "item_log_pop_rank",
-        "item_log_category_rank", "item_log_category_size", "item_category_global_share")),
-    # Per item, at the clock of the batch.
-    ("item_clock", ("item_age_days",)),
-    # Per user, broadcast over the user's candidates.
-    ("user", (
-        "user_log_events", "user_log_views", "user_log_clicks", "user_log_contacts", "user_log_purchases",
-        "user_log_distinct_items", "user_distinct_categories", "user_days_since_last", "user_days_since_first",
-        "user_events_24h", "user_events_7d", "user_click_rate", "user_mean_log_price", "user_std_log_price")),
-    # Per (user, category of the item).
-    ("user_category", (
-        "ux_category_share", "ux_category_rank", "ux_days_since_category", "ux_log_category_contacts",
-        "ux_category_events_7d")),
-    # Per (user, item): price fit and co-visitation with the user's recent items.
-    ("user_item", (
-        "ux_price_diff", "ux_price_z", "ux_price_ratio", "ux_covisit_score", "ux_log_covisit_score",
-        "ux_covisit_count", "ux_covisit_norm")),
-    # Which candidate sources produced the item.
-    ("source", ("ux_from_covisit", "ux_from_category", "ux_from_global", "ux_n_sources")),
-))
+def for_settings(settings) -> FeatureLayout:
+    """The layout a ``Settings`` implies: its declared item attributes and event types name columns."""
+    return for_declaration(tuple(settings.item_attributes), tuple(name for name, _ in settings.event_types))
+
+
+@functools.lru_cache(maxsize=16)
+def for_declaration(attributes: tuple[str, ...], types: tuple[str, ...]) -> FeatureLayout:
+    """The layout for these attribute names and event type names (weakest type first), built once per
+    declaration. Per-type columns: a log count of each type, and the rate of each stronger type relative to the
+    first (``rate_names``)."""
+    return FeatureLayout(groups=(
+        # Per item, independent of user and clock: computed once per item table (``ItemTable.static_features``).
+        ("item_static", (
+            "item_log_price", "item_price_vs_category", *(f"item_attr_{a}" for a in attributes),
+            *(f"item_log_{t}" for t in types), *(f"item_{t}_rate" for t in types[1:]), "item_log_recent_events",
+            "item_log_pop_rank", "item_log_category_rank", "item_log_category_size",
+            "item_category_global_share")),
+        # Per item, at the clock of the batch.
+        ("item_clock", ("item_age_days",)),
+        # Per user, broadcast over the user's candidates.
+        ("user", (
+            "user_log_events", *(f"user_log_{t}" for t in types), "user_log_distinct_items",
+            "user_distinct_categories", "user_days_since_last", "user_days_since_first", "user_events_24h",
+            "user_events_7d", *(f"user_{t}_rate" for t in types[1:]), "user_mean_log_price",
+            "user_std_log_price")),
+        # Per (user, the item's strongest category for that user).
+        ("user_category", (
+            "ux_category_share", "ux_category_rank", "ux_days_since_category", "ux_log_category_weight",
+            "ux_category_events_7d")),
+        # Per (user, item): price fit and co-visitation with the user's recent items.
+        ("user_item", (
+            "ux_price_diff", "ux_price_z", "ux_price_ratio", "ux_covisit_score", "ux_log_covisit_score",
+            "ux_covisit_count", "ux_covisit_norm")),
+        # Which candidate sources produced the item.
+        ("source", ("ux_from_covisit", "ux_from_category", "ux_from_global", "ux_n_sources")),
+    ))

@@ -26,6 +26,7 @@ from . import candidates, features, ranker
 from .arrays import top_desc_grouped
 from .covisit import CoVisit, index_for
 from .item_table import ItemTable, load_item_table
+from .layout import for_settings
 
 log = logging.getLogger(__name__)
 STAGES = ("history", "candidates", "features", "model", "store")
@@ -58,7 +59,7 @@ class Pipeline:
     def load(self) -> None:
         """Load the current bundle and fresh item matrices; publish the fallback popular lists and rebuild the
         inactive-item set from the database."""
-        new_bundle = bundles.load(self.settings.model_dir)
+        new_bundle = bundles.load(self.settings.model_dir, layout=for_settings(self.settings))
         self._install(new_bundle, load_item_table(self.engine, self.settings))
 
     def _install(self, new_bundle: bundles.Bundle, items: ItemTable) -> None:
@@ -66,11 +67,12 @@ class Pipeline:
         # Warm what is built lazily (the static item feature block, CatBoost's evaluator) here, so a worker does
         # it once before forking instead of every work horse doing it on its first batch.
         items.static_features()
-        ranker.score(new_bundle.model, np.zeros((1, features.N_FEATURES), dtype=np.float32, order="F"))
+        ranker.score(new_bundle.model, np.zeros((1, len(items.layout)), dtype=np.float32, order="F"))
         self.bundle, self.items = new_bundle, items
         self.loads += 1
         self.store.publish_popular(items.ids[items.global_popular],
-                                   [items.ids[rows] for rows in items.category_popular])
+                                   {int(c): items.ids[rows] for c, rows in zip(items.category_ids,
+                                                                              items.category_popular)})
         # Serving drops what this set holds; rebuilt at every load so it cannot stay behind the database after
         # Redis lost data (within ``item_table_max_age`` of a running worker).
         self.store.replace_inactive(lambda: catalog.inactive_ids(self.engine))
@@ -91,7 +93,8 @@ class Pipeline:
         if current and not stale:
             return False
         try:
-            new_bundle = self.bundle if current else bundles.load(self.settings.model_dir, version)
+            new_bundle = self.bundle if current else bundles.load(self.settings.model_dir, version,
+                                                                       for_settings(self.settings))
         except BundleError as exc:
             if self.bundle is None:
                 raise

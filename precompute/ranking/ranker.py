@@ -1,7 +1,8 @@
 """Training the CatBoost ranker on a time split of the event log, and scoring with it.
 
 Labels: a candidate generated from a user's history before the cut is relevant if the user interacted with it
-after the cut, graded by the strongest interaction (view 1 … purchase 4). Validation users are held out entirely;
+after the cut, graded by the weight of the strongest interaction (``PREFEED_EVENT_TYPES``: view 1 … purchase 6 by
+default; a type of weight 0, or a code past the declaration, is no interaction). NDCG uses the same grades. Validation users are held out entirely;
 NDCG@10 is reported for the model and for a popularity baseline on the same users, truth and cut.
 """
 
@@ -19,7 +20,6 @@ from ..errors import InvalidInput
 from ..settings import Settings
 from . import candidates, covisit, features
 from .item_table import load_item_table
-from .layout import LAYOUT
 
 
 @dataclasses.dataclass
@@ -99,8 +99,8 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
     pre_code = np.unique(user_pos(ev_user[seen]) * span + items.rows(ev_item[seen]))
     truth_code, inv = np.unique(post_code, return_inverse=True)
     truth_rel = np.zeros(len(truth_code))
-    np.maximum.at(truth_rel, inv, ev_type[~pre].astype(np.float64))
-    fresh = ~np.isin(truth_code, pre_code)
+    np.maximum.at(truth_rel, inv, items.weight_of(ev_type[~pre]))
+    fresh = ~np.isin(truth_code, pre_code) & (truth_rel > 0)
     truth_code, truth_rel = truth_code[fresh], truth_rel[fresh]
 
     eligible = np.intersect1d(np.unique(ev_user[pre]), all_users[np.unique(truth_code // span)])
@@ -142,7 +142,7 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
     model = CatBoost(dict(loss_function="YetiRank", iterations=iterations, depth=depth,
                           learning_rate=settings.train_learning_rate, random_seed=seed, verbose=False,
                           thread_count=-1, allow_writing_files=False))
-    model.fit(Pool(X_train, y_train, group_id=g_train, feature_names=list(LAYOUT.names)))
+    model.fit(Pool(X_train, y_train, group_id=g_train, feature_names=list(items.layout.names)))
 
     progress(f"validating on {len(valid_users)} held-out users")
     hist, cand, X, rel = examples(valid_users)

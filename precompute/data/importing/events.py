@@ -1,0 +1,116 @@
+"""Storing one chunk of imported events, idempotently: what is already stored is not stored again.
+
+**When two events are the same.** An event with an ``event_id`` is the stored event of that ``client_event_id``
+(the column is unique; the API uses the same key), whatever else it says. An event without one is the same as a
+stored event, or an earlier row of the file, with equal user, item, type and ts (``value`` is not part of it: it
+is what the event says, not which event it is). So a file imported twice, or an import cut short and run again,
+stores every event once. The price: two genuinely distinct events without ids that agree in all four fields
+(two views of one item in the same instant) are stored once; a log where that matters carries event ids.
+
+**How.** Inside the chunk, numpy keeps each key's first row. Against the table, one ``INSERT … SELECT`` from the
+staging table (``stage.py``) skips rows whose key is stored: ``ON CONFLICT (client_event_id) DO NOTHING`` for
+event ids, and for the others a ``NOT EXISTS`` probe of ``ix_events_user_ts (user_id, ts, id, item_id, type)``
+(the covering index history reads use: the probe seeks to (user, ts) and reads item and type from the index
+entry, never the table), so no new index on a table of tens of millions of rows is needed. The ``OR`` between the
+two keeps PostgreSQL from turning the probe into a hash anti-join over the whole events table.
+``RETURNING`` hands back exactly the events stored, which ``kept.py`` turns into version bumps and kept values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from sqlalchemy import Connection, text
+
+from .. import history, items, seen
+from ..importers import EventChunk, Report
+from ..rows import table
+from . import stage
+from .stage import STAGE
+
+STORED = dict(id="<i8", user="<i8", item="<i8", type="<i8", ts="<f8")
+
+# A user's created_at: their first event in the chunk that creates them.
+_NEW_USERS = text(f"""
+INSERT INTO users (id, created_at, history_version, recent, seen)
+SELECT s.user_id, MIN(s.ts), 0, :recent, :seen FROM {STAGE} s
+WHERE NOT EXISTS (SELECT 1 FROM users u WHERE u.id = s.user_id) GROUP BY s.user_id
+ON CONFLICT (id) DO NOTHING
+""")
+
+_MISSING_ITEMS = (f"SELECT DISTINCT s.item_id FROM {STAGE} s "
+                  "WHERE NOT EXISTS (SELECT 1 FROM items i WHERE i.id = s.item_id)")
+
+_INSERT = f"""
+INSERT INTO events (user_id, item_id, type, ts, value, client_event_id)
+SELECT s.user_id, s.item_id, s.type, s.ts, s.value, s.client_event_id FROM {STAGE} s
+WHERE s.client_event_id IS NOT NULL OR NOT EXISTS (
+    SELECT 1 FROM events e
+    WHERE e.user_id = s.user_id AND e.ts = s.ts AND e.item_id = s.item_id AND e.type = s.type)
+ORDER BY s.seq
+ON CONFLICT (client_event_id) DO NOTHING
+RETURNING id, user_id, item_id, type, ts
+"""
+
+
+@dataclasses.dataclass
+class Written:
+    stored: np.ndarray          # structured (``STORED``): the events this chunk stored
+    items_created: int
+    users_created: int
+    refused: int                # rows naming an unknown item when items are not created
+
+
+def first_of_each(chunk: EventChunk) -> np.ndarray:
+    """Bool mask of the rows kept: every row with an event id (the unique column and ``ON CONFLICT`` keep the
+    first of each id, rows being inserted in file order), and the first of each (user, item, type, ts) among the
+    rows without one."""
+    keep = np.ones(len(chunk), dtype=bool)
+    rest = np.arange(len(chunk)) if chunk.event_id is None else \
+        np.flatnonzero(np.array([e is None for e in chunk.event_id.tolist()], dtype=bool))
+    if len(rest):
+        u, i, t, ts = chunk.user_id[rest], chunk.item_id[rest], chunk.type[rest], chunk.ts[rest]
+        order = np.lexsort((np.arange(len(rest)), t, i, ts, u))       # equal keys adjacent, file order inside
+        u, i, t, ts = u[order], i[order], t[order], ts[order]
+        first = np.r_[True, (u[1:] != u[:-1]) | (ts[1:] != ts[:-1]) | (i[1:] != i[:-1]) | (t[1:] != t[:-1])]
+        keep[rest[order[~first]]] = False
+    return keep
+
+
+def unknown_items(conn: Connection, item_ids: np.ndarray) -> np.ndarray:
+    """The distinct ids of ``item_ids`` the catalogue does not have (ascending)."""
+    distinct = np.unique(item_ids)
+    have = items.existing(conn, distinct.tolist())
+    return distinct[~np.isin(distinct, np.fromiter(have, dtype=np.int64, count=len(have)))]
+
+
+def refuse_unknown(chunk: EventChunk, missing: np.ndarray, report: Report, path: str) -> np.ndarray:
+    """Refuse (file, line) the rows naming an item of ``missing``; returns the mask of the others."""
+    bad = np.isin(chunk.item_id, missing)
+    for line, item in zip(chunk.lines[bad].tolist(), chunk.item_id[bad].tolist()):
+        report.refuse(path, line, f"unknown item id {item} (PREFEED_EVENTS_CREATE_ITEMS=false)")
+    return ~bad
+
+
+def write(conn: Connection, chunk: EventChunk, report: Report, path: str, create_items: bool,
+          history_limit: int, seen_cap: int) -> Written:
+    """Store the new events of ``chunk`` in the caller's transaction, creating unknown users (and items, when
+    ``create_items``; else their rows are refused into ``report``)."""
+    items_created = refused = 0
+    chunk = chunk.take(first_of_each(chunk))
+    stage.load(conn, chunk.user_id, chunk.item_id, chunk.type, chunk.ts, chunk.value, chunk.event_id)
+    missing = np.array(conn.exec_driver_sql(_MISSING_ITEMS).scalars().all(), dtype=np.int64)
+    if len(missing):
+        if create_items:
+            items_created = items.ensure(conn, missing.tolist(), create=True)
+        else:
+            refused = int((~refuse_unknown(chunk, missing, report, path)).sum())
+            conn.exec_driver_sql(f"DELETE FROM {STAGE} WHERE item_id IN ({stage.id_list(missing)})")
+    users_created = conn.execute(_NEW_USERS, {"recent": history.empty(history_limit),
+                                              "seen": seen.empty(seen_cap)}).rowcount
+    cur = conn.connection.driver_connection.cursor()        # the driver's tuples: no result wrapping per row
+    cur.execute(_INSERT)
+    stored = table(cur.fetchall(), **STORED)
+    cur.close()
+    return Written(stored, items_created, max(users_created, 0), refused)

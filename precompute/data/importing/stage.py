@@ -1,0 +1,79 @@
+"""The import's database plumbing: one connection for a whole file, one transaction per chunk, and a temporary
+staging table a chunk is loaded into at driver speed (``executemany`` on SQLite, ``COPY`` on PostgreSQL, as
+``bulk.py`` loads a generated marketplace) so that deduplication, user creation and the insert itself run as
+set-based SQL over the chunk instead of one statement per row.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import numpy as np
+from sqlalchemy import Connection
+
+STAGE = "import_stage"
+COLUMNS = ("seq", "user_id", "item_id", "type", "ts", "value", "client_event_id")
+_SQL_TYPES = {"sqlite": ("INTEGER", "INTEGER", "INTEGER", "INTEGER", "REAL", "REAL", "TEXT"),
+              "postgresql": ("BIGINT", "BIGINT", "BIGINT", "SMALLINT", "DOUBLE PRECISION", "DOUBLE PRECISION",
+                             "TEXT")}
+
+
+def postgres(conn: Connection) -> bool:
+    return conn.dialect.name == "postgresql"
+
+
+def create_stage(conn: Connection) -> None:
+    """The connection's staging table (temporary: private to it, gone with it). PostgreSQL empties it at every
+    commit; SQLite has no such clause, so ``load`` empties it first."""
+    kinds = _SQL_TYPES["postgresql" if postgres(conn) else "sqlite"]
+    cols = ", ".join(f"{name} {kind}" for name, kind in zip(COLUMNS, kinds))
+    tail = " ON COMMIT DELETE ROWS" if postgres(conn) else ""
+    conn.exec_driver_sql(f"CREATE TEMPORARY TABLE IF NOT EXISTS {STAGE} ({cols}){tail}")
+    conn.commit()
+
+
+@contextlib.contextmanager
+def transaction(conn: Connection) -> Iterator[None]:
+    """One chunk's transaction: everything of the chunk commits together or not at all.
+
+    On SQLite it starts with ``BEGIN IMMEDIATE``: the write lock is taken before the chunk's first read, so what
+    the chunk reads (which events and users exist) cannot change before it writes, and the API's writers wait
+    (their 30 s busy timeout) for one chunk, a fraction of a second, never for the whole file. A deferred
+    transaction would instead fail with "database is locked" when a writer committed between its read and its
+    first write. PostgreSQL locks the users it updates (``FOR UPDATE``, in id order as ``recording.py`` does).
+    """
+    if not postgres(conn):
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.rollback()
+        raise
+    conn.commit()
+
+
+def load(conn: Connection, user_id: np.ndarray, item_id: np.ndarray, type_: np.ndarray, ts: np.ndarray,
+         value: np.ndarray, event_id: np.ndarray | None) -> None:
+    """Replace the staging table's rows with one chunk's events (``seq`` = position in the chunk; NaN values and
+    absent event ids become NULL)."""
+    n = len(user_id)
+    values = np.where(np.isnan(value), None, value).tolist() if np.isnan(value).any() else value.tolist()
+    ids = [None] * n if event_id is None else event_id.tolist()
+    rows = list(zip(range(n), user_id.tolist(), item_id.tolist(), type_.tolist(), ts.tolist(), values, ids))
+    cur = conn.connection.driver_connection.cursor()
+    cols = ", ".join(COLUMNS)
+    if postgres(conn):
+        cur.execute(f"DELETE FROM {STAGE}")
+        with cur.copy(f"COPY {STAGE} ({cols}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+    else:
+        cur.execute(f"DELETE FROM {STAGE}")
+        cur.executemany(f"INSERT INTO {STAGE} ({cols}) VALUES ({', '.join('?' * len(COLUMNS))})", rows)
+    cur.close()
+
+
+def id_list(ids: np.ndarray | list[int]) -> str:
+    """Integer ids as an SQL list literal: ids are int64 values we produced, never text from the file."""
+    return ", ".join(str(int(i)) for i in ids)
