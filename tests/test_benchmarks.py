@@ -1,7 +1,6 @@
 """Every benchmark runs in --quick mode, so the suite cannot rot: it must finish, print its table and write JSON
 with its headline figures; the soak and freshness runs must also have had nothing go wrong."""
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -29,8 +28,6 @@ ZERO = {"soak": ["errors"], "freshness": ["timed_out", "failed_jobs"]}
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_benchmark_runs_in_quick_mode(name, tmp_path):
-    if name == "import" and importlib.util.find_spec("precompute.data.importing") is None:
-        pytest.skip("the importer (precompute.data.importing) is not merged yet")
     env = without_prefeed_config()
     env["PREFEED_BENCH_RESULTS"] = str(tmp_path)
     done = subprocess.run([sys.executable, "-m", "benchmarks", name, "--quick"], cwd=ROOT, env=env,

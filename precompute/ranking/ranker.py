@@ -72,8 +72,11 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
     if len(ev_user) < 100:
         raise InvalidInput(f"only {len(ev_user)} events in the database; seed or collect more before training")
     cut = float(np.quantile(ev_ts, settings.train_cut_quantile))
-    pre = ev_ts <= cut            # known at the cut, as precompute knows everything at or before its clock
-    progress(f"time split at {cut:.0f}: {pre.sum()} events before, {(~pre).sum()} after")
+    # Known at the cut, as precompute knows everything at or before its clock. The log is in time order, so the
+    # events before the cut are a prefix and the rest a suffix: slices (views), never copies of the log.
+    n_pre = int(np.searchsorted(ev_ts, cut, side="right"))
+    pre, post = slice(0, n_pre), slice(n_pre, None)
+    progress(f"time split at {cut:.0f}: {n_pre} events before, {len(ev_ts) - n_pre} after")
     items = load_item_table(engine, settings, as_of=cut)
 
     def pairs_of(keep) -> dict[str, np.ndarray]:
@@ -92,14 +95,14 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
     def user_pos(user_ids: np.ndarray) -> np.ndarray:
         return np.searchsorted(all_users, user_ids)
 
-    post_code = user_pos(ev_user[~pre]) * span + items.rows(ev_item[~pre])
+    post_code = user_pos(ev_user[post]) * span + items.rows(ev_item[post])
     # Items seen inside the seen window before the cut are no candidates (as in serving), so no labels either;
     # an item seen before the window may come back, and its later interaction counts.
-    seen = pre & (ev_ts >= cut - settings.seen_window)
+    seen = slice(int(np.searchsorted(ev_ts, cut - settings.seen_window, side="left")), n_pre)
     pre_code = np.unique(user_pos(ev_user[seen]) * span + items.rows(ev_item[seen]))
     truth_code, inv = np.unique(post_code, return_inverse=True)
     truth_rel = np.zeros(len(truth_code))
-    np.maximum.at(truth_rel, inv, items.weight_of(ev_type[~pre]))
+    np.maximum.at(truth_rel, inv, items.weight_of(ev_type[post]))
     fresh = ~np.isin(truth_code, pre_code) & (truth_rel > 0)
     truth_code, truth_rel = truth_code[fresh], truth_rel[fresh]
 
@@ -145,11 +148,26 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
     model.fit(Pool(X_train, y_train, group_id=g_train, feature_names=list(items.layout.names)))
 
     progress(f"validating on {len(valid_users)} held-out users")
-    hist, cand, X, rel = examples(valid_users)
-    pred = score(model, X, thread_count=-1)
     model_ndcg, pop_ndcg = [], []
     popular_active = np.argsort(-items.popularity, kind="stable")
     popular_active = popular_active[items.active[popular_active]]
+    for start in range(0, len(valid_users), 200):      # batches as in training: one feature matrix at a time
+        hist, cand, X, rel = examples(valid_users[start:start + 200])
+        pred = score(model, X, thread_count=-1)
+        _validate(hist, cand, pred, rel, truth_code, truth_rel, user_pos, span, popular_active, model_ndcg,
+                  pop_ndcg)
+
+    all_pairs = pairs_of(slice(None))     # serving index uses the whole log
+    metrics = dict(ndcg10=float(np.mean(model_ndcg)), ndcg10_popular=float(np.mean(pop_ndcg)),
+                   valid_users=int(len(valid_users)), train_users=int(len(train_users)),
+                   train_rows=int(len(y_train)), iterations=iterations, depth=depth, cut=cut,
+                   events=int(len(ev_user)))
+    return TrainResult(model=model, pairs=all_pairs, metrics=metrics)
+
+
+def _validate(hist, cand, pred, rel, truth_code, truth_rel, user_pos, span, popular_active, model_ndcg: list,
+              pop_ndcg: list) -> None:
+    """NDCG@10 of the model's order and of popularity for each user of one validation batch, appended."""
     for k, uid in enumerate(hist.user_ids):
         lo, hi = np.searchsorted(truth_code, [user_pos(uid) * span, (user_pos(uid) + 1) * span])
         ideal = truth_rel[lo:hi]
@@ -162,12 +180,3 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
         tcode = user_pos(uid) * span + top
         p = np.minimum(np.searchsorted(truth_code, tcode), len(truth_code) - 1)
         pop_ndcg.append(ndcg_at(10, np.where(truth_code[p] == tcode, truth_rel[p], 0.0), ideal))
-
-    all_pairs = pairs_of(slice(None))     # serving index uses the whole log
-    metrics = dict(ndcg10=float(np.mean(model_ndcg)), ndcg10_popular=float(np.mean(pop_ndcg)),
-                   valid_users=int(len(valid_users)), train_users=int(len(train_users)),
-                   train_rows=int(len(y_train)), iterations=iterations, depth=depth, cut=cut,
-                   events=int(len(ev_user)))
-    return TrainResult(model=model, pairs=all_pairs, metrics=metrics)
-
-
