@@ -10,6 +10,7 @@ from sqlalchemy.exc import IntegrityError
 from precompute.data import engine as db
 from precompute.data.models import Event, Item, ItemAttribute, ItemCategory, StoredEventType
 from precompute.errors import ConfigError
+from precompute.ranking.item_table import load_item_table
 from precompute.settings import Settings
 from tests.conftest import own_database
 
@@ -79,4 +80,8 @@ def test_init_db_records_event_types_and_refuses_a_declaration_that_reorders_the
         db.init_db(engine, swapped)
     with pytest.raises(ConfigError, match="type 'share' as code 5, which is not declared"):
         db.init_db(engine, settings)
+    # and so does every reader of stored type codes (workers and training load the item matrices), without init-db
+    with pytest.raises(ConfigError, match="type 'view' as code 1, which is 'click'"):
+        load_item_table(engine, swapped)
+    load_item_table(engine, more)
     engine.dispose()

@@ -3,7 +3,9 @@ codes meaning what they meant.
 
 A type's code is its position in the declaration, from 1; events store the code. The ``event_types`` table records
 the names codes were stored under; ``register`` (init-db) adds newly declared types and refuses a declaration that
-renames, reorders or drops a stored one: the events already stored would silently change type.
+renames, reorders or drops a stored one: the events already stored would silently change type. ``check`` refuses
+the same when the item matrices are loaded (workers, training), so a process started with such a declaration
+stops with one line instead of ranking with misread types.
 """
 
 from __future__ import annotations
@@ -47,9 +49,9 @@ class EventTypes:
         return len(self.names)
 
 
-def register(conn: Connection, settings: Settings) -> EventTypes:
-    """Record the declared types in the ``event_types`` table; ``ConfigError`` if a stored code now names another
-    type or is no longer declared."""
+def check(conn: Connection, settings: Settings) -> EventTypes:
+    """``ConfigError`` if a stored code now names another type or is no longer declared (reads only: what every
+    reader of type codes runs before it interprets them; ``register`` also records new types)."""
     types = EventTypes.of(settings)
     stored = dict(conn.execute(select(StoredEventType.code, StoredEventType.name)).all())
     for code, name in sorted(stored.items()):
@@ -58,6 +60,13 @@ def register(conn: Connection, settings: Settings) -> EventTypes:
             raise ConfigError(f"PREFEED_EVENT_TYPES: events are stored with type {name!r} as code {code}, which is "
                               f"{now} in today's declaration ({', '.join(types.names)}); keep the stored types in "
                               "their order and declare new ones after them")
+    return types
+
+
+def register(conn: Connection, settings: Settings) -> EventTypes:
+    """Record the declared types in the ``event_types`` table, after ``check``."""
+    types = check(conn, settings)
+    stored = set(conn.execute(select(StoredEventType.code)).scalars())
     missing = [{"code": code, "name": name} for code, name in enumerate(types.names, start=1) if code not in stored]
     if missing:
         conn.execute(StoredEventType.__table__.insert(), missing)

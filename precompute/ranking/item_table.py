@@ -22,8 +22,7 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, case, func, select
 
-from ..data import clock
-from ..data.event_types import EventTypes
+from ..data import clock, event_types
 from ..data.rows import table
 from ..data.models import Event, Item, ItemAttribute, ItemCategory
 from ..settings import Settings
@@ -186,9 +185,9 @@ def load_item_table(engine: Engine, settings: Settings, as_of: float | None = No
     Training passes its time cut as ``as_of`` so the statistics hold no future information; precompute the log's
     clock, which its batches are read at too.
     """
-    types = EventTypes.of(settings)
     names = tuple(settings.item_attributes)
     with engine.connect() as conn:
+        types = event_types.check(conn, settings)      # stored type codes still mean what the settings say
         as_of = clock.log_clock(conn, settings) if as_of is None else as_of
         items = table(conn.execute(select(Item.id, Item.price, Item.created_at, Item.active).order_by(Item.id))
                       .all(), id="<i8", price="<f8", created="<f8", active="?")
