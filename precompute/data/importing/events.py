@@ -13,6 +13,15 @@ event ids, and for the others a ``NOT EXISTS`` probe of ``ix_events_user_ts (use
 (the covering index history reads use: the probe seeks to (user, ts) and reads item and type from the index
 entry, never the table), so no new index on a table of tens of millions of rows is needed. The ``OR`` between the
 two keeps PostgreSQL from turning the probe into a hash anti-join over the whole events table.
+
+**Probed only where needed.** A user the users table does not have when the chunk's transaction starts has no
+stored events (events reference users), so their rows skip the probe (``probe = 0`` in the stage); it runs for
+the rows of users that already exist, whoever created them: earlier runs, the API, or an earlier chunk of this
+same import (so a file repeating rows chunks apart still stores them once, without remembering the file's keys).
+A MovieLens log lists each user's rows together, so in a fresh import only the user a chunk boundary splits is
+probed. On SQLite the chunk holds the write lock from its first read, so no event of a new user can appear
+meanwhile; on PostgreSQL an event the API records, in the same instant, for a user the import is creating, with
+the same item, type and ts as a row of the file, would be stored twice.
 ``RETURNING`` hands back exactly the events stored, which ``kept.py`` turns into version bumps and kept values.
 """
 
@@ -45,7 +54,7 @@ _MISSING_ITEMS = (f"SELECT DISTINCT s.item_id FROM {STAGE} s "
 _INSERT = f"""
 INSERT INTO events (user_id, item_id, type, ts, value, client_event_id)
 SELECT s.user_id, s.item_id, s.type, s.ts, s.value, s.client_event_id FROM {STAGE} s
-WHERE s.client_event_id IS NOT NULL OR NOT EXISTS (
+WHERE s.client_event_id IS NOT NULL OR s.probe = 0 OR NOT EXISTS (
     SELECT 1 FROM events e
     WHERE e.user_id = s.user_id AND e.ts = s.ts AND e.item_id = s.item_id AND e.type = s.type)
 ORDER BY s.seq
@@ -78,6 +87,13 @@ def first_of_each(chunk: EventChunk) -> np.ndarray:
     return keep
 
 
+def known_users(conn: Connection, user_ids: np.ndarray) -> np.ndarray:
+    """Which of ``user_ids`` (distinct) the users table has, in the caller's transaction."""
+    found = [conn.exec_driver_sql(f"SELECT id FROM users WHERE id IN ({stage.id_list(part)})").scalars().all()
+             for part in np.array_split(user_ids, max(1, -(-len(user_ids) // items.IN_BATCH)))]
+    return np.fromiter((u for part in found for u in part), dtype=np.int64)
+
+
 def unknown_items(conn: Connection, item_ids: np.ndarray) -> np.ndarray:
     """The distinct ids of ``item_ids`` the catalogue does not have (ascending)."""
     distinct = np.unique(item_ids)
@@ -99,7 +115,8 @@ def write(conn: Connection, chunk: EventChunk, report: Report, path: str, create
     ``create_items``; else their rows are refused into ``report``)."""
     items_created = refused = 0
     chunk = chunk.take(first_of_each(chunk))
-    stage.load(conn, chunk.user_id, chunk.item_id, chunk.type, chunk.ts, chunk.value, chunk.event_id)
+    probe = np.isin(chunk.user_id, known_users(conn, np.unique(chunk.user_id)))
+    stage.load(conn, chunk.user_id, chunk.item_id, chunk.type, chunk.ts, chunk.value, chunk.event_id, probe)
     missing = np.array(conn.exec_driver_sql(_MISSING_ITEMS).scalars().all(), dtype=np.int64)
     if len(missing):
         if create_items:

@@ -13,10 +13,10 @@ import numpy as np
 from sqlalchemy import Connection
 
 STAGE = "import_stage"
-COLUMNS = ("seq", "user_id", "item_id", "type", "ts", "value", "client_event_id")
-_SQL_TYPES = {"sqlite": ("INTEGER", "INTEGER", "INTEGER", "INTEGER", "REAL", "REAL", "TEXT"),
+COLUMNS = ("seq", "user_id", "item_id", "type", "ts", "value", "client_event_id", "probe")
+_SQL_TYPES = {"sqlite": ("INTEGER", "INTEGER", "INTEGER", "INTEGER", "REAL", "REAL", "TEXT", "INTEGER"),
               "postgresql": ("BIGINT", "BIGINT", "BIGINT", "SMALLINT", "DOUBLE PRECISION", "DOUBLE PRECISION",
-                             "TEXT")}
+                             "TEXT", "SMALLINT")}
 
 
 def postgres(conn: Connection) -> bool:
@@ -41,9 +41,14 @@ def transaction(conn: Connection) -> Iterator[None]:
     the chunk reads (which events and users exist) cannot change before it writes, and the API's writers wait
     (their 30 s busy timeout) for one chunk, a fraction of a second, never for the whole file. A deferred
     transaction would instead fail with "database is locked" when a writer committed between its read and its
-    first write. PostgreSQL locks the users it updates (``FOR UPDATE``, in id order as ``recording.py`` does).
+    first write. PostgreSQL locks the users it updates (``FOR UPDATE``, in id order as ``recording.py`` does),
+    and commits without waiting for the WAL flush (``synchronous_commit = off``, this transaction only): a server
+    crash may lose the last chunks committed before it (never corrupts anything, and a chunk is lost whole,
+    events with their version bumps), which running the import again stores, as after any interrupted import.
     """
-    if not postgres(conn):
+    if postgres(conn):
+        conn.exec_driver_sql("SET LOCAL synchronous_commit = off")
+    else:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
     try:
         yield
@@ -54,13 +59,15 @@ def transaction(conn: Connection) -> Iterator[None]:
 
 
 def load(conn: Connection, user_id: np.ndarray, item_id: np.ndarray, type_: np.ndarray, ts: np.ndarray,
-         value: np.ndarray, event_id: np.ndarray | None) -> None:
+         value: np.ndarray, event_id: np.ndarray | None, probe: np.ndarray) -> None:
     """Replace the staging table's rows with one chunk's events (``seq`` = position in the chunk; NaN values and
-    absent event ids become NULL)."""
+    absent event ids become NULL; ``probe``: bool per row, whether the insert must look for it among stored
+    events, ``events.py``)."""
     n = len(user_id)
     values = np.where(np.isnan(value), None, value).tolist() if np.isnan(value).any() else value.tolist()
     ids = [None] * n if event_id is None else event_id.tolist()
-    rows = list(zip(range(n), user_id.tolist(), item_id.tolist(), type_.tolist(), ts.tolist(), values, ids))
+    rows = list(zip(range(n), user_id.tolist(), item_id.tolist(), type_.tolist(), ts.tolist(), values, ids,
+                    probe.astype(np.int8).tolist()))
     cur = conn.connection.driver_connection.cursor()
     cols = ", ".join(COLUMNS)
     if postgres(conn):
