@@ -15,14 +15,16 @@ entry, never the table), so no new index on a table of tens of millions of rows 
 two keeps PostgreSQL from turning the probe into a hash anti-join over the whole events table.
 
 **Probed only where needed.** A user the users table does not have when the chunk's transaction starts has no
-stored events (events reference users), so their rows skip the probe (``probe = 0`` in the stage); it runs for
-the rows of users that already exist, whoever created them: earlier runs, the API, or an earlier chunk of this
-same import (so a file repeating rows chunks apart still stores them once, without remembering the file's keys).
-A MovieLens log lists each user's rows together, so in a fresh import only the user a chunk boundary splits is
-probed. On SQLite the chunk holds the write lock from its first read, so no event of a new user can appear
-meanwhile; on PostgreSQL an event the API records, in the same instant, for a user the import is creating, with
-the same item, type and ts as a row of the file, would be stored twice.
-``RETURNING`` hands back exactly the events stored, which ``kept.py`` turns into version bumps and kept values.
+stored events (events reference users), so the rows of such users, when none carries an event id, are inserted directly
+(``insert_fresh``: multi-row ``VALUES`` on SQLite, ``unnest`` of arrays on PostgreSQL), without the staging table
+or the probe; the rest, rows of users that already exist (whoever created them: earlier runs, the API, or an
+earlier chunk of this same import) and rows with event ids, go through the staging table and the probe. So a file
+repeating rows chunks apart still stores them once, without remembering the file's keys. A MovieLens log lists
+each user's rows together, so in a fresh import only the user a chunk boundary splits is probed. Each user's rows
+keep the file's order (a user's rows take one path); ids across users may not. On SQLite the chunk holds the write
+lock from its first read, so no event of a new user can appear meanwhile; on PostgreSQL an event the API records,
+in that instant, for a user the import is creating, with the same item, type and ts as a row of the file, would
+be stored twice.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from .. import history, items, seen
 from ..importers import EventChunk, Report
@@ -40,26 +42,21 @@ from .stage import STAGE
 
 STORED = dict(id="<i8", user="<i8", item="<i8", type="<i8", ts="<f8")
 
-# A user's created_at: their first event in the chunk that creates them.
-_NEW_USERS = text(f"""
-INSERT INTO users (id, created_at, history_version, recent, seen)
-SELECT s.user_id, MIN(s.ts), 0, :recent, :seen FROM {STAGE} s
-WHERE NOT EXISTS (SELECT 1 FROM users u WHERE u.id = s.user_id) GROUP BY s.user_id
-ON CONFLICT (id) DO NOTHING
-""")
-
-_MISSING_ITEMS = (f"SELECT DISTINCT s.item_id FROM {STAGE} s "
-                  "WHERE NOT EXISTS (SELECT 1 FROM items i WHERE i.id = s.item_id)")
+_FRESH = "user_id, item_id, type, ts, value"
+_RETURNING = "RETURNING id, user_id, item_id, type, ts"
+#: Rows per multi-row ``VALUES`` insert on SQLite: 5 parameters each, under its limit of 32,766 per statement;
+#: one statement text for every full batch, so SQLite's statement cache compiles it once.
+VALUES_ROWS = 6_000
 
 _INSERT = f"""
 INSERT INTO events (user_id, item_id, type, ts, value, client_event_id)
 SELECT s.user_id, s.item_id, s.type, s.ts, s.value, s.client_event_id FROM {STAGE} s
-WHERE s.client_event_id IS NOT NULL OR s.probe = 0 OR NOT EXISTS (
+WHERE s.client_event_id IS NOT NULL OR NOT EXISTS (
     SELECT 1 FROM events e
     WHERE e.user_id = s.user_id AND e.ts = s.ts AND e.item_id = s.item_id AND e.type = s.type)
 ORDER BY s.seq
 ON CONFLICT (client_event_id) DO NOTHING
-RETURNING id, user_id, item_id, type, ts
+{_RETURNING}
 """
 
 
@@ -115,19 +112,74 @@ def write(conn: Connection, chunk: EventChunk, report: Report, path: str, create
     ``create_items``; else their rows are refused into ``report``)."""
     items_created = refused = 0
     chunk = chunk.take(first_of_each(chunk))
-    probe = np.isin(chunk.user_id, known_users(conn, np.unique(chunk.user_id)))
-    stage.load(conn, chunk.user_id, chunk.item_id, chunk.type, chunk.ts, chunk.value, chunk.event_id, probe)
-    missing = np.array(conn.exec_driver_sql(_MISSING_ITEMS).scalars().all(), dtype=np.int64)
+    missing = unknown_items(conn, chunk.item_id)
     if len(missing):
         if create_items:
             items_created = items.ensure(conn, missing.tolist(), create=True)
         else:
-            refused = int((~refuse_unknown(chunk, missing, report, path)).sum())
-            conn.exec_driver_sql(f"DELETE FROM {STAGE} WHERE item_id IN ({stage.id_list(missing)})")
-    users_created = conn.execute(_NEW_USERS, {"recent": history.empty(history_limit),
-                                              "seen": seen.empty(seen_cap)}).rowcount
-    cur = conn.connection.driver_connection.cursor()        # the driver's tuples: no result wrapping per row
-    cur.execute(_INSERT)
-    stored = table(cur.fetchall(), **STORED)
+            keep = refuse_unknown(chunk, missing, report, path)
+            refused = int((~keep).sum())
+            chunk = chunk.take(keep)
+    users = np.unique(chunk.user_id)
+    known = known_users(conn, users)
+    users_created = create_users(conn, chunk, users[~np.isin(users, known)], history_limit, seen_cap)
+    if chunk.event_id is not None:      # a user with any event id takes the staging path with all their rows
+        known = np.union1d(known, chunk.user_id[np.array([e is not None for e in chunk.event_id.tolist()],
+                                                         dtype=bool)])
+    fresh = ~np.isin(chunk.user_id, known)
+    rows = insert_fresh(conn, chunk.take(fresh))
+    rest = chunk.take(~fresh)
+    if len(rest):
+        stage.load(conn, rest.user_id, rest.item_id, rest.type, rest.ts, rest.value, rest.event_id)
+        cur = conn.connection.driver_connection.cursor()    # the driver's tuples: no result wrapping per row
+        cur.execute(_INSERT)
+        rows += cur.fetchall()
+        cur.close()
+    return Written(table(rows, **STORED), items_created, users_created, refused)
+
+
+def create_users(conn: Connection, chunk: EventChunk, new: np.ndarray, history_limit: int, seen_cap: int) -> int:
+    """Create the users ``new`` (distinct, ascending), each with its first event time in the chunk as
+    ``created_at`` and empty kept values; returns how many this call created."""
+    if not len(new):
+        return 0
+    order = np.argsort(chunk.user_id, kind="stable")
+    ids, starts = np.unique(chunk.user_id[order], return_index=True)
+    first = np.minimum.reduceat(chunk.ts[order], starts)[np.isin(ids, new)]
+    recent, seen_value = history.empty(history_limit), seen.empty(seen_cap)
+    cur = conn.connection.driver_connection.cursor()
+    if stage.postgres(conn):
+        cur.execute("INSERT INTO users (id, created_at, history_version, recent, seen) "
+                    "SELECT u, t, 0, %s, %s FROM unnest(%s::bigint[], %s::float8[]) AS n(u, t) "
+                    "ON CONFLICT (id) DO NOTHING", (recent, seen_value, new.tolist(), first.tolist()))
+    else:
+        cur.executemany("INSERT INTO users (id, created_at, history_version, recent, seen) VALUES (?, ?, 0, ?, ?) "
+                        "ON CONFLICT (id) DO NOTHING",
+                        [(u, t, recent, seen_value) for u, t in zip(new.tolist(), first.tolist())])
+    made = max(cur.rowcount, 0)
     cur.close()
-    return Written(stored, items_created, max(users_created, 0), refused)
+    return made
+
+
+def insert_fresh(conn: Connection, chunk: EventChunk) -> list[tuple]:
+    """Insert the events of ``chunk`` (no event ids, users new in this transaction: nothing to probe) as they
+    are; returns the ``STORED`` tuples of the stored rows."""
+    if not len(chunk):
+        return []
+    columns = (chunk.user_id.tolist(), chunk.item_id.tolist(), chunk.type.tolist(), chunk.ts.tolist(),
+               stage.nullable(chunk.value))
+    cur = conn.connection.driver_connection.cursor()
+    if stage.postgres(conn):
+        cur.execute(f"INSERT INTO events ({_FRESH}) SELECT * FROM unnest(%s::bigint[], %s::bigint[], "
+                    f"%s::smallint[], %s::float8[], %s::float8[]) {_RETURNING}", columns)
+        rows = cur.fetchall()
+    else:
+        flat = list(zip(*columns))
+        rows = []
+        for start in range(0, len(flat), VALUES_ROWS):
+            part = flat[start:start + VALUES_ROWS]
+            cur.execute(f"INSERT INTO events ({_FRESH}) VALUES {', '.join(['(?, ?, ?, ?, ?)'] * len(part))} "
+                        f"{_RETURNING}", [x for row in part for x in row])
+            rows += cur.fetchall()
+    cur.close()
+    return rows

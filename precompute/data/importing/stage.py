@@ -13,10 +13,10 @@ import numpy as np
 from sqlalchemy import Connection
 
 STAGE = "import_stage"
-COLUMNS = ("seq", "user_id", "item_id", "type", "ts", "value", "client_event_id", "probe")
-_SQL_TYPES = {"sqlite": ("INTEGER", "INTEGER", "INTEGER", "INTEGER", "REAL", "REAL", "TEXT", "INTEGER"),
+COLUMNS = ("seq", "user_id", "item_id", "type", "ts", "value", "client_event_id")
+_SQL_TYPES = {"sqlite": ("INTEGER", "INTEGER", "INTEGER", "INTEGER", "REAL", "REAL", "TEXT"),
               "postgresql": ("BIGINT", "BIGINT", "BIGINT", "SMALLINT", "DOUBLE PRECISION", "DOUBLE PRECISION",
-                             "TEXT", "SMALLINT")}
+                             "TEXT")}
 
 
 def postgres(conn: Connection) -> bool:
@@ -59,15 +59,13 @@ def transaction(conn: Connection) -> Iterator[None]:
 
 
 def load(conn: Connection, user_id: np.ndarray, item_id: np.ndarray, type_: np.ndarray, ts: np.ndarray,
-         value: np.ndarray, event_id: np.ndarray | None, probe: np.ndarray) -> None:
+         value: np.ndarray, event_id: np.ndarray | None) -> None:
     """Replace the staging table's rows with one chunk's events (``seq`` = position in the chunk; NaN values and
-    absent event ids become NULL; ``probe``: bool per row, whether the insert must look for it among stored
-    events, ``events.py``)."""
+    absent event ids become NULL)."""
     n = len(user_id)
-    values = np.where(np.isnan(value), None, value).tolist() if np.isnan(value).any() else value.tolist()
+    values = nullable(value)
     ids = [None] * n if event_id is None else event_id.tolist()
-    rows = list(zip(range(n), user_id.tolist(), item_id.tolist(), type_.tolist(), ts.tolist(), values, ids,
-                    probe.astype(np.int8).tolist()))
+    rows = list(zip(range(n), user_id.tolist(), item_id.tolist(), type_.tolist(), ts.tolist(), values, ids))
     cur = conn.connection.driver_connection.cursor()
     cols = ", ".join(COLUMNS)
     if postgres(conn):
@@ -84,3 +82,8 @@ def load(conn: Connection, user_id: np.ndarray, item_id: np.ndarray, type_: np.n
 def id_list(ids: np.ndarray | list[int]) -> str:
     """Integer ids as an SQL list literal: ids are int64 values we produced, never text from the file."""
     return ", ".join(str(int(i)) for i in ids)
+
+
+def nullable(values: np.ndarray) -> list:
+    """Floats as a list for the driver, NaN as None (NULL)."""
+    return np.where(np.isnan(values), None, values).tolist() if np.isnan(values).any() else values.tolist()
