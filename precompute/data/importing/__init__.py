@@ -116,10 +116,11 @@ def import_events(engine: Engine, path: str | Path, format: str, settings: Setti
         if deferred:
             bulk.drop_deferred(conn)
         stage.create_stage(conn)
+        known_items = events.KnownItems()
         for chunk in chunks(result.report, _after_check(progress, path, strict)):
             with stage.transaction(conn):
                 done = events.write(conn, chunk, result.report, name, create, settings.history_limit,
-                                    settings.seen_max_items)
+                                    settings.seen_max_items, known_items)
                 users = kept.apply(conn, done.stored, settings.history_limit, settings.seen_max_items)
             result.items_created += done.items_created
             result.users_created += done.users_created

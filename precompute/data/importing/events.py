@@ -84,18 +84,46 @@ def first_of_each(chunk: EventChunk) -> np.ndarray:
     return keep
 
 
-def known_users(conn: Connection, user_ids: np.ndarray) -> np.ndarray:
-    """Which of ``user_ids`` (distinct) the users table has, in the caller's transaction."""
-    found = [conn.exec_driver_sql(f"SELECT id FROM users WHERE id IN ({stage.id_list(part)})").scalars().all()
-             for part in np.array_split(user_ids, max(1, -(-len(user_ids) // items.IN_BATCH)))]
-    return np.fromiter((u for part in found for u in part), dtype=np.int64)
+def present(conn: Connection, table_name: str, ids: np.ndarray) -> np.ndarray:
+    """Which of ``ids`` (distinct) ``table_name`` has, in the caller's transaction: driver-level queries with
+    literal id lists (compiling 25 k bound parameters per chunk through SQLAlchemy cost more than the inserts)."""
+    cur = conn.connection.driver_connection.cursor()
+    found = []
+    for start in range(0, len(ids), items.IN_BATCH):
+        cur.execute(f"SELECT id FROM {table_name} WHERE id IN ({stage.id_list(ids[start:start + items.IN_BATCH])})")
+        found += cur.fetchall()
+    cur.close()
+    return np.array([row[0] for row in found], dtype=np.int64)
 
 
 def unknown_items(conn: Connection, item_ids: np.ndarray) -> np.ndarray:
     """The distinct ids of ``item_ids`` the catalogue does not have (ascending)."""
     distinct = np.unique(item_ids)
-    have = items.existing(conn, distinct.tolist())
-    return distinct[~np.isin(distinct, np.fromiter(have, dtype=np.int64, count=len(have)))]
+    return distinct[~np.isin(distinct, present(conn, "items", distinct))]
+
+
+class KnownItems:
+    """The item ids one import found in the catalogue or created, so later chunks look up only the others (a
+    chunk of MovieLens ratings names ~25 k distinct items, mostly the same ones). Safe because items are never
+    deleted (an item leaves by being deactivated), so an item that existed at one chunk exists at every later
+    one. At most ``CAP`` ids are remembered (8 bytes each)."""
+
+    CAP = 4_000_000
+
+    def __init__(self) -> None:
+        self.ids = np.empty(0, dtype=np.int64)          # ascending
+
+    def unknown(self, conn: Connection, item_ids: np.ndarray) -> np.ndarray:
+        """The distinct ids of ``item_ids`` the catalogue does not have (ascending); remembers the others."""
+        distinct = np.unique(item_ids)
+        ask = distinct[~np.isin(distinct, self.ids)]
+        missing = ask[~np.isin(ask, present(conn, "items", ask))]
+        self.remember(ask[~np.isin(ask, missing)])
+        return missing
+
+    def remember(self, ids: np.ndarray) -> None:
+        if len(self.ids) < self.CAP:
+            self.ids = np.union1d(self.ids, ids)
 
 
 def refuse_unknown(chunk: EventChunk, missing: np.ndarray, report: Report, path: str) -> np.ndarray:
@@ -107,21 +135,22 @@ def refuse_unknown(chunk: EventChunk, missing: np.ndarray, report: Report, path:
 
 
 def write(conn: Connection, chunk: EventChunk, report: Report, path: str, create_items: bool,
-          history_limit: int, seen_cap: int) -> Written:
+          history_limit: int, seen_cap: int, known_items: KnownItems) -> Written:
     """Store the new events of ``chunk`` in the caller's transaction, creating unknown users (and items, when
     ``create_items``; else their rows are refused into ``report``)."""
     items_created = refused = 0
     chunk = chunk.take(first_of_each(chunk))
-    missing = unknown_items(conn, chunk.item_id)
+    missing = known_items.unknown(conn, chunk.item_id)
     if len(missing):
         if create_items:
             items_created = items.ensure(conn, missing.tolist(), create=True)
+            known_items.remember(missing)
         else:
             keep = refuse_unknown(chunk, missing, report, path)
             refused = int((~keep).sum())
             chunk = chunk.take(keep)
     users = np.unique(chunk.user_id)
-    known = known_users(conn, users)
+    known = present(conn, "users", users)
     users_created = create_users(conn, chunk, users[~np.isin(users, known)], history_limit, seen_cap)
     if chunk.event_id is not None:      # a user with any event id takes the staging path with all their rows
         known = np.union1d(known, chunk.user_id[np.array([e is not None for e in chunk.event_id.tolist()],
