@@ -5,6 +5,8 @@ foreign key setting stays its own. Small files written here, tiny chunks to cros
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from sqlalchemy import exc, inspect, text
 
@@ -130,3 +132,17 @@ def test_the_import_connection_alone_skips_foreign_key_checks(setup, tmp_path):
     finally:
         for conn in pooled:
             conn.close()
+
+
+def test_items_are_looked_up_again_in_every_chunk_until_they_exist(setup, tmp_path):
+    s, engine = setup
+    rows = [(1, 10, 4.0, 1), (1, 20, 4.0, 2), (2, 20, 4.0, 3), (2, 30, 4.0, 4), (3, 10, 4.0, 5), (3, 30, 4.0, 6)]
+    # given a catalogue with item 10 only, and a file naming items 20 and 30 in several chunks
+    import_events(engine, ratings(tmp_path, [(9, 10, 3.0, 0)], "one.csv"), "movielens", s)
+    # when items are not created, then the rows of 20 and 30 are refused in every chunk
+    strict = dataclasses.replace(s, events_create_items=False)
+    res = import_events(engine, ratings(tmp_path, rows), "movielens", strict, chunk_rows=2)
+    assert (res.report.refused, res.events_stored, res.items_created) == (4, 2, 0)
+    # and when they are, each is created once, by the chunk that first names it
+    res = import_events(engine, ratings(tmp_path, rows), "movielens", s, chunk_rows=2)
+    assert (res.events_stored, res.items_created, res.duplicates) == (4, 2, 2)
