@@ -13,18 +13,19 @@ event ids, and for the others a ``NOT EXISTS`` probe of ``ix_events_user_ts (use
 (the covering index history reads use: the probe seeks to (user, ts) and reads item and type from the index
 entry, never the table), so no new index on a table of tens of millions of rows is needed. The ``OR`` between the
 two keeps PostgreSQL from turning the probe into a hash anti-join over the whole events table.
+``RETURNING`` hands back exactly the events stored, which ``kept.py`` turns into version bumps and kept values.
 
 **Probed only where needed.** A user the users table does not have when the chunk's transaction starts has no
-stored events (events reference users), so the rows of such users, when none carries an event id, are inserted directly
-(``insert_fresh``: multi-row ``VALUES`` on SQLite, ``unnest`` of arrays on PostgreSQL), without the staging table
-or the probe; the rest, rows of users that already exist (whoever created them: earlier runs, the API, or an
-earlier chunk of this same import) and rows with event ids, go through the staging table and the probe. So a file
-repeating rows chunks apart still stores them once, without remembering the file's keys. A MovieLens log lists
-each user's rows together, so in a fresh import only the user a chunk boundary splits is probed. Each user's rows
-keep the file's order (a user's rows take one path); ids across users may not. On SQLite the chunk holds the write
-lock from its first read, so no event of a new user can appear meanwhile; on PostgreSQL an event the API records,
-in that instant, for a user the import is creating, with the same item, type and ts as a row of the file, would
-be stored twice.
+stored events (events reference users). So the rows of such users, unless one of them carries an event id, are
+inserted directly (``insert_fresh``: multi-row ``VALUES`` on SQLite, ``unnest`` of arrays on PostgreSQL), without
+the staging table or the probe. The rest, rows of users that already exist (whoever created them: earlier runs,
+the API, or an earlier chunk of this same import) and rows with event ids, take the staging table and the probe:
+a file repeating rows chunks apart still stores them once, without remembering the file's keys. A MovieLens log
+lists each user's rows together, so in a fresh import only the user a chunk boundary splits is probed. Each
+user's rows take one path and keep the file's order; ids across users may not. On SQLite the chunk holds the
+write lock from its first read, so no event of a new user can appear meanwhile; on PostgreSQL an event the API
+records, in that instant, for a user the import is creating, with the same item, type and ts as a row of the
+file, would be stored twice.
 """
 
 from __future__ import annotations
