@@ -105,7 +105,7 @@ def import_events(ctx: click.Context, path: str, format_: str, strict: bool, enc
     engine = ready_engine(settings)
     result = _run(path, strict, "importing events", lambda progress: importing.import_events(
         engine, path, format_, settings, strict=strict, encoding=encoding, progress=progress, rating_rule=rule,
-        default_type=default_type))
+        default_type=default_type, notify=lambda message: click.echo(f"\n{message}", err=True)))
     _report(result.report)
     r = result.report
     click.echo(f"{r.accepted} rows accepted, {r.refused} refused; {result.events_stored} events stored, "

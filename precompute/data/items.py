@@ -141,12 +141,17 @@ def ensure(conn: Connection, ids: Sequence[int], create: bool) -> int:
     if not create:
         raise NotFound(f"unknown item id(s): {', '.join(map(str, missing[:10]))}"
                        + (f" and {len(missing) - 10} more" if len(missing) > 10 else ""))
-    insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
-    made = 0
-    for start in range(0, len(missing), IN_BATCH):
-        made += len(conn.execute(insert(Item).values([{"id": i, "active": True}
-                                                      for i in missing[start:start + IN_BATCH]])
-                                 .on_conflict_do_nothing(index_elements=["id"]).returning(Item.id)).all())
+    # The driver's own executemany / array insert: compiling a multi-row VALUES construct cost ~0.2 ms per item,
+    # a minute for an event log naming 300 k items the catalogue does not have.
+    cur = conn.connection.driver_connection.cursor()
+    if conn.dialect.name == "postgresql":
+        cur.execute("INSERT INTO items (id, active) SELECT unnest(%s::bigint[]), true ON CONFLICT (id) DO NOTHING",
+                    (missing,))
+    else:
+        cur.executemany("INSERT INTO items (id, active) VALUES (?, 1) ON CONFLICT (id) DO NOTHING",
+                        [(i,) for i in missing])
+    made = max(cur.rowcount, 0)
+    cur.close()
     return made
 
 

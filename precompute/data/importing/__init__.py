@@ -35,7 +35,7 @@ from ...settings import Settings
 from .. import items as catalogue
 from ..event_types import EventTypes
 from ..importers import CHUNK_ROWS, EventChunk, RatingRule, Report, read_events, read_items
-from . import events, kept, stage
+from . import bulk, events, kept, stage
 
 Progress = Callable[[int], None]
 
@@ -87,11 +87,13 @@ def import_items(engine: Engine, path: str | Path, format: str, settings: Settin
 def import_events(engine: Engine, path: str | Path, format: str, settings: Settings, *, strict: bool = False,
                   encoding: str | None = None, progress: Progress | None = None,
                   rating_rule: RatingRule | None = None, default_type: str | None = None,
-                  chunk_rows: int = CHUNK_ROWS) -> ImportResult:
+                  chunk_rows: int = CHUNK_ROWS, notify: Callable[[str], None] | None = None) -> ImportResult:
     """Store the events of ``path`` (``importers.EVENT_FORMATS``), creating unknown users, and unknown items bare
     unless ``Settings.events_create_items`` is off (then their rows are refused like bad rows). Types are the
     declared ``Settings.event_types``; ``default_type`` (default: the first declared) for rows without one;
-    ``rating_rule`` for MovieLens ratings (default: ``default_rating_rule``)."""
+    ``rating_rule`` for MovieLens ratings (default: ``default_rating_rule``). On a connection tuned for bulk
+    writing, with two indexes built at the end when the table is small next to the file (``bulk.py``;
+    ``notify`` hears of that last step, which has no progress of its own)."""
     types = EventTypes.of(settings).codes
     rule = rating_rule or default_rating_rule(settings)
     default = default_type or settings.event_types[0][0]
@@ -104,17 +106,21 @@ def import_events(engine: Engine, path: str | Path, format: str, settings: Setti
 
     result = ImportResult(Report(strict=strict))
     affected = [np.empty(0, dtype=np.int64)]
-    with _connection(engine) as conn:
+    with _connection(engine) as conn, bulk.tuned(conn):
         if strict:
             check = None if create else lambda chunk, report: events.refuse_unknown(
                 chunk, events.unknown_items(conn, chunk.item_id), report, name)
             _validate(chunks, progress, check)
             conn.rollback()                     # the checks' reads: no transaction left open between chunks
+        deferred = bulk.defer(conn, path)
+        if deferred:
+            bulk.drop_deferred(conn)
         stage.create_stage(conn)
+        known_items = events.KnownItems()
         for chunk in chunks(result.report, _after_check(progress, path, strict)):
             with stage.transaction(conn):
                 done = events.write(conn, chunk, result.report, name, create, settings.history_limit,
-                                    settings.seen_max_items)
+                                    settings.seen_max_items, known_items)
                 users = kept.apply(conn, done.stored, settings.history_limit, settings.seen_max_items)
             result.items_created += done.items_created
             result.users_created += done.users_created
@@ -122,6 +128,8 @@ def import_events(engine: Engine, path: str | Path, format: str, settings: Setti
             result.report.accepted -= done.refused          # refused by the writer: counted once, as refused
             result.duplicates += len(chunk) - done.refused - len(done.stored)
             affected = [np.union1d(affected[0], users)]
+        if deferred:
+            bulk.build_deferred(conn, notify)
     result.users_affected = affected[0]
     return result
 

@@ -41,9 +41,14 @@ def transaction(conn: Connection) -> Iterator[None]:
     the chunk reads (which events and users exist) cannot change before it writes, and the API's writers wait
     (their 30 s busy timeout) for one chunk, a fraction of a second, never for the whole file. A deferred
     transaction would instead fail with "database is locked" when a writer committed between its read and its
-    first write. PostgreSQL locks the users it updates (``FOR UPDATE``, in id order as ``recording.py`` does).
+    first write. PostgreSQL locks the users it updates (``FOR UPDATE``, in id order as ``recording.py`` does),
+    and commits without waiting for the WAL flush (``synchronous_commit = off``, this transaction only): a server
+    crash may lose the last chunks committed before it (never corrupts anything, and a chunk is lost whole,
+    events with their version bumps), which running the import again stores, as after any interrupted import.
     """
-    if not postgres(conn):
+    if postgres(conn):
+        conn.exec_driver_sql("SET LOCAL synchronous_commit = off")
+    else:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
     try:
         yield
@@ -58,7 +63,7 @@ def load(conn: Connection, user_id: np.ndarray, item_id: np.ndarray, type_: np.n
     """Replace the staging table's rows with one chunk's events (``seq`` = position in the chunk; NaN values and
     absent event ids become NULL)."""
     n = len(user_id)
-    values = np.where(np.isnan(value), None, value).tolist() if np.isnan(value).any() else value.tolist()
+    values = nullable(value)
     ids = [None] * n if event_id is None else event_id.tolist()
     rows = list(zip(range(n), user_id.tolist(), item_id.tolist(), type_.tolist(), ts.tolist(), values, ids))
     cur = conn.connection.driver_connection.cursor()
@@ -77,3 +82,8 @@ def load(conn: Connection, user_id: np.ndarray, item_id: np.ndarray, type_: np.n
 def id_list(ids: np.ndarray | list[int]) -> str:
     """Integer ids as an SQL list literal: ids are int64 values we produced, never text from the file."""
     return ", ".join(str(int(i)) for i in ids)
+
+
+def nullable(values: np.ndarray) -> list:
+    """Floats as a list for the driver, NaN as None (NULL)."""
+    return np.where(np.isnan(values), None, values).tolist() if np.isnan(values).any() else values.tolist()
