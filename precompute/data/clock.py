@@ -1,8 +1,8 @@
 """The log's clock: the instant features, time windows and popularity are computed at, in training and precompute
 alike.
 
-It is the newest event time the database holds (one lookup on ``ix_events_ts``; a scan of the events table while a bulk import has that index down, ``importing/bulk.py``), or ``PREFEED_AS_OF`` when set.
-Not the wall clock: a replayed historical log then gets the same recency features at serve time that the model
+It is the newest event time the database holds (one lookup on ``ix_events_ts``; a scan of the events table while a
+bulk import has that index down, ``importing/bulk.py``), or ``PREFEED_AS_OF`` when set. Not the wall clock: a replayed historical log then gets the same recency features at serve time that the model
 saw in training, where the clock is the time split. Everything at or before the clock is known, nothing after.
 """
 
