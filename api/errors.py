@@ -9,10 +9,9 @@ import logging
 import orjson
 import redis
 from flask import Flask, Response
-from sqlalchemy.exc import SQLAlchemyError
 from werkzeug.exceptions import HTTPException
 
-from precompute.errors import PrefeedError, Unavailable, as_prefeed_error
+from precompute.errors import PrefeedError, Unavailable, as_prefeed_error, database_errors
 
 log = logging.getLogger(__name__)
 
@@ -33,12 +32,13 @@ def register(app: Flask) -> None:
             body["dependency"] = exc.which
         return json_response(body, exc.http_status)
 
-    @app.errorhandler(redis.RedisError)
-    @app.errorhandler(SQLAlchemyError)
     def _dependency(exc):
         # The driver's message stays in the log: it may name hosts or users a client has no business seeing.
         log.warning("dependency error: %s: %s", type(exc).__name__, exc)
         return _prefeed(as_prefeed_error(exc, detail=False))
+
+    for kind in (redis.RedisError, *database_errors()):
+        app.register_error_handler(kind, _dependency)
 
     @app.errorhandler(HTTPException)
     def _http(exc: HTTPException):

@@ -80,10 +80,24 @@ def as_prefeed_error(exc: BaseException, detail: bool = True) -> PrefeedError | 
     if isinstance(exc, PrefeedError):
         return exc
     import redis
-    from sqlalchemy.exc import SQLAlchemyError
 
     if isinstance(exc, redis.RedisError):
         return Unavailable("redis", first_line(exc) if detail else "")
-    if isinstance(exc, SQLAlchemyError):
+    if isinstance(exc, database_errors()):
         return Unavailable("database", first_line(exc) if detail else "")
     return None
+
+
+def database_errors() -> tuple[type[BaseException], ...]:
+    """The exception classes a database call may raise: SQLAlchemy's, and the drivers' own (DB-API ``Error``) from
+    paths that use a raw driver cursor for speed (bulk imports, ``items.ensure``)."""
+    import sqlite3
+
+    from sqlalchemy.exc import SQLAlchemyError
+
+    kinds: list[type[BaseException]] = [SQLAlchemyError, sqlite3.Error]
+    try:
+        import psycopg
+    except ImportError:                       # only needed with a PostgreSQL URL
+        return tuple(kinds)
+    return (*kinds, psycopg.Error)

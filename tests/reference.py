@@ -99,7 +99,8 @@ def item_features(items, now: float) -> list[dict[str, float]]:
             "item_log_price": log_price,
             # an item in several categories: against the mean of its categories' means, its best rank, its largest
             # category and the largest share; NaN without categories
-            "item_price_vs_category": log_price - sum(mean_log_price(c) for c in cats) / len(cats) if cats else NAN,
+            # (over the categories with priced members: a category without one leaves the others' mean)
+            "item_price_vs_category": _price_vs(log_price, [m for m in map(mean_log_price, cats) if not math.isnan(m)]),
             **{f"item_attr_{a}": items.attributes[r, k] for k, a in enumerate(items.attribute_names)},
             **{f"item_log_{name}": math.log1p(counts[t]) for t, name in enumerate(types, start=1)},
             **{f"item_{name}_rate": (counts[t] + rate_prior(t)) / (counts[1] + 10)
@@ -176,3 +177,8 @@ def feature_rows(settings, items, cov, rows, types, ts, now: float, per_item,
                                       "ux_log_category_weight", "ux_category_events_7d"), NAN))
         out[r] = row
     return out
+
+
+def _price_vs(log_price: float, means: list[float]) -> float:
+    """An item's log price against the mean of its categories' mean log prices; NaN when none has one."""
+    return log_price - sum(means) / len(means) if means else NAN

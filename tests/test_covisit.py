@@ -102,6 +102,13 @@ def test_event_type_weights_scale_pair_strength():
     assert got["dst"][got["src"] == 3][0] == 2
 
 
+def test_an_event_type_no_longer_declared_weighs_nothing():
+    # given events of code 5 while only two types are declared
+    settings = Settings(event_types=(("view", 1.0), ("buy", 4.0)))
+    # then their factor is 0, as every other reader of type codes weighs them, instead of an IndexError
+    assert covisit.event_factors(np.array([1, 2, 5], dtype=np.int16), settings).tolist() == [1.0, 2.0, 0.0]
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_an_all_views_log_weighs_as_unweighted_and_ranges_do_not_change_weights(seed):
     settings = Settings()

@@ -276,3 +276,19 @@ def test_an_event_colliding_on_another_unique_index_counts_as_a_duplicate(own, i
     finally:
         with engine.begin() as conn:
             conn.exec_driver_sql("DROP INDEX ux_events_test_once")
+
+
+def test_a_put_under_a_narrower_declaration_keeps_attributes_it_does_not_declare(settings, catalogue_url, ids, admin):
+    # given an item written with two declared attributes
+    wide = _app(settings, catalogue_url, item_attributes=("quality", "photos"))
+    body = {"categories": [1], "price": 5.0, "attributes": {"quality": 0.5, "photos": 3}}
+    assert wide.test_client().put(f"/items/{ids[0]}", json=body, headers=admin).status_code == 201
+    # when an API process that declares only one of them replaces the item
+    narrow = _app(settings, catalogue_url, item_attributes=("quality",))
+    body = {"categories": [2], "price": 6.0, "attributes": {"quality": 0.9}}
+    assert narrow.test_client().put(f"/items/{ids[0]}", json=body, headers=admin).status_code == 200
+    # then what it declares is replaced and the value it cannot see is kept, not erased
+    engine = narrow.extensions["prefeed"]["engine"]
+    assert _stored(engine, ids[0])["attributes"] == {"quality": 0.9, "photos": 3.0}
+    for app in (wide, narrow):
+        app.extensions["prefeed"]["engine"].dispose()

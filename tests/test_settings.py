@@ -149,6 +149,18 @@ def test_no_module_is_over_300_lines():
     assert long == {}
 
 
+def test_driver_errors_from_raw_cursors_are_database_unavailable_not_bugs():
+    # given the errors a raw driver cursor raises (bulk imports, items.ensure), not wrapped by SQLAlchemy
+    import sqlite3
+
+    import psycopg
+
+    for exc in (sqlite3.OperationalError("database is locked"), psycopg.OperationalError("deadlock detected")):
+        # then they map to the one "database unavailable" error (HTTP 503, one CLI line), like SQLAlchemy's
+        mapped = errors.as_prefeed_error(exc)
+        assert isinstance(mapped, errors.Unavailable) and mapped.which == "database", exc
+
+
 def test_every_error_declares_its_status_and_exit_code_in_one_place():
     tree = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, errors.PrefeedError)]
     assert len(tree) >= 7

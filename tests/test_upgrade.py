@@ -11,6 +11,8 @@ from precompute.data import engine as db
 from precompute.data.models import Event, Item, ItemAttribute, ItemCategory, StoredEventType
 from precompute.errors import ConfigError
 from precompute.ranking.item_table import load_item_table
+from precompute.ranking.layout import for_settings
+from precompute.data.recording import NewEvent, record
 from precompute.settings import Settings
 from tests.conftest import own_database
 
@@ -41,7 +43,10 @@ def test_init_db_moves_the_one_category_items_table_to_categories_and_attributes
     with engine.begin() as conn:
         for statement in OLD_SCHEMA.split(";"):
             conn.execute(text(statement))
-    # when init-db runs (twice: it is idempotent)
+    # when init-db runs with a declaration that would give its stored codes other meanings, it refuses
+    with pytest.raises(ConfigError, match="type 'click' as code 2, which is 'rating'"):
+        db.init_db(engine, Settings(database_url=own_url, event_types=(("view", 1.0), ("rating", 5.0))))
+    # and with today's default (twice: it is idempotent) it brings the database up to date
     db.init_db(engine, Settings(database_url=own_url))
     db.init_db(engine, Settings(database_url=own_url))
     # then every item keeps its price, time and status, its category is a row of item_categories and the three
@@ -54,6 +59,9 @@ def test_init_db_moves_the_one_category_items_table_to_categories_and_attributes
             (1, "photos", 3.0), (1, "quality", 0.7), (1, "seller_rating", 4.5),
             (2, "photos", 1.0), (2, "quality", 0.1), (2, "seller_rating", 2.0)]
         assert conn.execute(select(Event.user_id, Event.item_id, Event.type, Event.ts)).all() == [(5, 2, 1, 50.0)]
+        # and its events keep the four types that version stored them with
+        assert conn.execute(select(StoredEventType.name).order_by(StoredEventType.code)).scalars().all() == \
+            ["view", "click", "contact", "purchase"]
     # and an item may now be created bare, while events still refuse items that do not exist
     with engine.begin() as conn:
         conn.execute(insert(Item).values(id=2**62, active=True))
@@ -84,4 +92,27 @@ def test_init_db_records_event_types_and_refuses_a_declaration_that_reorders_the
     with pytest.raises(ConfigError, match="type 'view' as code 1, which is 'click'"):
         load_item_table(engine, swapped)
     load_item_table(engine, more)
+    engine.dispose()
+
+
+def test_a_type_name_that_makes_a_feature_twice_is_one_line_config_error():
+    # given a declared event type named like a column the layout has anyway ("user_log_events")
+    settings = Settings(event_types=(("view", 1.0), ("events", 3.0)))
+    # then building the feature layout is refused with a message naming the clash, not a bare ValueError
+    with pytest.raises(ConfigError, match="user_log_events twice"):
+        for_settings(settings)
+
+
+def test_events_recorded_under_a_contradicting_declaration_are_refused(own_url):
+    # given a database whose types were recorded from the default declaration
+    engine = db.make_engine(own_url)
+    db.init_db(engine, Settings(database_url=own_url))
+    # when an API process started with the first two types swapped records an event
+    swapped = Settings(database_url=own_url, event_types=(("click", 2.0), ("view", 1.0), ("contact", 4.0)))
+    with pytest.raises(ConfigError, match="type 'view' as code 1, which is 'click'"):
+        record(engine, [NewEvent(user_id=1, item_id=1, type=1, ts=100.0)], swapped)
+    # then nothing was written
+    with engine.connect() as conn:
+        assert conn.execute(select(Event.id)).first() is None
+        assert conn.execute(select(Item.id)).first() is None
     engine.dispose()

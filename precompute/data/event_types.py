@@ -17,7 +17,7 @@ from sqlalchemy import Connection, select
 
 from ..errors import ConfigError
 from ..settings import Settings
-from .models import StoredEventType
+from .models import Event, StoredEventType
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,12 +49,24 @@ class EventTypes:
         return len(self.names)
 
 
+#: The types every version before declared types stored events with, codes 1 to 4.
+LEGACY = ("view", "click", "contact", "purchase")
+
+
+def stored_types(conn: Connection) -> dict[int, str]:
+    """code → name of the types events are stored with: the ``event_types`` table, or, for a database an earlier
+    version wrote (events but no recorded types), the four types that version had."""
+    stored = dict(conn.execute(select(StoredEventType.code, StoredEventType.name)).all())
+    if not stored and conn.execute(select(Event.id).limit(1)).first() is not None:
+        return dict(enumerate(LEGACY, start=1))
+    return stored
+
+
 def check(conn: Connection, settings: Settings) -> EventTypes:
     """``ConfigError`` if a stored code now names another type or is no longer declared (reads only: what every
     reader of type codes runs before it interprets them; ``register`` also records new types)."""
     types = EventTypes.of(settings)
-    stored = dict(conn.execute(select(StoredEventType.code, StoredEventType.name)).all())
-    for code, name in sorted(stored.items()):
+    for code, name in sorted(stored_types(conn).items()):
         if code > len(types) or types.names[code - 1] != name:
             now = f"{types.names[code - 1]!r}" if code <= len(types) else "not declared"
             raise ConfigError(f"PREFEED_EVENT_TYPES: events are stored with type {name!r} as code {code}, which is "
@@ -66,7 +78,7 @@ def check(conn: Connection, settings: Settings) -> EventTypes:
 def register(conn: Connection, settings: Settings) -> EventTypes:
     """Record the declared types in the ``event_types`` table, after ``check``."""
     types = check(conn, settings)
-    stored = set(conn.execute(select(StoredEventType.code)).scalars())
+    stored = set(conn.execute(select(StoredEventType.code)).scalars())      # (empty for a legacy database)
     missing = [{"code": code, "name": name} for code, name in enumerate(types.names, start=1) if code not in stored]
     if missing:
         conn.execute(StoredEventType.__table__.insert(), missing)

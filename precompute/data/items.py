@@ -89,7 +89,7 @@ def upsert(conn: Connection, chunk: ItemChunk, attributes: Sequence[str], active
     # The last row of each id: unique over the reversed ids gives each id's last position.
     rev = chunk.item_id[::-1]
     _, first_in_rev = np.unique(rev, return_index=True)
-    last = np.sort(n - 1 - first_in_rev)
+    last = n - 1 - first_in_rev        # in id order (np.unique sorts): concurrent upserts lock rows alike
     ids = chunk.item_id[last]
     id_list = ids.tolist()
     before = existing(conn, id_list)
@@ -106,7 +106,10 @@ def upsert(conn: Connection, chunk: ItemChunk, attributes: Sequence[str], active
     for start in range(0, len(id_list), IN_BATCH):
         part = id_list[start:start + IN_BATCH]
         conn.execute(delete(ItemCategory).where(ItemCategory.item_id.in_(part)))
-        conn.execute(delete(ItemAttribute).where(ItemAttribute.item_id.in_(part)))
+        # Only the declared names: values stored under a name declared elsewhere or earlier are not this
+        # upsert's to drop (a shell with a narrower PREFEED_ITEM_ATTRIBUTES must not erase them).
+        conn.execute(delete(ItemAttribute).where(ItemAttribute.item_id.in_(part),
+                                                 ItemAttribute.name.in_(list(attributes))))
     sizes = np.diff(chunk.category_offsets)[last]
     starts = chunk.category_offsets[:-1][last]
     take = np.repeat(starts - np.r_[0, np.cumsum(sizes)[:-1]], sizes) + np.arange(int(sizes.sum()))

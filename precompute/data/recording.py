@@ -9,11 +9,10 @@ import dataclasses
 from sqlalchemy import Engine, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import SQLAlchemyError
 
-from ..errors import as_prefeed_error
+from ..errors import as_prefeed_error, database_errors
 from ..settings import Settings
-from . import history, items, seen as seen_items
+from . import event_types, history, items, seen as seen_items
 from .models import Event, User
 
 
@@ -47,6 +46,9 @@ def record(engine: Engine, events: list[NewEvent], settings: Settings) -> Record
     user_ids = sorted({e.user_id for e in events})
     try:
         with engine.begin() as conn:
+            # The codes this process writes must mean what the stored ones do (an API started with a reordered
+            # PREFEED_EVENT_TYPES would otherwise store clicks as something else); one small read.
+            event_types.check(conn, settings)
             created = items.ensure(conn, item_ids, settings.events_create_items)
             first_ts = min(e.ts for e in events)
             conn.execute(insert(User).values([{"id": u, "created_at": first_ts, "history_version": 0,
@@ -85,7 +87,7 @@ def record(engine: Engine, events: list[NewEvent], settings: Settings) -> Record
                     conn.execute(update(User).where(User.id == uid).values(**values))
                 versions[uid] = int(v)
                 seen += [(uid, e.item_id, int(v)) for e in new]
-    except SQLAlchemyError as exc:
+    except database_errors() as exc:
         raise as_prefeed_error(exc) from exc
     return Recorded(accepted=len(stored), duplicates=len(events) - len(stored), versions=versions, seen=seen,
                     items_created=created)

@@ -97,7 +97,9 @@ def split_item_columns(engine: Engine) -> bool:
                         "SELECT id, price, created_at, active FROM items")
             cur.execute("DROP TABLE items")
             cur.execute("ALTER TABLE items_upgraded RENAME TO items")
-            cur.execute("PRAGMA foreign_key_check")
+            broken = cur.execute("PRAGMA foreign_key_check").fetchall()
+            if broken:
+                raise RuntimeError(f"items table rebuild would break {len(broken)} foreign key(s): {broken[:3]}")
             raw.commit()
         except BaseException:
             raw.rollback()

@@ -138,7 +138,12 @@ class ItemTable:
             rank = segment_reduce(np.minimum, self._cat_rank_by_member.astype(np.float64), self.cat_indptr)
             size = segment_reduce(np.maximum, self.cat_size[self.cat_of], self.cat_indptr)
             share = segment_reduce(np.maximum, self.cat_share[self.cat_of], self.cat_indptr)
-            mean_price = segment_reduce(np.add, self.cat_log_price_mean[self.cat_of], self.cat_indptr) / self.n_cats
+            # (over the categories that have priced members: one without leaves the others' mean, not NaN)
+            means = self.cat_log_price_mean[self.cat_of]
+            finite = np.isfinite(means)
+            with np.errstate(invalid="ignore"):
+                mean_price = segment_reduce(np.add, np.where(finite, means, 0.0), self.cat_indptr) \
+                    / segment_reduce(np.add, finite.astype(np.float64), self.cat_indptr)
             block = self.layout.stack("item_static", {
                 "item_log_price": self.log_price,
                 "item_price_vs_category": self.log_price - mean_price,
@@ -206,8 +211,12 @@ def load_item_table(engine: Engine, settings: Settings, as_of: float | None = No
     index = pd.Index(ids)
     attr = np.full((n, len(names)), np.nan)
     if len(attributes):
+        # An item written between the items read and this one is not in the table (-1): its values are left out,
+        # never written into row -1 (the last item's).
         at = index.get_indexer(attributes["item"])
-        attr[at, [names.index(a) for a in attributes["name"]]] = attributes["value"]
+        ok = at >= 0
+        col = np.array([names.index(a) for a in attributes["name"]], dtype=np.int64)
+        attr[at[ok], col[ok]] = attributes["value"][ok]
     counts = np.zeros((n, len(types) + 1), dtype=np.float64)
     recent = np.zeros(n, dtype=np.float64)
     if stats and n:

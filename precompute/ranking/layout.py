@@ -15,7 +15,7 @@ import functools
 
 import numpy as np
 
-from ..errors import BundleError
+from ..errors import BundleError, ConfigError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,7 +26,8 @@ class FeatureLayout:
     def __post_init__(self) -> None:
         names = self.names
         if len(set(names)) != len(names):
-            raise ValueError("feature names must be unique")
+            twice = sorted({name for name in names if names.count(name) > 1})
+            raise ValueError(f"feature names must be unique: {', '.join(twice)} twice")
         object.__setattr__(self, "_index", {name: k for k, name in enumerate(names)})
 
     @property
@@ -78,8 +79,13 @@ class FeatureLayout:
 
 
 def for_settings(settings) -> FeatureLayout:
-    """The layout a ``Settings`` implies: its declared item attributes and event types name columns."""
-    return for_declaration(tuple(settings.item_attributes), tuple(name for name, _ in settings.event_types))
+    """The layout a ``Settings`` implies: its declared item attributes and event types name columns.
+    ``ConfigError`` when a declared name makes a column another column already is (a type named ``events``)."""
+    try:
+        return for_declaration(tuple(settings.item_attributes), tuple(name for name, _ in settings.event_types))
+    except ValueError as exc:
+        raise ConfigError(f"PREFEED_EVENT_TYPES / PREFEED_ITEM_ATTRIBUTES: {exc}; rename the type or "
+                          "attribute") from None
 
 
 @functools.lru_cache(maxsize=16)

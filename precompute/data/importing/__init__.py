@@ -28,9 +28,8 @@ from pathlib import Path
 
 import numpy as np
 from sqlalchemy import Engine
-from sqlalchemy.exc import SQLAlchemyError
 
-from ...errors import as_prefeed_error
+from ...errors import as_prefeed_error, database_errors
 from ...settings import Settings
 from .. import items as catalogue
 from ..event_types import EventTypes
@@ -159,11 +158,11 @@ class _connection:
     def __enter__(self):
         try:
             self.conn = self.engine.connect()
-        except SQLAlchemyError as exc:
+        except database_errors() as exc:
             raise as_prefeed_error(exc) from exc
         return self.conn
 
     def __exit__(self, kind, exc, tb) -> None:
         self.conn.close()
-        if isinstance(exc, SQLAlchemyError):
+        if isinstance(exc, database_errors()):
             raise as_prefeed_error(exc) from exc

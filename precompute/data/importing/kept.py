@@ -30,7 +30,9 @@ def apply(conn: Connection, stored: np.ndarray, history_limit: int, seen_cap: in
     users, starts = np.unique(stored["user"], return_index=True)
     ends = np.r_[starts[1:], len(stored)]
     current = {}
-    lock = " ORDER BY id FOR UPDATE" if postgres(conn) else ""        # SQLite: BEGIN IMMEDIATE holds the lock
+    # FOR NO KEY UPDATE (what an UPDATE of non-key columns takes): it does not conflict with the KEY SHARE locks
+    # the foreign-key checks of concurrent event inserts take. SQLite: BEGIN IMMEDIATE holds the lock.
+    lock = " ORDER BY id FOR NO KEY UPDATE" if postgres(conn) else ""
     for k in range(0, len(users), IN_BATCH):
         part = users[k:k + IN_BATCH]
         for uid, recent, seen_value in conn.exec_driver_sql(

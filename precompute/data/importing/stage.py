@@ -41,7 +41,7 @@ def transaction(conn: Connection) -> Iterator[None]:
     the chunk reads (which events and users exist) cannot change before it writes, and the API's writers wait
     (their 30 s busy timeout) for one chunk, a fraction of a second, never for the whole file. A deferred
     transaction would instead fail with "database is locked" when a writer committed between its read and its
-    first write. PostgreSQL locks the users it updates (``FOR UPDATE``, in id order as ``recording.py`` does),
+    first write. PostgreSQL locks the users it updates (``FOR NO KEY UPDATE``, in id order as ``recording.py`` does),
     and commits without waiting for the WAL flush (``synchronous_commit = off``, this transaction only): a server
     crash may lose the last chunks committed before it (never corrupts anything, and a chunk is lost whole,
     events with their version bumps), which running the import again stores, as after any interrupted import.
