@@ -6,8 +6,7 @@ import numpy as np
 from flask import Blueprint, current_app
 
 from jobs.queues import notify_changed
-from precompute.data import catalog
-from precompute.data.event_types import EventTypes
+from precompute.data import catalog, event_types
 
 from .errors import json_response
 from .parse import path_id, query_int
@@ -44,10 +43,10 @@ def _fallback(ctx, uid: int, limit: int, offset: int):
     recent = catalog.latest_interactions(ctx["engine"], uid, settings.seen_recent_max)
     seen = np.union1d(catalog.seen_items(ctx["engine"], uid, settings),
                       np.array([r[0] for r in recent], dtype=np.int64))
-    weight_of = EventTypes.of(settings).weight_by_code()
+    by_type = event_types.EventTypes.of(settings).weight_by_code()
+    type_weight = event_types.by_code(by_type, [r[1] for r in recent]).tolist()
     weights: dict[int, float] = {}
-    for _, type_, cats in recent:
-        w = float(weight_of[type_]) if 0 <= type_ < len(weight_of) else 0.0
+    for (_, _, cats), w in zip(recent, type_weight):
         for c in cats:
             weights[c] = weights.get(c, 0.0) + w
     top = sorted((c for c in weights if weights[c] > 0), key=lambda c: (-weights[c], c))

@@ -49,6 +49,13 @@ class EventTypes:
         return len(self.names)
 
 
+def by_code(table: np.ndarray, codes) -> np.ndarray:
+    """``table[codes]`` for a table indexed by type code (``weight_by_code`` or one derived from it); 0 for a code
+    outside it, a type no longer declared, so that every reader weighs such events alike."""
+    codes = np.asarray(codes, dtype=np.int64)
+    return np.where((codes >= 0) & (codes < len(table)), table[np.clip(codes, 0, len(table) - 1)], 0.0)
+
+
 #: The types every version before declared types stored events with, codes 1 to 4.
 LEGACY = ("view", "click", "contact", "purchase")
 

@@ -47,10 +47,7 @@ def event_factors(ev_type: np.ndarray, settings: Settings) -> np.ndarray:
     weight, so a log of the weakest type only (all views) gets plain 1/distance."""
     weights = event_types.EventTypes.of(settings).weight_by_code()
     weakest = weights[weights > 0].min(initial=np.inf)
-    factor = np.sqrt(weights / (weakest if np.isfinite(weakest) else 1.0))
-    codes = np.asarray(ev_type, dtype=np.int64)
-    # A code past the declaration (a type no longer declared) weighs 0, as everywhere else.
-    return np.where((codes >= 0) & (codes < len(factor)), factor[np.clip(codes, 0, len(factor) - 1)], 0.0)
+    return event_types.by_code(np.sqrt(weights / (weakest if np.isfinite(weakest) else 1.0)), ev_type)
 
 
 def build_pairs(ev_user: np.ndarray, ev_item: np.ndarray, ev_ts: np.ndarray, window: int, gap: float,

@@ -113,9 +113,7 @@ class ItemTable:
 
     def weight_of(self, types: np.ndarray) -> np.ndarray:
         """The declared weight of each event type code; 0 for codes past the declaration."""
-        w = self.type_weights
-        types = np.asarray(types, dtype=np.int64)
-        return np.where((types >= 0) & (types < len(w)), w[np.clip(types, 0, len(w) - 1)], 0.0)
+        return event_types.by_code(self.type_weights, types)
 
     def categories_of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Every (position in ``rows``, dense category) pair of ``rows``' categories, grouped by position in
