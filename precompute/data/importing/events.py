@@ -85,22 +85,10 @@ def first_of_each(chunk: EventChunk) -> np.ndarray:
     return keep
 
 
-def present(conn: Connection, table_name: str, ids: np.ndarray) -> np.ndarray:
-    """Which of ``ids`` (distinct) ``table_name`` has, in the caller's transaction: driver-level queries with
-    literal id lists (compiling 25 k bound parameters per chunk through SQLAlchemy cost more than the inserts)."""
-    cur = conn.connection.driver_connection.cursor()
-    found = []
-    for start in range(0, len(ids), items.IN_BATCH):
-        cur.execute(f"SELECT id FROM {table_name} WHERE id IN ({stage.id_list(ids[start:start + items.IN_BATCH])})")
-        found += cur.fetchall()
-    cur.close()
-    return np.array([row[0] for row in found], dtype=np.int64)
-
-
 def unknown_items(conn: Connection, item_ids: np.ndarray) -> np.ndarray:
     """The distinct ids of ``item_ids`` the catalogue does not have (ascending)."""
     distinct = np.unique(item_ids)
-    return distinct[~np.isin(distinct, present(conn, "items", distinct))]
+    return distinct[~np.isin(distinct, items.present(conn, "items", distinct))]
 
 
 class KnownItems:
@@ -118,7 +106,7 @@ class KnownItems:
         """The distinct ids of ``item_ids`` the catalogue does not have (ascending); remembers the others."""
         distinct = np.unique(item_ids)
         ask = distinct[~np.isin(distinct, self.ids)]
-        missing = ask[~np.isin(ask, present(conn, "items", ask))]
+        missing = ask[~np.isin(ask, items.present(conn, "items", ask))]
         self.remember(ask[~np.isin(ask, missing)])
         return missing
 
@@ -151,7 +139,7 @@ def write(conn: Connection, chunk: EventChunk, report: Report, path: str, create
             refused = int((~keep).sum())
             chunk = chunk.take(keep)
     users = np.unique(chunk.user_id)
-    known = present(conn, "users", users)
+    known = items.present(conn, "users", users)
     users_created = create_users(conn, chunk, users[~np.isin(users, known)], history_limit, seen_cap)
     if chunk.event_id is not None:      # a user with any event id takes the staging path with all their rows
         known = np.union1d(known, chunk.user_id[np.array([e is not None for e in chunk.event_id.tolist()],

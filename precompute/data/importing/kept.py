@@ -14,9 +14,9 @@ import numpy as np
 from sqlalchemy import Connection, text
 
 from .. import history, seen
-from .stage import id_list, postgres
+from ..items import IN_BATCH, literal_ids
+from .stage import postgres
 
-IN_BATCH = 10_000
 _UPDATE = text("UPDATE users SET history_version = history_version + :n, recent = :recent, seen = :seen "
                "WHERE id = :id")
 
@@ -36,7 +36,7 @@ def apply(conn: Connection, stored: np.ndarray, history_limit: int, seen_cap: in
     for k in range(0, len(users), IN_BATCH):
         part = users[k:k + IN_BATCH]
         for uid, recent, seen_value in conn.exec_driver_sql(
-                f"SELECT id, recent, seen FROM users WHERE id IN ({id_list(part)}){lock}"):
+                f"SELECT id, recent, seen FROM users WHERE id IN ({literal_ids(part)}){lock}"):
             current[uid] = (recent, seen_value)
     params = []
     for uid, a, b in zip(users.tolist(), starts.tolist(), ends.tolist()):

@@ -79,11 +79,6 @@ def load(conn: Connection, user_id: np.ndarray, item_id: np.ndarray, type_: np.n
     cur.close()
 
 
-def id_list(ids: np.ndarray | list[int]) -> str:
-    """Integer ids as an SQL list literal: ids are int64 values we produced, never text from the file."""
-    return ", ".join(str(int(i)) for i in ids)
-
-
 def nullable(values: np.ndarray) -> list:
     """Floats as a list for the driver, NaN as None (NULL)."""
     return np.where(np.isnan(values), None, values).tolist() if np.isnan(values).any() else values.tolist()
