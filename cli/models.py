@@ -29,7 +29,7 @@ def train(obj, iterations: int | None, depth: int | None, users: int | None, see
     result = ranker.train(engine, settings, iterations=iterations, depth=depth, users=users, seed=seed_,
                           progress=lambda m: click.echo(f"  {m}"))
     m = result.metrics
-    click.echo(f"validation NDCG@10: model {m['ndcg10']:.4f}, popularity baseline {m['ndcg10_popular']:.4f} "
+    click.echo(f"validation NDCG@10: model {m['ndcg10']:.4f}, best baseline ({m['baseline']}) {m['baseline_ndcg10']:.4f} "
                f"({m['valid_users']} held-out users)")
     version = bundle.write(settings.model_dir, result.model, result.pairs, {"metrics": m})
     bundle.promote(settings.model_dir, version)
