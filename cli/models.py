@@ -1,16 +1,24 @@
-"""Model commands: train, promote."""
+"""Model commands: train, and the bundle lifecycle (``models list``, ``models promote``, ``models rollback``).
+
+Bundles are immutable and versioned (``precompute.ranking.bundle``); ``train`` writes one every time and makes it
+current only if it beats the best baseline on its validation users (or with ``--force``).
+"""
 
 from __future__ import annotations
 
+import json
 import time
 
 import click
 
+from precompute.errors import BundleError, NotPromoted
 from precompute.ranking import bundle, ranker
 from precompute.ranking.layout import for_settings
 
-from . import command
+from . import cli, command
 from .data import ready_engine
+
+NONE = "—"          # a value an older bundle did not record
 
 
 @command()
@@ -20,9 +28,12 @@ from .data import ready_engine
 @click.option("--users", type=click.IntRange(20, 1_000_000), default=None,
               help="Users sampled for training and validation  [default: PREFEED_TRAIN_USERS, 3000]")
 @click.option("--seed", "seed_", type=int, default=0, show_default=True)
+@click.option("--force", is_flag=True, help="Promote the new bundle even if it does not beat the best baseline.")
 @click.pass_obj
-def train(obj, iterations: int | None, depth: int | None, users: int | None, seed_: int) -> None:
-    """Train the ranker on a time split, report NDCG@10 vs popularity, write and promote a bundle."""
+def train(obj, iterations: int | None, depth: int | None, users: int | None, seed_: int, force: bool) -> None:
+    """Train the ranker on a time split, write a bundle, and promote it if it beats the best baseline.
+
+    A bundle that does not is kept (``models list``) but not made current: one line on stderr, exit 5."""
     settings = obj.settings
     engine = ready_engine(settings)
     t0 = time.perf_counter()
@@ -32,14 +43,106 @@ def train(obj, iterations: int | None, depth: int | None, users: int | None, see
     click.echo(f"validation NDCG@10: model {m['ndcg10']:.4f}, best baseline ({m['baseline']}) {m['baseline_ndcg10']:.4f} "
                f"({m['valid_users']} held-out users)")
     version = bundle.write(settings.model_dir, result.model, result.pairs, {"metrics": m})
-    bundle.promote(settings.model_dir, version)
-    click.echo(f"bundle {version} is current ({settings.model_dir}); trained in {time.perf_counter() - t0:.1f}s")
+    seconds = time.perf_counter() - t0
+    if not bundle.beats_baseline(m):
+        if not force:
+            raise NotPromoted(f"bundle {version} not promoted: validation NDCG@10 {m['ndcg10']:.4f} does not beat "
+                              f"the best baseline ({m['baseline']}) {m['baseline_ndcg10']:.4f}; promote it with "
+                              f"`models promote {version}` or retrain with --force")
+        click.echo(f"bundle {version} does not beat the best baseline; promoting it anyway (--force)")
+    bundle.promote(settings.model_dir, version, for_settings(settings), how="train --force" if force else "train")
+    click.echo(f"bundle {version} is current ({settings.model_dir}); trained in {seconds:.1f}s")
 
 
-@command()
+@cli.group()
+def models() -> None:
+    """Model bundles: list them, promote one, roll back to the previous current."""
+
+
+@command(models, name="list")
+@click.option("--json", "as_json", is_flag=True, help="One JSON array instead of the table.")
+@click.pass_obj
+def list_(obj, as_json: bool) -> None:
+    """Every bundle, newest first, with its validation NDCG@10 against the best baseline; * marks the current."""
+    model_dir = obj.settings.model_dir
+    rows = [_row(model_dir, v, bundle.current_version(model_dir)) for v in bundle.versions(model_dir)]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo(f"no model bundles in {model_dir}; run `manage.py train`")
+        return
+    header = ("", "VERSION", "TRAINED AT (UTC)", "DATA CLOCK (UTC)", "ROWS", "EVENTS", "NDCG@10", "BASELINE",
+              "TREES")
+    table = [header] + [_cells(row) for row in rows]
+    widths = [max(len(r[i]) for r in table if len(r) > i) for i in range(len(header))]
+    for r in table:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+
+
+@command(models, name="promote")
+@click.argument("version", type=int)
+@click.pass_obj
+def models_promote(obj, version: int) -> None:
+    """Make bundle VERSION current after checking it; running workers switch to it between jobs."""
+    _promote(obj.settings, version)
+
+
+@command(models)
+@click.pass_obj
+def rollback(obj) -> None:
+    """Make the previous current bundle (in MODEL_DIR/HISTORY) current again."""
+    done = bundle.rollback(obj.settings.model_dir, for_settings(obj.settings))
+    click.echo(f"rolled back: bundle {done.version} is current; `manage.py precompute --stale` rebuilds the "
+               f"feeds of other bundles")
+
+
+@command(hidden=True)
 @click.argument("version", type=int)
 @click.pass_obj
 def promote(obj, version: int) -> None:
-    """Make bundle VERSION current after checking it; running workers switch to it between jobs."""
-    bundle.promote(obj.settings.model_dir, version, for_settings(obj.settings))
-    click.echo(f"bundle {version} is current")
+    """Alias of ``models promote`` (kept for scripts written before the ``models`` group)."""
+    _promote(obj.settings, version)
+
+
+def _promote(settings, version: int) -> None:
+    bundle.promote(settings.model_dir, version, for_settings(settings))
+    click.echo(f"bundle {version} is current; `manage.py precompute --stale` rebuilds the feeds of other bundles")
+
+
+def _row(model_dir, version: int, current: int | None) -> dict:
+    """One bundle as plain values (UTC ISO times); ``broken``: why it fails its checks, else None."""
+    row = dict(version=version, current=version == current, broken=None, trained_at=None, data_clock=None,
+               train_rows=None, events=None, ndcg10=None, baseline=None, baseline_ndcg10=None, trees=None)
+    try:
+        meta = bundle.checked_meta(model_dir, version)
+    except BundleError as exc:
+        row["broken"] = str(exc)
+        return row
+    m = meta.get("metrics") if isinstance(meta.get("metrics"), dict) else {}
+    row.update(trained_at=_utc(meta.get("created_at")), data_clock=_utc(m.get("data_clock")),
+               train_rows=m.get("train_rows"), events=m.get("events"), ndcg10=m.get("ndcg10"),
+               baseline=m.get("baseline"), baseline_ndcg10=m.get("baseline_ndcg10"),
+               trees=m.get("trees", m.get("iterations")))
+    return row
+
+
+def _cells(row: dict) -> tuple[str, ...]:
+    mark = "*" if row["current"] else ""
+    if row["broken"]:
+        return mark, str(row["version"]), f"broken: {row['broken']}"
+    ndcg = NONE if row["ndcg10"] is None else f"{row['ndcg10']:.4f}"
+    base = NONE if row["baseline_ndcg10"] is None else f"{row['baseline_ndcg10']:.4f} ({row['baseline'] or '?'})"
+    return (mark, str(row["version"]), _text(row["trained_at"]), _text(row["data_clock"]), _text(row["train_rows"]),
+            _text(row["events"]), ndcg, base, _text(row["trees"]))
+
+
+def _text(value) -> str:
+    return NONE if value is None else str(value).replace("T", " ").rstrip("Z")
+
+
+def _utc(ts) -> str | None:
+    """Epoch seconds as ISO 8601 UTC, or None when missing."""
+    if not isinstance(ts, (int, float)):
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))

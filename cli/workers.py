@@ -29,8 +29,9 @@ def _all_user_versions(engine) -> list[tuple[int, int]]:
 
 @command()
 @click.option("--all", "all_users", is_flag=True, help="Every user in the database.")
-@click.option("--stale", is_flag=True, help="Users whose stored feed is missing or older than their history "
-                                            "(after Redis lost data, or events stored while it was down).")
+@click.option("--stale", is_flag=True, help="Users whose stored feed is missing, older than their history (after "
+                                            "Redis lost data, or events stored while it was down) or built by a "
+                                            "bundle other than the current one (after a promotion or rollback).")
 @click.option("--user", "user_ids", type=click.IntRange(1, 2**31 - 1), multiple=True, help="A user id (repeatable).")
 @click.option("--inline", is_flag=True, help="Compute in this process instead of enqueueing jobs.")
 @click.option("--batch-size", type=click.IntRange(1, 10_000), default=None, help="Users per job.")
@@ -47,8 +48,9 @@ def precompute(obj, all_users: bool, stale: bool, user_ids: tuple[int, ...], inl
     ping_redis(r)
     if stale:
         from precompute.feeds.store import FeedStore
+        from precompute.ranking.bundle import current_version
 
-        ids = FeedStore(r, settings).stale_users(_all_user_versions(engine))
+        ids = FeedStore(r, settings).stale_users(_all_user_versions(engine), current_version(settings.model_dir))
     else:
         ids = _all_user_ids(engine) if all_users else sorted(set(user_ids))
     size = batch_size or settings.batch_size

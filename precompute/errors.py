@@ -7,6 +7,7 @@
     │   └── UnsupportedMediaType  a request body that is not JSON       415     2
     ├── Unauthorized           missing or wrong admin token             401     2
     ├── BundleError            model bundle missing, truncated or incompatible 503  3
+    ├── NotPromoted            a trained bundle that does not beat the best baseline 409  5
     └── Unavailable            Redis or the database cannot be reached  503     4
 
 ``api.errors`` answers ``{"error": str(exc)}`` with ``exc.http_status``; ``cli`` prints ``error: str(exc)`` and exits
@@ -53,6 +54,14 @@ class Unauthorized(PrefeedError):
 class BundleError(PrefeedError):
     http_status = 503
     exit_code = 3
+
+
+class NotPromoted(PrefeedError):
+    """``train`` wrote a bundle but did not make it current: its validation NDCG@10 does not beat the best
+    baseline's. A distinct exit code so a scheduled retrain (cron) reports it without mistaking it for an outage."""
+
+    http_status = 409
+    exit_code = 5
 
 
 class Unavailable(PrefeedError):

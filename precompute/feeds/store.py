@@ -54,8 +54,12 @@ class FeedStore:
             self.r.getrange(key, 0, HEADER_SIZE + n_records * RECORD_SIZE - 1)
         return decode(blob) if blob else None
 
-    def stale_users(self, versions: list[tuple[int, int]], chunk: int = 1000) -> list[int]:
-        """Of ``(user_id, history_version)`` pairs, the users whose stored feed is missing or older."""
+    def stale_users(self, versions: list[tuple[int, int]], model_version: int | None = None,
+                    chunk: int = 1000) -> list[int]:
+        """Of ``(user_id, history_version)`` pairs, the users whose stored feed is missing, unreadable, older than
+        their history, or (given ``model_version``, the current bundle) built by another bundle. Reads only the
+        headers (GETRANGE), ``chunk`` users per pipelined round trip; deletes nothing, so old feeds keep serving
+        until rebuilt."""
         stale = []
         for i in range(0, len(versions), chunk):
             part = versions[i:i + chunk]
@@ -64,7 +68,8 @@ class FeedStore:
                 pipe.getrange(self.keys.feed(uid), 0, HEADER_SIZE - 1)
             for (uid, version), head in zip(part, pipe.execute()):
                 fields = HEADER.unpack(head) if len(head) == HEADER_SIZE else None
-                if fields is None or fields[0] != MAGIC or fields[1] != FORMAT or fields[4] < version:
+                if fields is None or fields[0] != MAGIC or fields[1] != FORMAT or fields[4] < version or \
+                        (model_version is not None and fields[6] != model_version):
                     stale.append(uid)
         return stale
 

@@ -1,6 +1,8 @@
 """Versioned model bundles: the CatBoost model, the co-visitation neighbours and metadata, in one directory.
 
-    MODEL_DIR/CURRENT              the version in use (replaced atomically)
+    MODEL_DIR/CURRENT              the version in use (replaced atomically; the one file workers read)
+    MODEL_DIR/HISTORY              one line per promotion: version, UTC time, how (train, promote, rollback, ...)
+    MODEL_DIR/.lock                held (``fcntl.flock``) while CURRENT and HISTORY change
     MODEL_DIR/<version>/model.cbm
     MODEL_DIR/<version>/covisit.npz
     MODEL_DIR/<version>/meta.json  format, feature layout (names in order, dtype), checksums, training metrics
@@ -10,11 +12,18 @@ recorded in meta.json against the one inside the model and against the layout to
 (``layout.for_settings``: declared attributes and event types name columns), file checksums, model loads) before it
 is made current and whenever it is loaded. A bad bundle, or one trained with other attributes or event types, is
 refused with a ``BundleError`` that says to retrain; workers keep the bundle they have.
+
+Bundles are immutable: written once under a new version, never changed. Promotions are recorded in HISTORY so
+``rollback`` knows the previous current. Both files change under one exclusive lock, CURRENT first, then HISTORY
+(each replaced atomically): two promotions at once cannot lose a line, and a crash between the two writes leaves
+a CURRENT that HISTORY does not end with, which ``rollback`` reads as the newest promotion.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
@@ -73,15 +82,120 @@ def write(model_dir: Path, model, pairs: dict[str, np.ndarray], meta: dict) -> i
     return version
 
 
-def promote(model_dir: Path, version: int, layout: FeatureLayout | None = None) -> Bundle:
-    """Check bundle ``version`` fully (against ``layout`` if given, see ``load``), then make it current. Returns
-    the loaded bundle."""
+def promote(model_dir: Path, version: int, layout: FeatureLayout | None = None, how: str = "promote") -> Bundle:
+    """Check bundle ``version`` fully (against ``layout`` if given, see ``load``), then make it current and record
+    the promotion in HISTORY (``how``: one word or two saying what promoted it). Returns the loaded bundle."""
+    with _locked(model_dir):
+        return _promote_locked(Path(model_dir), version, layout, how)
+
+
+def rollback(model_dir: Path, layout: FeatureLayout | None = None) -> Bundle:
+    """Make the previous current bundle current again: the newest earlier promotion in HISTORY, undoing rollbacks
+    like a stack (rolling back twice goes two promotions back), skipping bundles that no longer load. Raises
+    ``BundleError`` when there is none."""
+    model_dir = Path(model_dir)
+    with _locked(model_dir):
+        current = current_version(model_dir)
+        stack = promotion_stack(history(model_dir))
+        if current is not None and (not stack or stack[-1] != current):
+            stack.append(current)        # CURRENT written, its HISTORY line not (a crash), or set by hand
+        skipped = []
+        for version in reversed(stack[:-1]):
+            if version == current:
+                continue
+            try:
+                return _promote_locked(model_dir, version, layout, "rollback")
+            except BundleError as exc:
+                skipped.append(f"{version}: {exc}")
+        why = f" ({'; '.join(skipped)})" if skipped else ""
+        raise BundleError(f"no earlier current bundle to roll back to in {model_dir}/HISTORY{why}; "
+                          f"promote one by version (`manage.py models list`)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Promotion:
+    version: int
+    at: str          # UTC, ISO 8601
+    how: str
+
+
+def history(model_dir: Path) -> list[Promotion]:
+    """HISTORY's promotions, oldest first (lines that do not parse are left out)."""
+    try:
+        lines = (Path(model_dir) / "HISTORY").read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in lines:
+        parts = line.split(maxsplit=2)
+        if len(parts) == 3 and parts[0].isdigit():
+            out.append(Promotion(int(parts[0]), parts[1], parts[2]))
+    return out
+
+
+def promotion_stack(promotions: list[Promotion]) -> list[int]:
+    """The versions a rollback walks back through, the current last: each promotion pushes its version, each
+    rollback pops back to the version it restored."""
+    stack: list[int] = []
+    for p in promotions:
+        if p.how == "rollback" and p.version in stack:
+            while stack[-1] != p.version:
+                stack.pop()
+        elif not stack or stack[-1] != p.version:
+            stack.append(p.version)
+    return stack
+
+
+def versions(model_dir: Path) -> list[int]:
+    """Every bundle directory's version, newest first (temporary and other files are not bundles)."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        return []
+    return sorted((int(p.name) for p in model_dir.iterdir() if p.name.isdigit() and p.is_dir()), reverse=True)
+
+
+def beats_baseline(metrics: dict) -> bool:
+    """Whether a trained model may be promoted without ``--force``: its validation NDCG@10 is strictly greater
+    than the best baseline's on the same users, truth and cut."""
+    try:
+        return float(metrics["ndcg10"]) > float(metrics["baseline_ndcg10"])
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+def _promote_locked(model_dir: Path, version: int, layout: FeatureLayout | None, how: str) -> Bundle:
     bundle = load(model_dir, version, layout)
-    pointer = Path(model_dir) / "CURRENT"
-    tmp = pointer.with_suffix(".tmp")
-    tmp.write_text(f"{version}\n")
-    os.replace(tmp, pointer)
+    _replace(model_dir / "CURRENT", f"{version}\n")
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    path = model_dir / "HISTORY"
+    before = path.read_text() if path.exists() else ""
+    if before and not before.endswith("\n"):
+        before += "\n"
+    _replace(path, f"{before}{version} {at} {' '.join(how.split())}\n")
     return bundle
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write ``path`` atomically: readers see the old content or the new, never a part."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def _locked(model_dir: Path):
+    """Hold MODEL_DIR/.lock exclusively: promotions (from any process) change CURRENT and HISTORY one at a time."""
+    model_dir = Path(model_dir)
+    model_dir.mkdir(parents=True, exist_ok=True)
+    with open(model_dir / ".lock", "a") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
 def load(model_dir: Path, version: int | None = None, layout: FeatureLayout | None = None) -> Bundle:
@@ -96,27 +210,8 @@ def load(model_dir: Path, version: int | None = None, layout: FeatureLayout | No
         if version is None:
             raise BundleError(f"no current model bundle in {model_dir}; run `manage.py train` first")
     path = model_dir / str(version)
-    try:
-        meta = json.loads((path / "meta.json").read_text())
-    except FileNotFoundError:
-        raise BundleError(f"model bundle {version} not found in {model_dir}") from None
-    except (OSError, ValueError) as exc:
-        raise BundleError(f"model bundle {version}: unreadable meta.json ({exc})") from None
-    if meta.get("format") != BUNDLE_FORMAT:
-        raise BundleError(f"model bundle {version}: format {meta.get('format')!r}, this prefeed reads "
-                          f"{BUNDLE_FORMAT}")
-    names = meta.get("feature_names")
-    if layout is not None:
-        layout.check(names, meta.get("feature_dtype"), f"model bundle {version}")
-    elif not isinstance(names, list) or not names or len(set(names)) != len(names):
-        raise BundleError(f"model bundle {version}: meta.json records no valid feature names; retrain")
-    for name in FILES:
-        try:
-            digest = _sha256(path / name)
-        except FileNotFoundError:
-            raise BundleError(f"model bundle {version}: {name} is missing") from None
-        if digest != meta.get("sha256", {}).get(name):
-            raise BundleError(f"model bundle {version}: {name} is truncated or altered (checksum mismatch)")
+    meta = checked_meta(model_dir, version, layout)
+    names = meta["feature_names"]
     model = CatBoost()
     try:
         model.load_model(str(path / "model.cbm"))
@@ -129,6 +224,34 @@ def load(model_dir: Path, version: int | None = None, layout: FeatureLayout | No
     with np.load(path / "covisit.npz") as npz:
         pairs = {k: npz[k] for k in ("src", "dst", "weight")}
     return Bundle(version=version, model=model, pairs=pairs, meta=meta)
+
+
+def checked_meta(model_dir: Path, version: int, layout: FeatureLayout | None = None) -> dict:
+    """Bundle ``version``'s meta.json after every check that does not load the model: format, feature names
+    (against ``layout`` if given), file checksums. Raises ``BundleError`` saying what is wrong."""
+    path = Path(model_dir) / str(version)
+    try:
+        meta = json.loads((path / "meta.json").read_text())
+    except FileNotFoundError:
+        raise BundleError(f"model bundle {version} not found in {model_dir}") from None
+    except (OSError, ValueError) as exc:
+        raise BundleError(f"model bundle {version}: unreadable meta.json ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("format") != BUNDLE_FORMAT:
+        found = meta.get("format") if isinstance(meta, dict) else None
+        raise BundleError(f"model bundle {version}: format {found!r}, this prefeed reads {BUNDLE_FORMAT}")
+    names = meta.get("feature_names")
+    if layout is not None:
+        layout.check(names, meta.get("feature_dtype"), f"model bundle {version}")
+    elif not isinstance(names, list) or not names or len(set(names)) != len(names):
+        raise BundleError(f"model bundle {version}: meta.json records no valid feature names; retrain")
+    for name in FILES:
+        try:
+            digest = _sha256(path / name)
+        except FileNotFoundError:
+            raise BundleError(f"model bundle {version}: {name} is missing") from None
+        if digest != meta.get("sha256", {}).get(name):
+            raise BundleError(f"model bundle {version}: {name} is truncated or altered (checksum mismatch)")
+    return meta
 
 
 def _sha256(path: Path) -> str:
