@@ -72,7 +72,7 @@ def list_(obj, as_json: bool) -> None:
     if not rows:
         click.echo(f"no model bundles in {model_dir}; run `manage.py train`")
         return
-    header = ("", "VERSION", "TRAINED AT (UTC)", "DATA CLOCK (UTC)", "ROWS", "EVENTS", "NDCG@10", "BASELINE",
+    header = ("", "VERSION", "TRAINED AT (UTC)", "DATA CLOCK (UTC)", "ROWS", "EVENTS", "NDCG@10", "BEST BASELINE",
               "TREES")
     table = [header] + [_cells(row) for row in rows]
     widths = [max(len(r[i]) for r in table if len(r) > i) for i in range(len(header))]
