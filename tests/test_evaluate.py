@@ -176,3 +176,4 @@ def test_evaluate_command_refuses_bad_arguments_in_one_line(settings, args, mess
     done = manage(settings, "evaluate", *args)
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and message in done.stderr, done.stderr
+    assert "time split" not in done.stdout
