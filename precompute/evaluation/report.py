@@ -1,0 +1,65 @@
+"""An evaluation as a table (stdout), JSON and a bar chart of NDCG@k per method (PNG)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import InvalidInput
+from .run import Evaluation
+
+COLUMNS = (("ndcg", "NDCG@{k}"), ("recall", "Recall@{k}"), ("recall100", "Recall@100"), ("map", "MAP@{k}"),
+           ("coverage", "coverage"), ("non_empty", "non-empty"), ("candidate_recall", "cand. recall"))
+
+
+def check_writable(path: str | Path | None) -> None:
+    """Refuse, before any work, a path whose folder does not exist or that is a folder."""
+    if path is None:
+        return
+    p = Path(path)
+    if p.is_dir() or not p.parent.is_dir():
+        raise InvalidInput(f"cannot write {p}: " + ("it is a directory" if p.is_dir() else
+                                                     f"no directory {p.parent}"))
+
+
+def table(ev: Evaluation) -> str:
+    """One row per method (the ranker last) and the ratio line."""
+    heads = [h.format(k=ev.k) for _, h in COLUMNS]
+    width = max(len(name) for name in ev.methods) + 2
+    lines = ["method".ljust(width) + "  ".join(f"{h:>12}" for h in heads)]
+    for name, m in ev.methods.items():
+        lines.append(name.ljust(width) + "  ".join(f"{m[key]:12.4f}" for key, _ in COLUMNS))
+    ratio = "n/a (the best baseline scores 0)" if ev.ratio is None else f"{ev.ratio:.2f}×"
+    lines.append(f"ranker / best baseline ({ev.best_baseline}) = {ratio}")
+    return "\n".join(lines)
+
+
+def write_json(ev: Evaluation, path: str | Path) -> None:
+    try:
+        Path(path).write_text(json.dumps(ev.as_dict(), indent=2) + "\n")
+    except OSError as exc:
+        raise InvalidInput(f"cannot write {path}: {exc.strerror}") from None
+
+
+def write_chart(ev: Evaluation, path: str | Path) -> None:
+    """A bar chart of NDCG@k per method, the ranker highlighted; matplotlib's Agg backend (no display)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    names = list(ev.methods)
+    values = [ev.methods[name]["ndcg"] for name in names]
+    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=120)
+    bars = ax.bar(names, values, color=["#1f77b4" if name == "ranker" else "#9aa5b1" for name in names])
+    ax.bar_label(bars, fmt="%.3f", fontsize=8)
+    ax.set_ylabel(f"NDCG@{ev.k}")
+    ax.set_title(f"NDCG@{ev.k} per method: {ev.users} users judged after the {ev.cut_quantile:g} time cut")
+    ax.tick_params(axis="x", labelsize=8)
+    fig.tight_layout()
+    try:
+        fig.savefig(path, format="png")
+    except OSError as exc:
+        raise InvalidInput(f"cannot write {path}: {exc.strerror}") from None
+    finally:
+        plt.close(fig)

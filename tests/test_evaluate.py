@@ -1,0 +1,179 @@
+"""Offline evaluation (``manage.py evaluate``): the time split, the baselines and the ranker judged on logs where the
+right answer is known, the metrics on a hand-checked example, and the command's outputs and one-line errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+import numpy as np
+import pytest
+
+from precompute.data import engine as db, importing, log as event_log
+from precompute.errors import InvalidInput
+from precompute.evaluation import baselines, metrics, model, run
+from precompute.evaluation.lists import Ranked
+from precompute.evaluation.split import Truth, cut_time, split_log
+from precompute.ranking import covisit
+from precompute.ranking.item_table import load_item_table
+from tests.conftest import manage, own_database
+
+DAY = 86400.0
+
+
+@pytest.fixture
+def own(settings, tmp_path_factory, tmp_path):
+    """Settings and an engine of an empty database of this test's own (no attributes declared)."""
+    for url in own_database(tmp_path_factory, "evaluate"):
+        s = dataclasses.replace(settings, database_url=url, var_dir=tmp_path, model_dir=tmp_path / "models",
+                                item_attributes=())
+        engine = db.make_engine(url)
+        db.init_db(engine, s)
+        yield s, engine
+        engine.dispose()
+
+
+def _split_at_gap(engine, s):
+    """The database's log split between its last pre-cut and first post-cut event (a gap of a day)."""
+    log = event_log.load_events(engine)
+    gap = int(np.argmax(np.diff(log.ts)))
+    cut = float(log.ts[gap])
+    items = load_item_table(engine, s, as_of=cut)
+    return split_log((log.user, log.item, log.type, log.ts), cut, items), items
+
+
+def test_metrics_match_a_hand_computed_example():
+    # given three judged users' truth (graded) and ranked lists, one of them empty, among 10 active items
+    truth = Truth(offsets=np.array([0, 2, 3, 4]), rows=np.array([3, 5, 2, 7]), rel=np.array([6.0, 1.0, 1.0, 2.0]))
+    ranked = Ranked(offsets=np.array([0, 3, 3, 4]), rows=np.array([5, 9, 3, 7]),
+                    candidate_hit=np.array([True, False, False, True]))
+    # when summarized at k = 2
+    m = metrics.summarize(truth, ranked, k=2, n_active=10)
+    # then each metric is the hand-computed mean over the three users
+    ndcg0 = 1.0 / (63.0 + 1.0 / np.log2(3))          # user 0: grade 1 at place 1 against ideal (6, 1)
+    assert m["ndcg"] == pytest.approx((ndcg0 + 0.0 + 1.0) / 3)
+    assert m["recall"] == pytest.approx((0.5 + 0 + 1) / 3)
+    assert m["recall100"] == pytest.approx((1 + 0 + 1) / 3)        # user 0's item 3 is third
+    assert m["map"] == pytest.approx((1 / 2 + 0 + 1) / 3)           # P@1 = 1 over min(|T|, k) = 2
+    assert m["coverage"] == pytest.approx(3 / 10)                  # {5, 9} and {7} in the first two places
+    assert m["non_empty"] == pytest.approx(2 / 3)
+    assert m["candidate_recall"] == pytest.approx((1 / 2 + 0 + 1) / 3)
+
+
+def test_popular_is_perfect_when_everyone_buys_the_most_popular_film(own, tmp_path):
+    # given MovieLens files: film 1 is rated by 40 users, films 2-6 by 8 each; ten users each rated one film of
+    # 7-11 before the cut and, a day later, give film 1 five stars
+    s, engine = own
+    now = time.time() - 30 * DAY
+    movies = tmp_path / "movies.csv"
+    movies.write_text("movieId,title,genres\n" + "".join(f"{i},Film {i} (1995),Drama|Comedy\n" for i in range(1, 13)))
+    rows = [(100 + u, 1, 3.0, now + u) for u in range(40)] + [(100 + u, 2 + u % 5, 3.0, now + 50 + u)
+                                                             for u in range(40)]
+    rows += [(u, 7 + u % 5, 3.0, now + 100 + u) for u in range(1, 11)]
+    rows += [(u, 1, 5.0, now + DAY + u) for u in range(1, 11)]
+    ratings = tmp_path / "ratings.csv"
+    ratings.write_text("userId,movieId,rating,timestamp\n" + "".join(f"{u},{i},{r},{int(t)}\n" for u, i, r, t in rows))
+    importing.import_items(engine, movies, "movielens", s)
+    importing.import_events(engine, ratings, "movielens", s)
+    # when popularity ranks the judged users at the cut
+    split, items = _split_at_gap(engine, s)
+    ranked = baselines.popular(split, items, 100)
+    m = metrics.summarize(split.truth, ranked, 10, int(items.active.sum()))
+    # then the ten users are judged, each list starts with film 1, and NDCG and recall are 1
+    assert list(split.users) == list(range(1, 11))
+    assert items.ids[ranked.rows[ranked.offsets[:-1]]].tolist() == [1] * 10
+    assert m["ndcg"] == pytest.approx(1.0) and m["recall"] == pytest.approx(1.0)
+    assert m["candidate_recall"] == pytest.approx(1.0)
+
+
+def test_covisit_beats_popular_when_users_go_on_to_the_co_visited_item(own, tmp_path):
+    # given a CSV log: 40 users view item 1 twice, then, an hour later, an item a then its partner b in one
+    # session; ten users view an a before the cut and its b after it
+    s, engine = own
+    now = time.time() - 30 * DAY
+    rows = []
+    for u in range(200, 240):
+        a = 10 + u % 5
+        rows += [(u, 1, now + u), (u, 1, now + u + 1), (u, a, now + 3600 + u * 100), (u, a + 20, now + 3660 + u * 100)]
+    rows += [(u, 10 + u % 5, now + 10 * 3600 + u) for u in range(1, 11)]
+    rows += [(u, 30 + u % 5, now + 2 * DAY + u) for u in range(1, 11)]
+    events = tmp_path / "events.csv"
+    events.write_text("user_id,item_id,ts,type\n" + "".join(f"{u},{i},{int(t)},view\n" for u, i, t in rows))
+    importing.import_events(engine, events, "csv", s)
+    # when co-visitation (built from the pre-cut log) and popularity rank the judged users
+    split, items = _split_at_gap(engine, s)
+    user, item, type_, ts = split.pre
+    pairs = covisit.build_pairs(user, item, ts, s.covisit_window, s.session_gap, s.covisit_neighbours,
+                                covisit.event_factors(type_, s))
+    ranked = baselines.rank_all(split, items, covisit.index_for(items, pairs), s, 100)
+    got = {name: metrics.summarize(split.truth, r, 10, int(items.active.sum())) for name, r in ranked.items()}
+    # then co-visitation puts each user's b first, popularity puts item 1 first: co-visitation wins
+    assert got["covisit"]["ndcg"] == pytest.approx(1.0)
+    assert got["popular"]["ndcg"] < 0.9 * got["covisit"]["ndcg"]
+    assert got["covisit"]["non_empty"] == 1.0
+
+
+def test_no_method_lists_an_item_the_user_had_before_the_cut(world):
+    # given the synthetic world's log and settings whose seen window (an hour) and cap (3 items) would let most
+    # pre-cut items back into the ranker's candidates
+    s = dataclasses.replace(world.settings, seen_window=3600, seen_max_items=3)
+    log = event_log.load_events(world.engine)
+    cut = cut_time(log.ts, 0.8)
+    items = load_item_table(world.engine, s, as_of=cut)
+    split = split_log((log.user, log.item, log.type, log.ts), cut, items, users=40, seed=1)
+    assert np.diff(split.seen_offsets).max() > 3
+    # when every baseline and the ranker (trained on the pre-cut log) rank the judged users
+    user, item, type_, ts = split.pre
+    pairs = covisit.build_pairs(user, item, ts, s.covisit_window, s.session_gap, s.covisit_neighbours,
+                                covisit.event_factors(type_, s))
+    ranked = baselines.rank_all(split, items, covisit.index_for(items, pairs), s, 100)
+    ranked["ranker"] = model.rank(model.train(world.engine, s, split, iterations=20), split, items, s, 100)
+    # then no list of any method holds an item its user interacted with before the cut, and the ranker ranks
+    for name, r in ranked.items():
+        for u in range(len(split.users)):
+            listed = r.rows[r.offsets[u]:r.offsets[u + 1]]
+            assert not np.isin(listed, split.seen(u)).any(), (name, u)
+            assert len(np.unique(listed)) == len(listed), (name, u)
+    assert (np.diff(ranked["ranker"].offsets) == 100).all()
+
+
+def test_an_empty_log_and_a_cut_outside_the_log_are_refused(own):
+    # given an empty database; when evaluated, then a one-line refusal names the problem
+    s, engine = own
+    with pytest.raises(InvalidInput, match="only 0 events"):
+        run.evaluate(engine, s)
+    with pytest.raises(InvalidInput, match="strictly between 0 and 1"):
+        cut_time(np.arange(10.0), 1.0)
+
+
+def test_evaluate_command_prints_the_table_and_writes_json_and_chart(settings, tmp_path):
+    # given the synthetic world; when `evaluate` runs on a sample of users with a small ranker
+    out, chart = tmp_path / "eval.json", tmp_path / "eval.png"
+    done = manage(settings, "evaluate", "--users", "40", "--json", str(out), "--chart", str(chart), timeout=180,
+                  extra_env={"PREFEED_TRAIN_ITERATIONS": "20"})
+    assert done.returncode == 0, done.stderr
+    # then the table has one row per method, the ranker last, and the ratio line
+    lines = done.stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("method"))
+    assert [line.split()[0] for line in lines[head + 1:head + 7]] == [*baselines.BASELINES, "ranker"]
+    assert lines[head + 7].startswith("ranker / best baseline (") and lines[head + 7].endswith("×")
+    # and the JSON holds the protocol and every method's metrics; the chart is a PNG
+    got = json.loads(out.read_text())
+    assert got["users"] == 40 and got["k"] == 10 and got["events_before"] > got["events_after"] > 0
+    assert list(got["methods"]) == [*baselines.BASELINES, "ranker"]
+    assert got["ratio"] == pytest.approx(got["methods"]["ranker"]["ndcg"]
+                                         / got["methods"][got["best_baseline"]]["ndcg"])
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--cut", "1.5"), "strictly between 0 and 1"),
+    (("--json", "/nonexistent-folder/eval.json"), "cannot write /nonexistent-folder/eval.json"),
+])
+def test_evaluate_command_refuses_bad_arguments_in_one_line(settings, args, message):
+    # given bad arguments; when `evaluate` runs; then one line on stderr and exit 2, before any work
+    done = manage(settings, "evaluate", *args)
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and message in done.stderr, done.stderr
+    assert "time split" not in done.stdout
