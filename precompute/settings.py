@@ -153,7 +153,8 @@ class Settings:
                                      "handing the rest to a fresh job", unit="batches")
 
     # -- training ------------------------------------------------------------------------------------------
-    train_iterations: int = setting(1000, "PREFEED_TRAIN_ITERATIONS", "CatBoost trees (`train --iterations`)",
+    train_iterations: int = setting(1000, "PREFEED_TRAIN_ITERATIONS", "most CatBoost trees; early stopping "
+                                    "chooses the count (`train --iterations`)",
                                     unit="trees")
     train_depth: int = setting(6, "PREFEED_TRAIN_DEPTH", "tree depth (`train --depth`)", maximum=16)
     train_learning_rate: float = setting(0.05, "PREFEED_TRAIN_LEARNING_RATE", "CatBoost learning rate",
@@ -162,8 +163,17 @@ class Settings:
                                "(`train --users`)", unit="users")
     train_negatives: int = setting(100, "PREFEED_TRAIN_NEGATIVES", "negative candidates sampled per training user",
                                    unit="items")
-    train_cut_quantile: float = setting(0.85, "PREFEED_TRAIN_CUT_QUANTILE", "the time split: share of events "
-                                        "before it", minimum=0.01, maximum=0.99)
+    train_cut_quantile: float = setting(0.7, "PREFEED_TRAIN_CUT_QUANTILE", "the training cut: share of events "
+                                        "before it; training examples take features from the log up to it and "
+                                        "labels from the events between it and the validation cut", minimum=0.01,
+                                        maximum=0.99)
+    train_valid_quantile: float = setting(0.85, "PREFEED_TRAIN_VALID_QUANTILE", "the validation cut: share of "
+                                          "events before it (above the training cut); the model is judged and "
+                                          "stopped early on features from the log up to it and labels after it",
+                                          minimum=0.01, maximum=0.99)
+    train_early_stopping: int = setting(50, "PREFEED_TRAIN_EARLY_STOPPING", "training stops once validation "
+                                        "NDCG@10 has not improved for this many trees, and keeps the best count",
+                                        unit="trees")
 
     def __post_init__(self) -> None:
         # Paths derived from ``var_dir`` unless given (the empty default means "derive").
@@ -176,6 +186,9 @@ class Settings:
             object.__setattr__(self, "model_dir", Path(self.var_dir) / "models")
         if self.page_limit_default > self.page_limit_max:
             raise ConfigError("PREFEED_PAGE_LIMIT_DEFAULT must not exceed PREFEED_PAGE_LIMIT_MAX")
+        if self.train_cut_quantile >= self.train_valid_quantile:
+            raise ConfigError("PREFEED_TRAIN_CUT_QUANTILE must be below PREFEED_TRAIN_VALID_QUANTILE (training "
+                              "learns from the period before the one it is judged on)")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides) -> Settings:

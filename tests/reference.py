@@ -106,6 +106,8 @@ def item_features(items, now: float) -> list[dict[str, float]]:
             **{f"item_{name}_rate": (counts[t] + rate_prior(t)) / (counts[1] + 10)
                for t, name in enumerate(types, start=1) if t > 1},
             "item_log_recent_events": math.log1p(items.recent[r]),
+            "item_log_weighted_1d": math.log1p(items.recent_weighted[r, 0]),
+            "item_log_weighted_3d": math.log1p(items.recent_weighted[r, 1]),
             "item_log_pop_rank": math.log1p(pop_rank[r]),
             "item_log_category_rank": math.log1p(min(cat_rank[(r, c)] for c in cats)) if cats else NAN,
             "item_log_category_size": math.log1p(max(len(members[c]) for c in cats)) if cats else NAN,

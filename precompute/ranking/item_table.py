@@ -31,6 +31,8 @@ from .layout import FeatureLayout, for_settings
 DAY = 86400.0
 #: Bits of the candidate sources for popular lists (``candidates.FROM_CATEGORY``/``FROM_GLOBAL``).
 POPULAR_CATEGORY, POPULAR_GLOBAL = 2, 4
+#: Windows (days before ``as_of``) of the recency-weighted popularity columns (``layout``: ``item_log_weighted_<d>d``).
+RECENT_DAYS = (1, 3)
 
 
 @dataclasses.dataclass
@@ -42,6 +44,9 @@ class ItemTable:
     attributes: np.ndarray     # (n, len(layout's attributes)) float64; NaN = missing
     counts: np.ndarray         # (n, n_types + 1) interactions by type code (column 0 unused)
     recent: np.ndarray         # events of any type in the 7 days before ``as_of``
+    #: (n, len(RECENT_DAYS)) interactions weighted by their type's weight in the last 1 and 3 days before ``as_of``:
+    #: popularity at the log's clock, which moves faster than the 7-day count.
+    recent_weighted: np.ndarray
     member_item: np.ndarray    # (item index, category id) pairs in any order: the memberships, rows reordered
     member_category: np.ndarray
     as_of: float               # epoch s the statistics were taken at
@@ -62,7 +67,7 @@ class ItemTable:
         popularity = self.counts @ w + 0.1 * self.recent
         # Reorder every per-item array so that rows follow popularity, most popular first, ties by id.
         order = np.lexsort((self.ids, -popularity))
-        for name in ("ids", "price", "created_at", "active", "attributes", "counts", "recent"):
+        for name in ("ids", "price", "created_at", "active", "attributes", "counts", "recent", "recent_weighted"):
             setattr(self, name, getattr(self, name)[order])
         self.popularity = popularity[order]
         self._index = pd.Index(self.ids)
@@ -149,6 +154,8 @@ class ItemTable:
                 **{f"item_log_{t}": np.log1p(self.counts[:, code]) for code, t in enumerate(types, start=1)},
                 **rates("item", types, self.counts),
                 "item_log_recent_events": np.log1p(self.recent), "item_log_pop_rank": np.log1p(self.pop_rank),
+                **{f"item_log_weighted_{d}d": np.log1p(self.recent_weighted[:, k])
+                   for k, d in enumerate(RECENT_DAYS)},
                 "item_log_category_rank": np.log1p(rank), "item_log_category_size": np.log1p(size),
                 "item_category_global_share": share,
             })
@@ -200,7 +207,8 @@ def load_item_table(engine: Engine, settings: Settings, as_of: float | None = No
                                         .where(ItemAttribute.name.in_(names))).all() if names else [],
                            item="<i8", name="O", value="<f8")
         stats = conn.execute(
-            select(Event.item_id, Event.type, func.count(), func.sum(case((Event.ts >= as_of - 7 * DAY, 1), else_=0)))
+            select(Event.item_id, Event.type, func.count(), func.sum(case((Event.ts >= as_of - 7 * DAY, 1), else_=0)),
+                   *(func.sum(case((Event.ts >= as_of - d * DAY, 1), else_=0)) for d in RECENT_DAYS))
             .where(Event.ts <= as_of)
             .group_by(Event.item_id, Event.type)
         ).all()
@@ -217,16 +225,20 @@ def load_item_table(engine: Engine, settings: Settings, as_of: float | None = No
         attr[at[ok], col[ok]] = attributes["value"][ok]
     counts = np.zeros((n, len(types) + 1), dtype=np.float64)
     recent = np.zeros(n, dtype=np.float64)
+    recent_weighted = np.zeros((n, len(RECENT_DAYS)), dtype=np.float64)
     if stats and n:
-        s = table(stats, item="<i8", type="<i8", count="<f8", recent="<f8")
+        s = table(stats, item="<i8", type="<i8", count="<f8", recent="<f8", **{f"d{d}": "<f8" for d in RECENT_DAYS})
         known = index.get_indexer(s["item"])
         ok = (known >= 0) & (s["type"] >= 1) & (s["type"] <= len(types))    # codes past the declaration: none
         np.add.at(counts, (known[ok], s["type"][ok]), s["count"][ok])
         np.add.at(recent, known[ok], s["recent"][ok])
+        w = event_types.by_code(types.weight_by_code(), s["type"][ok])
+        for k, d in enumerate(RECENT_DAYS):
+            np.add.at(recent_weighted[:, k], known[ok], w * s[f"d{d}"][ok])
     m_item = index.get_indexer(members["item"])
     return ItemTable(
         ids=ids, price=items["price"], created_at=items["created"], active=items["active"].astype(bool),
-        attributes=attr, counts=counts, recent=recent,
+        attributes=attr, counts=counts, recent=recent, recent_weighted=recent_weighted,
         member_item=m_item[m_item >= 0], member_category=members["category"][m_item >= 0],
         as_of=as_of, type_names=types.names, type_weights=types.weight_by_code(), attribute_names=names,
         layout=for_settings(settings),

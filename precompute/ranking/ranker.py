@@ -1,9 +1,15 @@
-"""Training the CatBoost ranker on a time split of the event log, and scoring with it.
+"""Training the CatBoost ranker on a time-ordered split of the event log, and scoring with it.
 
-Labels: a candidate generated from a user's history before the cut is relevant if the user interacted with it
-after the cut, graded by the weight of the strongest interaction (``PREFEED_EVENT_TYPES``: view 1 … purchase 6 by
-default; a type of weight 0, or a code past the declaration, is no interaction). NDCG uses the same grades. Validation users are held out entirely;
-NDCG@10 is reported for the model and for a popularity baseline on the same users, truth and cut.
+Two cuts at quantiles of event time (``PREFEED_TRAIN_CUT_QUANTILE`` < ``PREFEED_TRAIN_VALID_QUANTILE``, ``split.py``):
+training examples are built at the first (features from the log up to it, labels from the events between the two
+cuts), validation examples at the second (features, item table and co-visitation from the log up to it, labels after
+it). The model learns from one period and is judged on the next, as in production. CatBoost stops adding trees once
+NDCG@10 on the validation examples has not improved for ``PREFEED_TRAIN_EARLY_STOPPING`` trees and keeps the best
+count (``train_iterations`` is the maximum). The reported NDCG@10 ranks each validation user's full candidate set,
+against the baselines on the same users, truth and cut (``validation.py``).
+
+Labels: a candidate is relevant if the user interacted with it in the label period, graded by the weight of the
+strongest interaction (``PREFEED_EVENT_TYPES``: view 1 … purchase 6 by default). NDCG uses the same grades.
 """
 
 from __future__ import annotations
@@ -15,11 +21,13 @@ import numpy as np
 from sqlalchemy import Engine
 
 from ..data import log as event_log
-from ..data.history import histories_from_arrays
 from ..errors import InvalidInput
 from ..settings import Settings
-from . import candidates, covisit, features
-from .item_table import load_item_table
+from . import split, validation
+from .split import Period, feature_rows  # noqa: F401  (feature_rows: training's feature path, used by tests)
+
+#: CatBoost's NDCG with the gain ``validation.ndcg_at`` uses (2^grade - 1), on the top 10.
+EVAL_METRIC = "NDCG:top=10;type=Exp"
 
 
 @dataclasses.dataclass
@@ -41,150 +49,88 @@ def load_events(engine: Engine, until: float = float("inf")) -> tuple[np.ndarray
     return ev.user, ev.item, ev.type, ev.ts
 
 
-def feature_rows(items, cov, events: tuple[np.ndarray, ...], user_ids: np.ndarray, now: float, settings: Settings):
-    """Training's path from an in-memory event log to feature rows: the same candidate and feature functions
-    precompute uses, on histories truncated the same way. Returns (histories, candidates, X)."""
-    ev_user, ev_item, ev_type, ev_ts = events
-    hist = histories_from_arrays(user_ids, ev_user, ev_item, ev_type, ev_ts, items, settings, clock=now)
-    cand = candidates.for_batch(items, cov, hist, settings)
-    return hist, cand, features.build(items, hist, cand, now=now)
-
-
-def ndcg_at(k: int, ranked_rel: np.ndarray, ideal_rel: np.ndarray) -> float:
-    disc = 1.0 / np.log2(np.arange(2, k + 2))
-    gain = (2.0 ** ranked_rel[:k] - 1) @ disc[: len(ranked_rel[:k])]
-    ideal = np.sort(ideal_rel)[::-1][:k]
-    best = (2.0 ** ideal - 1) @ disc[: len(ideal)]
-    return float(gain / best) if best > 0 else 0.0
-
-
 def train(engine: Engine, settings: Settings, *, iterations: int | None = None, depth: int | None = None,
           users: int | None = None, seed: int = 0, progress: Callable[[str], None] = lambda msg: None,
           events: tuple[np.ndarray, ...] | None = None) -> TrainResult:
-    """Train on a time split of the whole event log. ``iterations``, ``depth`` and ``users`` default to the
-    ``train_*`` settings; everything else (negatives, learning rate, the cut, candidates) comes from ``settings``.
-    ``events``: the log as (user, item, type, ts) arrays in (ts, id) order (``load_events``), when the caller has
-    read it already (evaluation trains on the part before its cut); default: the database's, up to
-    ``settings.as_of``."""
+    """Train on a time-ordered split of the whole event log. ``iterations`` (the most trees early stopping may
+    keep), ``depth`` and ``users`` default to the ``train_*`` settings; everything else (negatives, learning rate,
+    the cuts, candidates) comes from ``settings``. ``events``: the log as (user, item, type, ts) arrays in (ts, id)
+    order (``load_events``), when the caller has read it already (evaluation trains on the part before its cut);
+    default: the database's, up to ``settings.as_of``."""
     from catboost import CatBoost, Pool
 
     iterations = iterations or settings.train_iterations
     depth = depth or settings.train_depth
     users = users or settings.train_users
-    negatives = settings.train_negatives
-    ev_user, ev_item, ev_type, ev_ts = events if events is not None else \
-        load_events(engine, settings.as_of or float("inf"))
+    events = events if events is not None else load_events(engine, settings.as_of or float("inf"))
+    ev_user, ev_ts = events[0], events[3]
     if len(ev_user) < 100:
         raise InvalidInput(f"only {len(ev_user)} events in the database; seed or collect more before training")
-    cut = float(np.quantile(ev_ts, settings.train_cut_quantile))
-    # Known at the cut, as precompute knows everything at or before its clock. The log is in time order, so the
-    # events before the cut are a prefix and the rest a suffix: slices (views), never copies of the log.
-    n_pre = int(np.searchsorted(ev_ts, cut, side="right"))
-    pre, post = slice(0, n_pre), slice(n_pre, None)
-    progress(f"time split at {cut:.0f}: {n_pre} events before, {len(ev_ts) - n_pre} after")
-    items = load_item_table(engine, settings, as_of=cut)
-
-    def pairs_of(keep) -> dict[str, np.ndarray]:
-        return covisit.build_pairs(ev_user[keep], ev_item[keep], ev_ts[keep], settings.covisit_window,
-                                   settings.session_gap, settings.covisit_neighbours,
-                                   covisit.event_factors(ev_type[keep], settings))
-
-    pre_pairs = pairs_of(pre)
-    cov = covisit.index_for(items, pre_pairs)
-
-    # Truth: strongest post-cut interaction per (user, item row), excluding items seen before the cut.
-    # (user, item) pairs coded as user position * span + item row: user ids are 64-bit, positions small.
-    span = len(items) + 1
-    all_users = np.unique(ev_user)
-
-    def user_pos(user_ids: np.ndarray) -> np.ndarray:
-        return np.searchsorted(all_users, user_ids)
-
-    post_code = user_pos(ev_user[post]) * span + items.rows(ev_item[post])
-    # Items seen inside the seen window before the cut are no candidates (as in serving), so no labels either;
-    # an item seen before the window may come back, and its later interaction counts.
-    seen = slice(int(np.searchsorted(ev_ts, cut - settings.seen_window, side="left")), n_pre)
-    pre_code = np.unique(user_pos(ev_user[seen]) * span + items.rows(ev_item[seen]))
-    truth_code, inv = np.unique(post_code, return_inverse=True)
-    truth_rel = np.zeros(len(truth_code))
-    np.maximum.at(truth_rel, inv, items.weight_of(ev_type[post]))
-    fresh = ~np.isin(truth_code, pre_code) & (truth_rel > 0)
-    truth_code, truth_rel = truth_code[fresh], truth_rel[fresh]
-
-    eligible = np.intersect1d(np.unique(ev_user[pre]), all_users[np.unique(truth_code // span)])
-    if len(eligible) < 10:
-        raise InvalidInput("too few users with history on both sides of the time split to train")
+    cut, valid_cut = (split.quantile_cut(ev_ts, q) for q in (settings.train_cut_quantile,
+                                                               settings.train_valid_quantile))
+    if not cut < valid_cut:
+        raise InvalidInput("the log's events are too close in time to split into a training and a validation "
+                           "period; collect a longer log")
+    everyone = np.unique(ev_user)
+    progress(f"training period: features at {cut:.0f}, labels to {valid_cut:.0f}; validation: features at "
+             f"{valid_cut:.0f}, labels after")
+    learn = split.period(engine, settings, events, cut, valid_cut, everyone)
+    judge = split.period(engine, settings, events, valid_cut, users=everyone)
     rng = np.random.default_rng(seed)
-    chosen = rng.permutation(eligible)[:users]
-    n_valid = max(5, len(chosen) // 5)
-    valid_users, train_users = np.sort(chosen[:n_valid]), np.sort(chosen[n_valid:])
-
-    def examples(user_ids: np.ndarray):
-        hist, cand, X = feature_rows(items, cov, (ev_user[pre], ev_item[pre], ev_type[pre], ev_ts[pre]), user_ids,
-                                     cut, settings)
-        code = user_pos(hist.user_ids[cand.owner]) * span + cand.rows
-        pos = np.searchsorted(truth_code, code)
-        pos = np.minimum(pos, len(truth_code) - 1)
-        rel = np.where(truth_code[pos] == code, truth_rel[pos], 0.0)
-        return hist, cand, X, rel
+    n_valid = max(5, users // 5)
+    train_users = _sample(learn.eligible(), users - n_valid, rng, "training")
+    valid_users = _sample(judge.eligible(), n_valid, rng, "validation")
 
     progress(f"building features for {len(train_users)} training users")
+    X_train, y_train, g_train = _examples(learn, train_users, settings, rng)
+    if not (y_train > 0).any():
+        raise InvalidInput("no training user has a relevant candidate; the log has too little structure to learn")
+    X_eval, y_eval, g_eval = _examples(judge, valid_users, settings, rng)
+    names = list(learn.items.layout.names)
+    progress(f"training CatBoost YetiRank on {len(y_train)} rows x {X_train.shape[1]} features, at most "
+             f"{iterations} trees, stopping early on {len(y_eval)} validation rows")
+    model = CatBoost(dict(loss_function="YetiRank", iterations=iterations, depth=depth,
+                          learning_rate=settings.train_learning_rate, random_seed=seed, verbose=False,
+                          thread_count=-1, allow_writing_files=False, eval_metric=EVAL_METRIC))
+    stop = dict(eval_set=Pool(X_eval, y_eval, group_id=g_eval, feature_names=names), use_best_model=True,
+                early_stopping_rounds=settings.train_early_stopping) if (y_eval > 0).any() else {}
+    model.fit(Pool(X_train, y_train, group_id=g_train, feature_names=names), **stop)
+    del X_train, X_eval
+
+    progress(f"validating {model.tree_count_} trees on {len(valid_users)} users after the validation cut")
+    judged = validation.validate(lambda X: score(model, X, thread_count=-1), judge, valid_users, settings)
+    all_pairs = split.pairs(events, slice(None), settings)      # serving index uses the whole log
+    # ``baseline``/``baseline_ndcg10``: the best baseline on the same users, truth and cut (the bar promotion
+    # compares against); ``data_clock``: the newest event the model saw; ``trees``: the count early stopping chose.
+    metrics = dict(judged, data_clock=float(ev_ts[-1]), valid_users=int(len(valid_users)),
+                   train_users=int(len(train_users)), train_rows=int(len(y_train)), iterations=iterations,
+                   trees=int(model.tree_count_), depth=depth, cut=cut, valid_cut=valid_cut,
+                   events=int(len(ev_user)))
+    return TrainResult(model=model, pairs=all_pairs, metrics=metrics)
+
+
+def _sample(eligible: np.ndarray, n: int, rng: np.random.Generator, what: str) -> np.ndarray:
+    if len(eligible) < 5:
+        raise InvalidInput(f"too few users with history on both sides of the {what} cut to train "
+                           f"({len(eligible)}); collect a longer log")
+    return np.sort(rng.permutation(eligible)[:max(n, 5)])
+
+
+def _examples(at: Period, user_ids: np.ndarray, settings: Settings,
+              rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Feature rows, grades and group ids (user ids) of ``user_ids``' candidates at ``at``: all positives and
+    ``train_negatives`` random negatives per user with a positive, which keeps the example set small."""
     Xs, ys, gs = [], [], []
-    for start in range(0, len(train_users), 200):
-        hist, cand, X, rel = examples(train_users[start:start + 200])
+    for start in range(0, len(user_ids), 200):
+        hist, cand, X, rel = at.examples(user_ids[start:start + 200], settings)
         owner = cand.owner
-        # All positives and a random sample of negatives per user keep the training set small.
         noise = rng.random(len(rel))
         neg_rank = np.zeros(len(rel))
         for k in range(len(hist)):
             a, b = cand.offsets[k], cand.offsets[k + 1]
             neg_rank[a:b] = np.argsort(np.argsort(noise[a:b]))
-        keep = (rel > 0) | (neg_rank < negatives)
+        keep = (rel > 0) | (neg_rank < settings.train_negatives)
         has_pos = np.bincount(owner[rel > 0], minlength=len(hist)) > 0
         keep &= has_pos[owner]
-        Xs.append(X[keep]), ys.append(rel[keep]), gs.append(user_pos(hist.user_ids[owner[keep]]))
-    X_train, y_train, g_train = np.concatenate(Xs), np.concatenate(ys), np.concatenate(gs)
-    if not (y_train > 0).any():
-        raise InvalidInput("no training user has a relevant candidate; the log has too little structure to learn")
-    progress(f"training CatBoost YetiRank on {len(y_train)} rows x {X_train.shape[1]} features")
-    model = CatBoost(dict(loss_function="YetiRank", iterations=iterations, depth=depth,
-                          learning_rate=settings.train_learning_rate, random_seed=seed, verbose=False,
-                          thread_count=-1, allow_writing_files=False))
-    model.fit(Pool(X_train, y_train, group_id=g_train, feature_names=list(items.layout.names)))
-
-    progress(f"validating on {len(valid_users)} held-out users")
-    model_ndcg, pop_ndcg = [], []
-    popular_active = np.argsort(-items.popularity, kind="stable")
-    popular_active = popular_active[items.active[popular_active]]
-    for start in range(0, len(valid_users), 200):      # batches as in training: one feature matrix at a time
-        hist, cand, X, rel = examples(valid_users[start:start + 200])
-        pred = score(model, X, thread_count=-1)
-        _validate(hist, cand, pred, rel, truth_code, truth_rel, user_pos, span, popular_active, model_ndcg,
-                  pop_ndcg)
-
-    all_pairs = pairs_of(slice(None))     # serving index uses the whole log
-    # ``baseline``/``baseline_ndcg10``: the best baseline on the same users, truth and cut (the bar promotion
-    # compares against); ``data_clock``: the newest event the model saw.
-    metrics = dict(ndcg10=float(np.mean(model_ndcg)), baseline="popularity", baseline_ndcg10=float(np.mean(pop_ndcg)),
-                   data_clock=float(ev_ts[-1]),
-                   valid_users=int(len(valid_users)), train_users=int(len(train_users)),
-                   train_rows=int(len(y_train)), iterations=iterations, depth=depth, cut=cut,
-                   events=int(len(ev_user)))
-    return TrainResult(model=model, pairs=all_pairs, metrics=metrics)
-
-
-def _validate(hist, cand, pred, rel, truth_code, truth_rel, user_pos, span, popular_active, model_ndcg: list,
-              pop_ndcg: list) -> None:
-    """NDCG@10 of the model's order and of popularity for each user of one validation batch, appended."""
-    for k, uid in enumerate(hist.user_ids):
-        lo, hi = np.searchsorted(truth_code, [user_pos(uid) * span, (user_pos(uid) + 1) * span])
-        ideal = truth_rel[lo:hi]
-        a, b = cand.offsets[k], cand.offsets[k + 1]
-        order = np.argsort(-pred[a:b], kind="stable")
-        model_ndcg.append(ndcg_at(10, rel[a:b][order], ideal))
-        seen = hist.seen(k)
-        head = popular_active[:10 + len(seen)]
-        top = head[~np.isin(head, seen)][:10]
-        tcode = user_pos(uid) * span + top
-        p = np.minimum(np.searchsorted(truth_code, tcode), len(truth_code) - 1)
-        pop_ndcg.append(ndcg_at(10, np.where(truth_code[p] == tcode, truth_rel[p], 0.0), ideal))
+        Xs.append(X[keep]), ys.append(rel[keep]), gs.append(hist.user_ids[owner[keep]])
+    return np.concatenate(Xs), np.concatenate(ys), np.concatenate(gs)

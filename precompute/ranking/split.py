@@ -1,0 +1,145 @@
+"""A time split of the event log: what precompute would know at a cut, and what each user did after it.
+
+Training uses two cuts: examples are built at the first (features from the log up to it, labels from the events
+between the two cuts), and the model is judged at the second (features from the log up to it, labels after it), so
+it is always judged on a later period than it learned from, as a model in production is. Each cut has its own item
+table (statistics ``as_of`` the cut) and its own co-visitation index (built from the log up to the cut): nothing
+after a cut leaks into what is known at it.
+
+The log is in (ts, id) order, so the events up to a cut are a prefix and a period after it a contiguous range:
+slices (views) of the caller's arrays, never copies, which keeps a 25 M-event log's memory bounded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from sqlalchemy import Engine
+
+from ..data.history import Histories, histories_from_arrays
+from ..settings import Settings
+from . import candidates, covisit, features
+from .candidates import Candidates
+from .covisit import CoVisit
+from .item_table import ItemTable, load_item_table
+
+Events = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]      # (user, item, type, ts) in (ts, id) order
+
+
+@dataclasses.dataclass
+class Truth:
+    """Each user's strongest interaction per item in a period, graded by its type's weight (``PREFEED_EVENT_TYPES``;
+    weight 0 or a code past the declaration is no interaction). Items the user interacted with inside the seen
+    window before the cut are left out: they are no candidates in serving, so no labels either (an item seen
+    before the window may come back, and its later interaction counts).
+
+    (user, item row) pairs are coded as ``position of the user in users * span + item row`` (user ids are 64-bit,
+    positions small) and sorted, so a batch's grades are one ``searchsorted``."""
+
+    users: np.ndarray       # every user id of the log, sorted: the positions of the codes
+    span: int               # item rows + 1
+    code: np.ndarray        # sorted (user position, item row) codes
+    rel: np.ndarray         # grade of each code, > 0
+
+    def position(self, user_ids: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.users, user_ids)
+
+    def grade(self, user_ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """The grade of each (user, item row) pair; 0 where the user did not interact with the item."""
+        code = self.position(user_ids) * self.span + rows
+        if not len(self.code):
+            return np.zeros(len(code))
+        at = np.minimum(np.searchsorted(self.code, code), len(self.code) - 1)
+        return np.where(self.code[at] == code, self.rel[at], 0.0)
+
+    def of_user(self, user_id: int) -> tuple[np.ndarray, np.ndarray]:
+        """Item rows and grades of one user's interactions in the period."""
+        p = int(self.position(np.array([user_id]))[0])
+        lo, hi = np.searchsorted(self.code, [p * self.span, (p + 1) * self.span])
+        return self.code[lo:hi] - p * self.span, self.rel[lo:hi]
+
+    def judged(self) -> np.ndarray:
+        """Users with at least one graded interaction in the period, sorted."""
+        return self.users[np.unique(self.code // self.span)]
+
+
+@dataclasses.dataclass
+class Period:
+    """What is known at ``cut`` and what happened in the period after it (``truth``)."""
+
+    cut: float
+    known: Events           # the log up to the cut (views)
+    items: ItemTable        # statistics as of the cut
+    cov: CoVisit            # co-visitation from the log up to the cut
+    truth: Truth
+
+    def eligible(self) -> np.ndarray:
+        """Users with history before the cut and a graded interaction after it, sorted."""
+        return np.intersect1d(np.unique(self.known[0]), self.truth.judged())
+
+    def examples(self, user_ids: np.ndarray, settings: Settings) -> tuple[Histories, Candidates, np.ndarray,
+                                                                          np.ndarray]:
+        """Histories, candidates, feature rows and grades of ``user_ids`` at the cut."""
+        hist, cand, X = feature_rows(self.items, self.cov, self.known, user_ids, self.cut, settings)
+        return hist, cand, X, self.truth.grade(hist.user_ids[cand.owner], cand.rows)
+
+
+def feature_rows(items: ItemTable, cov: CoVisit, events: Events, user_ids: np.ndarray, now: float,
+                 settings: Settings) -> tuple[Histories, Candidates, np.ndarray]:
+    """Training's path from an in-memory event log to feature rows: the same candidate and feature functions
+    precompute uses, on histories truncated the same way, read at ``now``."""
+    hist = histories_from_arrays(user_ids, *events, items, settings, clock=now)
+    cand = candidates.for_batch(items, cov, hist, settings)
+    return hist, cand, features.build(items, hist, cand, now=now)
+
+
+def quantile_cut(ev_ts: np.ndarray, q: float) -> float:
+    """The event time below which a share ``q`` of the log lies (epoch s)."""
+    return float(np.quantile(ev_ts, q))
+
+
+def period(engine: Engine, settings: Settings, events: Events, cut: float, end: float = float("inf"),
+           users: np.ndarray | None = None) -> Period:
+    """The split of ``events`` at ``cut``, labels from the events in ``(cut, end]``. ``users``: every user id of the
+    log, sorted (``np.unique`` of the user column), when the caller has it already."""
+    ev_user, ev_item, ev_type, ev_ts = events
+    n_known = int(np.searchsorted(ev_ts, cut, side="right"))
+    n_end = len(ev_ts) if end == float("inf") else int(np.searchsorted(ev_ts, end, side="right"))
+    known = slice(0, n_known)
+    items = load_item_table(engine, settings, as_of=cut)
+    cov = covisit.index_for(items, pairs(events, known, settings))
+    users = np.unique(ev_user) if users is None else users
+    return Period(cut=cut, known=(ev_user[known], ev_item[known], ev_type[known], ev_ts[known]), items=items,
+                  cov=cov, truth=truth(events, items, users, cut, n_known, n_end, settings))
+
+
+def pairs(events: Events, part: slice, settings: Settings) -> dict[str, np.ndarray]:
+    """Co-visitation pairs of the events in ``part`` (``covisit.build_pairs`` with the settings' parameters)."""
+    ev_user, ev_item, ev_type, ev_ts = events
+    return covisit.build_pairs(ev_user[part], ev_item[part], ev_ts[part], settings.covisit_window,
+                               settings.session_gap, settings.covisit_neighbours,
+                               covisit.event_factors(ev_type[part], settings))
+
+
+def truth(events: Events, items: ItemTable, users: np.ndarray, cut: float, n_known: int, n_end: int,
+          settings: Settings) -> Truth:
+    """Grades of the events at positions ``n_known:n_end`` of the log, less the items each user interacted with
+    inside the seen window before ``cut`` (the first ``n_known`` events are those at or before it)."""
+    ev_user, ev_item, ev_type, ev_ts = events
+    span = len(items) + 1
+
+    def codes(part: slice) -> np.ndarray:
+        # An item the cut's table does not know (listed later) is coded as row span - 1, which no candidate has:
+        # it counts towards the user's ideal ranking only, as an item no method could have ranked.
+        rows = items.rows(ev_item[part])
+        return np.searchsorted(users, ev_user[part]) * span + np.where(rows < 0, span - 1, rows)
+
+    after = slice(n_known, n_end)
+    seen_code = np.unique(codes(slice(int(np.searchsorted(ev_ts, cut - settings.seen_window, side="left")),
+                                      n_known)))
+    code, inv = np.unique(codes(after), return_inverse=True)
+    rel = np.zeros(len(code))
+    np.maximum.at(rel, inv, items.weight_of(ev_type[after]))
+    fresh = ~np.isin(code, seen_code) & (rel > 0)
+    return Truth(users=users, span=span, code=code[fresh], rel=rel[fresh])

@@ -1,0 +1,90 @@
+"""Training learns from one period of the log and is judged on the next, and early stopping chooses the tree count."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from precompute.ranking import ranker, split
+
+from tests.conftest import manage
+from tests.test_cli import _one_line_error
+
+
+@pytest.fixture(scope="module")
+def trained(world):
+    """One training run on the session's small world that must stop early (a high learning rate overfits within a
+    few dozen trees), with every time split it makes recorded."""
+    settings = dataclasses.replace(world.settings, train_learning_rate=0.5, train_early_stopping=10)
+    calls = []
+    real = split.period
+
+    def recording(engine, settings_, events, cut, end=float("inf"), users=None):
+        at = real(engine, settings_, events, cut, end, users)
+        calls.append(dict(cut=cut, end=end, known_max=float(at.known[3].max()), as_of=at.items.as_of))
+        return at
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(split, "period", recording)
+        result = ranker.train(world.engine, settings, iterations=300, depth=4, users=300)
+    return result, calls
+
+
+def test_early_stopping_keeps_fewer_trees_than_the_maximum(trained):
+    # given a training run allowed 300 trees at a learning rate that overfits the small world quickly
+    result, _ = trained
+    m = result.metrics
+    # then early stopping on the validation period keeps fewer, the metrics record both numbers, and the model
+    # holds the chosen count
+    assert m["iterations"] == 300
+    assert 1 <= m["trees"] < 300
+    assert result.model.tree_count_ == m["trees"]
+    for key in ("ndcg10", "baseline", "baseline_ndcg10", "data_clock", "valid_users", "train_users", "train_rows",
+                "events", "cut", "valid_cut", "candidate_recall"):
+        assert key in m, key
+    assert 0 < m["candidate_recall"] <= 1
+
+
+def test_the_validation_period_follows_the_training_period(trained, world):
+    # given the time splits one training run made
+    result, calls = trained
+    m = result.metrics
+    events = ranker.load_events(world.engine)
+    assert m["cut"] == pytest.approx(np.quantile(events[3], world.settings.train_cut_quantile))
+    assert m["valid_cut"] == pytest.approx(np.quantile(events[3], world.settings.train_valid_quantile))
+    learn, judge = calls
+    # then training examples know the log up to the first cut and are labelled up to the validation cut only
+    assert learn["cut"] == m["cut"] < m["valid_cut"] == learn["end"]
+    assert learn["known_max"] <= m["cut"] and learn["as_of"] == m["cut"]
+    # and validation knows the log up to the validation cut (item table too) and is labelled by what follows it
+    assert judge["cut"] == m["valid_cut"] and judge["end"] == float("inf")
+    assert m["cut"] < judge["known_max"] <= m["valid_cut"] and judge["as_of"] == m["valid_cut"]
+
+
+def test_truth_holds_only_the_period_after_its_cut(world):
+    # given the small world's log split at two cuts
+    events = ranker.load_events(world.engine)
+    user, item, type_, ts = events
+    c1, c2 = np.quantile(ts, [0.6, 0.8])
+    at = split.period(world.engine, world.settings, events, c1, c2)
+    # then every graded (user, item) is an interaction of that user with that item inside (c1, c2] with an item
+    # they did not see in the seen window before c1, and every such interaction is graded
+    rows = at.items.rows(item)
+    inside = (ts > c1) & (ts <= c2) & (rows >= 0)
+    pairs = set(zip(user[inside].tolist(), rows[inside].tolist()))
+    graded = at.truth.users[at.truth.code // at.truth.span], at.truth.code % at.truth.span
+    assert len(graded[0]) > 0
+    assert set(zip(graded[0].tolist(), graded[1].tolist())) <= pairs
+    seen = (ts >= c1 - world.settings.seen_window) & (ts <= c1)
+    seen_pairs = set(zip(user[seen].tolist(), rows[seen].tolist()))
+    graded_pairs = set(zip(graded[0].tolist(), graded[1].tolist()))
+    assert not graded_pairs & seen_pairs
+    assert pairs - seen_pairs <= graded_pairs
+
+
+def test_a_training_cut_after_the_validation_cut_is_one_line(settings):
+    # given a training cut at or after the validation cut
+    done = manage(settings, "train", extra_env={"PREFEED_TRAIN_CUT_QUANTILE": "0.9",
+                                                "PREFEED_TRAIN_VALID_QUANTILE": "0.8"})
+    # then train refuses in one line naming both settings
+    _one_line_error(done, 2, "PREFEED_TRAIN_CUT_QUANTILE must be below PREFEED_TRAIN_VALID_QUANTILE")
