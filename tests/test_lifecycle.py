@@ -166,20 +166,24 @@ def test_the_promotion_rule_is_strictly_better_than_the_best_baseline():
 
 
 def _popularity_is_the_future(now: float) -> Marketplace:
-    """A log where the future is exactly the most popular item: 60 users view P1 (and fewer each P2..P5) before
-    the cut; 50 other users view three items of their own before it and P1 after it. Popularity ranks P1 first for
-    every judged user (NDCG@10 = 1), so no model can do strictly better. All events before the cut share one
-    time stamp, so the cut (a quantile of event time) falls exactly there."""
-    n_items, fillers, judged = 60, 60, 50
+    """A log where the future is exactly the most popular item, in both of training's periods: 60 users view P1
+    (and fewer each P2..P5) first; then 30 users with three items of their own view P1 (the training period's
+    labels), and after that 50 other users with items of their own view P1 (the validation period). Popularity
+    ranks P1 first for every validation user (NDCG@10 = 1), so no model can do strictly better. The first two
+    phases each share one time stamp, so training's cuts (quantiles 0.7 and 0.85 of event time, 440 of 520 events
+    in the first phase, 30 in the second) fall exactly on them."""
+    n_items, fillers, learners, judged = 60, 60, 30, 50
     f = np.arange(fillers)
     filler_items = [(u, p) for p, n in zip(range(1, 6), (60, 50, 40, 30, 20)) for u in f[:n]]
-    own_items = [(fillers + j, 6 + (3 * j + k) % (n_items - 5)) for j in range(judged) for k in range(3)]
-    future = [(fillers + j, 1) for j in range(judged)]
-    pre = np.array(filler_items + own_items) + [1, 0]
-    post = np.array(future) + [1, 0]
-    ev = np.r_[pre, post]
-    ts = np.r_[np.full(len(pre), now - 10 * DAY), now - DAY + np.arange(len(post), dtype=float)]
-    users = np.arange(1, fillers + judged + 1)
+    own = fillers + np.arange(learners + judged)
+    own_items = [(u, 6 + (3 * u + k) % (n_items - 5)) for u in own for k in range(3)]
+    learned = [(u, 1) for u in own[:learners]]
+    future = [(u, 1) for u in own[learners:]]
+    ev = np.array(filler_items + own_items + learned + future) + [1, 0]
+    n_first = len(filler_items) + len(own_items)
+    ts = np.r_[np.full(n_first, now - 10 * DAY), np.full(len(learned), now - 5 * DAY),
+               now - DAY + np.arange(len(future), dtype=float)]
+    users = np.arange(1, fillers + learners + judged + 1)
     items = np.arange(1, n_items + 1)
     return Marketplace(
         item_id=items, item_category=items % 4, item_price=np.full(n_items, 20.0),
