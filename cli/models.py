@@ -11,7 +11,9 @@ import time
 
 import click
 
+from precompute.data import log as event_log
 from precompute.errors import BundleError, NotPromoted
+from precompute.evaluation.run import validate
 from precompute.ranking import bundle, ranker
 from precompute.ranking.layout import for_settings
 
@@ -37,11 +39,16 @@ def train(obj, iterations: int | None, depth: int | None, users: int | None, see
     settings = obj.settings
     engine = ready_engine(settings)
     t0 = time.perf_counter()
+    log = event_log.load_events(engine, settings.as_of or float("inf"))
+    events = (log.user, log.item, log.type, log.ts)
     result = ranker.train(engine, settings, iterations=iterations, depth=depth, users=users, seed=seed_,
-                          progress=lambda m: click.echo(f"  {m}"))
+                          progress=lambda m: click.echo(f"  {m}"), events=events)
     m = result.metrics
-    click.echo(f"validation NDCG@10: model {m['ndcg10']:.4f}, best baseline ({m['baseline']}) {m['baseline_ndcg10']:.4f} "
-               f"({m['valid_users']} held-out users)")
+    click.echo("  judging the model against the baselines at the validation cut")
+    m.update(validate(engine, settings, events, m["valid_cut"], result.model, users=users or settings.train_users,
+                      seed=seed_, progress=lambda msg: click.echo(f"    {msg}")))
+    click.echo(f"validation NDCG@10: model {m['ndcg10']:.4f}, best baseline ({m['baseline']}) "
+               f"{m['baseline_ndcg10']:.4f} ({m['valid_users']} users judged after the validation cut)")
     version = bundle.write(settings.model_dir, result.model, result.pairs, {"metrics": m})
     seconds = time.perf_counter() - t0
     if not bundle.beats_baseline(m):

@@ -127,8 +127,9 @@ def test_no_method_lists_an_item_the_user_had_before_the_cut(world):
     user, item, type_, ts = split.pre
     pairs = covisit.build_pairs(user, item, ts, s.covisit_window, s.session_gap, s.covisit_neighbours,
                                 covisit.event_factors(type_, s))
-    ranked = baselines.rank_all(split, items, covisit.index_for(items, pairs), s, 100)
-    ranked["ranker"] = model.rank(model.train(world.engine, s, split, iterations=20), split, items, s, 100)
+    cov = covisit.index_for(items, pairs)
+    ranked = baselines.rank_all(split, items, cov, s, 100)
+    ranked["ranker"] = model.rank(model.train(world.engine, s, split, iterations=20).model, split, items, cov, s, 100)
     # then no list of any method holds an item its user interacted with before the cut, and the ranker ranks
     for name, r in ranked.items():
         for u in range(len(split.users)):

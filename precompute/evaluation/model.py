@@ -1,6 +1,6 @@
 """The ranker as a method: trained on the pre-cut log only, then ranked at the cut through the code the workers
 run (``ranking/pipeline.py``): histories read at the cut, ``candidates.for_batch``, ``features.build``,
-``ranker.score``, ``arrays.top_desc_grouped``, with the bundle's co-visitation pairs mapped onto the item table.
+``ranker.score``, ``arrays.top_desc_grouped``, with the co-visitation index of the pre-cut log (what the model was trained with, and what the baselines use).
 
 The one difference from serving: every item a user interacted with before the cut is left out, not only those of
 the seen window. The histories are read with a seen window reaching back to the first pre-cut event and a cap of
@@ -17,8 +17,9 @@ import numpy as np
 from sqlalchemy import Engine
 
 from ..data.history import histories_from_arrays
-from ..ranking import candidates, covisit, features, ranker
+from ..ranking import candidates, features, ranker
 from ..ranking.arrays import top_desc_grouped
+from ..ranking.covisit import CoVisit
 from ..ranking.item_table import ItemTable
 from ..settings import Settings
 from .lists import Collector, Ranked, batches, seen_of, truth_of
@@ -43,9 +44,9 @@ def train(engine: Engine, settings: Settings, split: Split, *, iterations: int |
     return ranker.train(engine, settings, iterations=iterations, seed=seed, progress=progress, events=split.pre)
 
 
-def rank(result: ranker.TrainResult, split: Split, items: ItemTable, settings: Settings, n: int) -> Ranked:
-    """The trained model's top-``n`` lists of the judged users; its candidate set is what the workers would score."""
-    cov = covisit.index_for(items, result.pairs)
+def rank(model, split: Split, items: ItemTable, cov: CoVisit, settings: Settings, n: int) -> Ranked:
+    """``model``'s (a CatBoost ranker's) top-``n`` lists of the judged users, from candidates gathered with the
+    co-visitation index ``cov`` of the pre-cut log; its candidate set is what the workers would score."""
     at_cut = all_seen(settings, split)
     user, item, type_, ts = split.pre
     span = len(items) + 1
@@ -57,7 +58,7 @@ def rank(result: ranker.TrainResult, split: Split, items: ItemTable, settings: S
             part = hist.slice(start, stop)
             cand = candidates.for_batch(items, cov, part, at_cut)
             X = features.build(items, part, cand, part.clock)
-            scores = ranker.score(result.model, X) if len(X) else np.empty(0, dtype=np.float32)
+            scores = ranker.score(model, X) if len(X) else np.empty(0, dtype=np.float32)
             top, offsets = top_desc_grouped(scores, cand.offsets, n)
             code = cand.owner * span + cand.rows
             s_owner, s_rows = seen_of(split, a + start, a + stop)

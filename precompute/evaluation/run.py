@@ -1,5 +1,9 @@
 """``evaluate``: read the log once, split it at a quantile of event time, rank the judged users with every baseline
-and the ranker trained on the pre-cut log, and summarize each method's lists against the truth."""
+and the ranker trained on the pre-cut log, and summarize each method's lists against the truth.
+
+``validate`` is the same protocol at training's own validation cut: the promotion check ``train`` applies, so the
+numbers ``train`` and ``models list`` show mean what ``evaluate`` shows.
+"""
 
 from __future__ import annotations
 
@@ -13,10 +17,13 @@ from sqlalchemy import Engine
 from ..data import log as event_log
 from ..errors import InvalidInput
 from ..ranking import covisit
-from ..ranking.item_table import load_item_table
+from ..ranking.covisit import CoVisit
+from ..ranking.item_table import ItemTable, load_item_table
 from ..settings import Settings
 from . import baselines, metrics, model
-from .split import cut_time, split_log
+from .split import Split, cut_time, split_log
+
+Events = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]      # (user, item, type, ts) in (ts, id) order
 
 #: Fewer events than this cannot be split into a history and a future worth judging.
 MIN_EVENTS = 100
@@ -42,6 +49,46 @@ class Evaluation:
         return dataclasses.asdict(self)
 
 
+@dataclasses.dataclass
+class Scene:
+    """What every method ranks from at a cut: the split, the item table and the co-visitation index as of it."""
+
+    split: Split
+    items: ItemTable
+    cov: CoVisit
+
+
+def scene(engine: Engine, settings: Settings, events: Events, cut: float, *, users: int | None = None,
+          seed: int = 0, progress: Callable[[str], None] = lambda msg: None) -> Scene:
+    """The split of ``events`` at ``cut`` with the item table and co-visitation known at it; refuses a split with
+    nobody to judge. ``users``: judge a seeded random sample of that many."""
+    items = load_item_table(engine, settings, as_of=cut)
+    split = split_log(events, cut, items, users=users, seed=seed)
+    progress(f"time split at {cut:.0f}: {split.n_before} events before, {split.n_after} after; "
+             f"{len(split.users)} users judged")
+    if split.n_after == 0 or len(split.users) == 0:
+        raise InvalidInput(f"no user has history before the cut ({_utc(cut)}) and a new item of positive weight "
+                           "after it: nothing to judge")
+    progress("building co-visitation from the pre-cut log")
+    user, item, type_, ts = split.pre
+    pairs = covisit.build_pairs(user, item, ts, settings.covisit_window, settings.session_gap,
+                                settings.covisit_neighbours, covisit.event_factors(type_, settings))
+    return Scene(split=split, items=items, cov=covisit.index_for(items, pairs))
+
+
+def judge(at: Scene, settings: Settings, ranker_model, *, k: int = 10, recent_days: float = 7.0,
+          progress: Callable[[str], None] = lambda msg: None) -> tuple[dict[str, dict[str, float]], str]:
+    """Every baseline and ``ranker_model`` (a CatBoost ranker trained on the log before the cut) ranked at the
+    cut and summarized; returns the metrics by method ("ranker" last) and the best baseline's name."""
+    n = max(k, LIST_LENGTH)
+    ranked = baselines.rank_all(at.split, at.items, at.cov, settings, n, recent_days=recent_days, progress=progress)
+    progress(f"ranking {len(at.split.users)} users with the ranker")
+    ranked["ranker"] = model.rank(ranker_model, at.split, at.items, at.cov, settings, n)
+    n_active = int(at.items.active.sum())
+    summary = {name: metrics.summarize(at.split.truth, r, k, n_active) for name, r in ranked.items()}
+    return summary, max(baselines.BASELINES, key=lambda name: summary[name]["ndcg"])
+
+
 def evaluate(engine: Engine, settings: Settings, *, cut_quantile: float = 0.8, k: int = 10, recent_days: float = 7.0,
              users: int | None = None, seed: int = 0, iterations: int | None = None,
              progress: Callable[[str], None] = lambda msg: None) -> Evaluation:
@@ -52,35 +99,36 @@ def evaluate(engine: Engine, settings: Settings, *, cut_quantile: float = 0.8, k
         raise InvalidInput(f"--k must be at least 1, not {k}")
     t0 = time.perf_counter()
     log = event_log.load_events(engine, settings.as_of or float("inf"))
-    events = (log.user, log.item, log.type, log.ts)
     if len(log) < MIN_EVENTS:
         raise InvalidInput(f"only {len(log)} events in the log; evaluation needs at least {MIN_EVENTS}")
-    cut = cut_time(log.ts, cut_quantile)
-    items = load_item_table(engine, settings, as_of=cut)
-    split = split_log(events, cut, items, users=users, seed=seed)
-    progress(f"time split at {cut:.0f}: {split.n_before} events before, {split.n_after} after; "
-             f"{len(split.users)} users judged")
-    if split.n_after == 0 or len(split.users) == 0:
-        raise InvalidInput(f"no user has history before the cut (quantile {cut_quantile:g}) and a new item of "
-                           "positive weight after it: nothing to judge")
-    n = max(k, LIST_LENGTH)
-    progress("building co-visitation from the pre-cut log")
-    user, item, type_, ts = split.pre
-    pairs = covisit.build_pairs(user, item, ts, settings.covisit_window, settings.session_gap,
-                                settings.covisit_neighbours, covisit.event_factors(type_, settings))
-    ranked = baselines.rank_all(split, items, covisit.index_for(items, pairs), settings, n, recent_days=recent_days,
-                                progress=progress)
+    at = scene(engine, settings, (log.user, log.item, log.type, log.ts), cut_time(log.ts, cut_quantile),
+               users=users, seed=seed, progress=progress)
     progress("training the ranker on the pre-cut log")
-    result = model.train(engine, settings, split, iterations=iterations, seed=seed,
+    result = model.train(engine, settings, at.split, iterations=iterations, seed=seed,
                          progress=lambda m: progress(f"  {m}"))
-    progress(f"ranking {len(split.users)} users with the ranker")
-    ranked["ranker"] = model.rank(result, split, items, settings, n)
-    n_active = int(items.active.sum())
-    summary = {name: metrics.summarize(split.truth, r, k, n_active) for name, r in ranked.items()}
-    best = max(baselines.BASELINES, key=lambda name: summary[name]["ndcg"])
+    summary, best = judge(at, settings, result.model, k=k, recent_days=recent_days, progress=progress)
     base = summary[best]["ndcg"]
-    return Evaluation(cut=cut, cut_quantile=cut_quantile, k=k, users=len(split.users),
+    split = at.split
+    return Evaluation(cut=split.cut, cut_quantile=cut_quantile, k=k, users=len(split.users),
                       events_before=split.n_before, events_after=split.n_after, methods=summary, best_baseline=best,
                       ratio=summary["ranker"]["ndcg"] / base if base > 0 else None,
                       train={key: v for key, v in result.metrics.items() if np.isscalar(v)},
                       seconds=time.perf_counter() - t0)
+
+
+def validate(engine: Engine, settings: Settings, events: Events, cut: float, ranker_model, *, users: int | None,
+             seed: int = 0, progress: Callable[[str], None] = lambda msg: None) -> dict:
+    """The promotion check of a freshly trained model: the evaluation protocol at training's validation cut
+    (``ranker.train``'s ``valid_cut``: the model learned from the log before it and chose its tree count on the
+    period after it), every baseline on the same users and truth. Returns the training metrics' keys that
+    ``models list`` and promotion read: ``ndcg10``, ``baseline``, ``baseline_ndcg10``, ``baselines``,
+    ``candidate_recall``, ``valid_users``."""
+    at = scene(engine, settings, events, cut, users=users, seed=seed, progress=progress)
+    summary, best = judge(at, settings, ranker_model, k=10, progress=progress)
+    return dict(ndcg10=summary["ranker"]["ndcg"], baseline=best, baseline_ndcg10=summary[best]["ndcg"],
+                baselines={name: m["ndcg"] for name, m in summary.items() if name != "ranker"},
+                candidate_recall=summary["ranker"]["candidate_recall"], valid_users=len(at.split.users))
+
+
+def _utc(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
