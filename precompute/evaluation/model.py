@@ -1,6 +1,7 @@
 """The ranker as a method: trained on the pre-cut log only, then ranked at the cut through the code the workers
 run (``ranking/pipeline.py``): histories read at the cut, ``candidates.for_batch``, ``features.build``,
-``ranker.score``, ``arrays.top_desc_grouped``, with the co-visitation index of the pre-cut log (what the model was trained with, and what the baselines use).
+``ranker.score``, ``arrays.top_desc_grouped``, with the co-visitation index of the pre-cut log (what the model was
+trained with, and what the baselines use).
 
 The one difference from serving: every item a user interacted with before the cut is left out, not only those of
 the seen window. The histories are read with a seen window reaching back to the first pre-cut event and a cap of
