@@ -10,7 +10,7 @@ import click
 
 #: Benchmark name → module (``import`` is a Python keyword, so its module is ``import_``).
 NAMES = {"precompute": "precompute", "fork": "fork", "serve": "serve", "freshness": "freshness", "memory": "memory",
-         "scaling": "scaling", "soak": "soak", "import": "import_"}
+         "scaling": "scaling", "soak": "soak", "import": "import_", "quality": "quality"}
 
 
 @click.command()
