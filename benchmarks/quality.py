@@ -59,7 +59,8 @@ def run(quick: bool = False) -> dict:
                 ["method", "NDCG@10", "Recall@10", "Recall@100", "MAP@10", "coverage", "non-empty", "cand. recall"],
                 [[name, m["ndcg"], m["recall"], m["recall100"], m["map"], m["coverage"], m["non_empty"],
                   m["candidate_recall"]] for name, m in mean.items()]))
-    print(f"ranker / best baseline ({best}) = {averaged.ratio:.2f}× (mean NDCG); per seed: "
+    shown = "n/a (the best baseline scores 0)" if averaged.ratio is None else f"{averaged.ratio:.2f}×"
+    print(f"ranker / best baseline ({best}) = {shown} (mean NDCG); per seed: "
           + ", ".join(f"{r:.2f}×" for r in ratios)
           + f"; {first.users} users judged; {statistics.median(s for *_, s in runs):.1f}s per run (median)")
     chart = RESULTS / f"quality{'-quick' if quick else ''}.png"

@@ -51,13 +51,21 @@ def train(obj, iterations: int | None, depth: int | None, users: int | None, see
                f"{m['baseline_ndcg10']:.4f} ({m['valid_users']} users judged after the validation cut)")
     version = bundle.write(settings.model_dir, result.model, result.pairs, {"metrics": m})
     seconds = time.perf_counter() - t0
+    how = "train"
     if not bundle.beats_baseline(m):
-        if not force:
+        if bundle.current_version(settings.model_dir) is None:
+            # Nothing is current: workers could not start and every feed would be the fallback. The first model
+            # is promoted (from then on a new one has to beat the best baseline), and the operator is told.
+            click.echo(f"bundle {version} does not beat the best baseline, but no bundle is current: promoting it")
+            how = "train (first bundle)"
+        elif force:
+            click.echo(f"bundle {version} does not beat the best baseline; promoting it anyway (--force)")
+            how = "train --force"
+        else:
             raise NotPromoted(f"bundle {version} not promoted: validation NDCG@10 {m['ndcg10']:.4f} does not beat "
                               f"the best baseline ({m['baseline']}) {m['baseline_ndcg10']:.4f}; promote it with "
                               f"`models promote {version}` or retrain with --force")
-        click.echo(f"bundle {version} does not beat the best baseline; promoting it anyway (--force)")
-    bundle.promote(settings.model_dir, version, for_settings(settings), how="train --force" if force else "train")
+    bundle.promote(settings.model_dir, version, for_settings(settings), how=how)
     click.echo(f"bundle {version} is current ({settings.model_dir}); trained in {seconds:.1f}s")
 
 
@@ -72,7 +80,12 @@ def models() -> None:
 def list_(obj, as_json: bool) -> None:
     """Every bundle, newest first, with its validation NDCG@10 against the best baseline; * marks the current."""
     model_dir = obj.settings.model_dir
-    rows = [_row(model_dir, v, bundle.current_version(model_dir)) for v in bundle.versions(model_dir)]
+    try:
+        current = bundle.current_version(model_dir)
+    except BundleError as exc:           # still list what there is to promote
+        click.echo(f"warning: {exc}; no bundle is marked current", err=True)
+        current = None
+    rows = [_row(model_dir, v, current) for v in bundle.versions(model_dir)]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return

@@ -178,3 +178,30 @@ def test_evaluate_command_refuses_bad_arguments_in_one_line(settings, args, mess
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and message in done.stderr, done.stderr
     assert "time split" not in done.stdout
+
+
+def test_item_knn_ranks_by_summed_cosine_similarity_to_the_users_items(world):
+    # given the world's log split at 0.8, and the cosine similarity of every item pair computed densely
+    log = event_log.load_events(world.engine)
+    cut = cut_time(log.ts, 0.8)
+    items = load_item_table(world.engine, world.settings, as_of=cut)
+    split = split_log((log.user, log.item, log.type, log.ts), cut, items, users=25, seed=3)
+    user, item, type_, _ = split.pre
+    rows, w = items.rows(item), items.weight_of(type_)
+    ok = (rows >= 0) & (w > 0)
+    users = np.unique(user)
+    x = np.zeros((len(users), len(items)))
+    x[np.searchsorted(users, user[ok]), rows[ok]] = 1.0
+    norms = np.sqrt(x.sum(axis=0))
+    norms[norms == 0] = 1.0
+    cos = (x.T @ x) / np.outer(norms, norms)
+    # when item_knn ranks the judged users
+    r = baselines.item_knn(split, items, 10)
+    # then each list is the user's top 10 by Σ cos(i, j) over their items, leaving out their own and inactive ones
+    for u, uid in enumerate(split.users):
+        score = x[np.searchsorted(users, uid)] @ cos
+        score[split.seen(u)] = -np.inf
+        score[~items.active] = -np.inf
+        listed = r.rows[r.offsets[u]:r.offsets[u + 1]]
+        np.testing.assert_allclose(score[listed], np.sort(score)[::-1][:len(listed)], rtol=1e-4)
+        assert len(listed) == min(10, int((score > 0).sum()))

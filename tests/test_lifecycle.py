@@ -79,6 +79,23 @@ def test_promoting_a_missing_or_broken_bundle_changes_nothing(own):
     assert _history(s.model_dir) == [(a, "promote")]
 
 
+def test_an_unreadable_history_never_leaves_current_changed_without_its_line(own):
+    s, a, b = own
+    bundle.promote(s.model_dir, a)
+    # given a HISTORY holding bytes that are not UTF-8
+    history = s.model_dir / "HISTORY"
+    history.write_bytes(history.read_bytes() + b"\xff junk\n")
+    # when B is promoted, then it is current and its line follows the ones that parse
+    assert manage(s, "models", "promote", str(b)).returncode == 0
+    assert bundle.current_version(s.model_dir) == b and _history(s.model_dir) == [(a, "promote"), (b, "promote")]
+    # and given a HISTORY that cannot be read at all, promotion and rollback are one line each, CURRENT unchanged
+    history.unlink()
+    history.mkdir()
+    _one_line_error(manage(s, "models", "promote", str(a)), 3, "HISTORY")
+    _one_line_error(manage(s, "models", "rollback"), 3, "HISTORY")
+    assert bundle.current_version(s.model_dir) == b
+
+
 def test_rollback_skips_bundles_that_no_longer_load_and_walks_back_like_a_stack(own, world):
     s, a, b = own
     c = b + 1
@@ -196,15 +213,20 @@ def _popularity_is_the_future(now: float) -> Marketplace:
 
 
 def test_train_refuses_a_model_that_does_not_beat_the_baseline_unless_forced(own, tmp_path):
-    s, a, _ = own
-    s = dataclasses.replace(s, database_url=f"sqlite:///{tmp_path / 'popular.db'}")
+    s, _, _ = own
+    s = dataclasses.replace(s, database_url=f"sqlite:///{tmp_path / 'popular.db'}", model_dir=tmp_path / "models")
     engine = db.make_engine(s.database_url)
     db.init_db(engine, s)
     bulk.load(engine, _popularity_is_the_future(time.time()), s)
     engine.dispose()
-    bundle.promote(s.model_dir, a)
+    # given a log whose future is exactly its most popular item, and no bundle yet: the first one trained on it is
+    # promoted although it cannot beat popularity (else nothing could serve), saying so
+    done = manage(s, "train", "--iterations", "10", "--users", "50")
+    assert done.returncode == 0, done.stderr
+    a = bundle.current_version(s.model_dir)
+    assert "no bundle is current: promoting it" in done.stdout and _history(s.model_dir) == [(a, "train (first bundle)")]
     before = bundle.versions(s.model_dir)
-    # when trained on a log whose future is exactly its most popular item
+    # when trained again on it
     done = manage(s, "train", "--iterations", "10", "--users", "50")
     # then the new bundle is written but not promoted: one line naming both numbers and the version, exit 5
     line = _one_line_error(done, 5, "not promoted")

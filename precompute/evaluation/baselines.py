@@ -111,12 +111,15 @@ def item_knn(split: Split, items: ItemTable, n: int) -> Ranked:
     users = np.unique(split.pre[0])
     x = user_item_matrix(split, items, users, weighted=False)
     norms = np.sqrt(np.asarray(x.sum(axis=0)).ravel())        # binary: the squared norm is the count
-    xn = sparse.csr_matrix(x.multiply(1.0 / np.where(norms > 0, norms, 1.0)[None, :]))
+    xn = sparse.csr_matrix(x.multiply(1.0 / np.where(norms > 0, norms, 1.0)[None, :]), dtype=np.float32)
     xn_t = xn.T.tocsr()
     at = np.searchsorted(users, split.users)
     out = Collector()
     for a, b in batches(split, BATCH):
-        scores = ((x[at[a:b]] @ xn_t) @ xn).toarray().astype(np.float32)
+        # Sparse times dense, twice: (Xn · X_bᵀ) is every user's overlap with the batch (dense, users × batch), and
+        # Xnᵀ times it the batch's scores. A sparse × sparse first product would be as dense and ~6× slower.
+        overlap = xn @ x[at[a:b]].T.toarray().astype(np.float32)
+        scores = np.ascontiguousarray((xn_t @ overlap).T)
         from_dense(split, scores, items.active, a, b, n, out=out)
     return out.ranked()
 

@@ -122,7 +122,7 @@ class Promotion:
 def history(model_dir: Path) -> list[Promotion]:
     """HISTORY's promotions, oldest first (lines that do not parse are left out)."""
     try:
-        lines = (Path(model_dir) / "HISTORY").read_text().splitlines()
+        lines = _read_history(Path(model_dir) / "HISTORY").splitlines()
     except FileNotFoundError:
         return []
     out = []
@@ -165,14 +165,28 @@ def beats_baseline(metrics: dict) -> bool:
 
 def _promote_locked(model_dir: Path, version: int, layout: FeatureLayout | None, how: str) -> Bundle:
     bundle = load(model_dir, version, layout)
+    path = model_dir / "HISTORY"
+    try:                                 # read before CURRENT changes: an unreadable HISTORY changes nothing
+        before = _read_history(path)
+    except FileNotFoundError:
+        before = ""
     _replace(model_dir / "CURRENT", f"{version}\n")
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    path = model_dir / "HISTORY"
-    before = path.read_text() if path.exists() else ""
     if before and not before.endswith("\n"):
         before += "\n"
     _replace(path, f"{before}{version} {at} {' '.join(how.split())}\n")
     return bundle
+
+
+def _read_history(path: Path) -> str:
+    """HISTORY's text; bytes that are not UTF-8 read as U+FFFD (their lines then do not parse and are left out).
+    Raises FileNotFoundError when there is none, BundleError when it cannot be read."""
+    try:
+        return path.read_text(errors="replace")
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise BundleError(f"cannot read {path}: {exc.strerror}; move it aside to start a new history") from None
 
 
 def _replace(path: Path, text: str) -> None:
