@@ -63,10 +63,12 @@ def recent_popular(split: Split, items: ItemTable, n: int, days: float) -> Ranke
     return popular(split, items, n, popularity(split, items, since=split.cut - days * DAY))
 
 
-def user_item_matrix(split: Split, items: ItemTable, user_ids: np.ndarray, weighted: bool) -> sparse.csr_matrix:
+def user_item_matrix(split: Split, items: ItemTable, user_ids: np.ndarray, weighted: bool,
+                     events: tuple[np.ndarray, ...] | None = None) -> sparse.csr_matrix:
     """``(len(user_ids), items)`` pre-cut interactions of ``user_ids`` (ascending): summed type weights, or 1 for
-    a pair with any interaction of positive weight (``weighted=False``)."""
-    user, item, type_, _ = split.pre
+    a pair with any interaction of positive weight (``weighted=False``). ``events``: a part of the pre-cut log
+    holding all of their events (``Split.events_of``), to scan instead of all of it."""
+    user, item, type_, _ = split.pre if events is None else events
     at = np.isin(user, user_ids)
     rows, w = items.rows(item[at]), items.weight_of(type_[at])
     ok = (rows >= 0) & (w > 0)
@@ -88,7 +90,8 @@ def category_popular(split: Split, items: ItemTable, n: int) -> Ranked:
     fill = global_order(pop, items.active)
     out = Collector()
     for a, b in batches(split, BATCH):
-        per_cat = np.asarray((user_item_matrix(split, items, split.users[a:b], weighted=True) @ member).todense())
+        mine = user_item_matrix(split, items, split.users[a:b], weighted=True, events=split.events_of(a, b))
+        per_cat = np.asarray((mine @ member).todense())
         total = per_cat.sum(axis=1, keepdims=True)
         share = np.divide(per_cat, total, out=np.zeros_like(per_cat), where=total > 0)
         scores = np.asarray((p @ share.T).T, dtype=np.float64)
@@ -98,9 +101,8 @@ def category_popular(split: Split, items: ItemTable, n: int) -> Ranked:
 
 def covisit(split: Split, items: ItemTable, cov: CoVisit, settings: Settings, n: int) -> Ranked:
     out = Collector()
-    user, item, type_, ts = split.pre
     for a, b in batches(split, BATCH * 2):
-        hist = histories_from_arrays(split.users[a:b], user, item, type_, ts, items, settings, clock=split.cut)
+        hist = histories_from_arrays(split.users[a:b], *split.events_of(a, b), items, settings, clock=split.cut)
         recent, owner, rank = candidates.recent_items(hist, settings.covisit_recent_items)
         rows, w, per_recent = cov.gather(recent, settings.recency_decay ** rank)
         from_sparse(split, np.repeat(owner, per_recent), rows, w, items.active, a, b, n, out)

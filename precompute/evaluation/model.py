@@ -49,11 +49,10 @@ def rank(model, split: Split, items: ItemTable, cov: CoVisit, settings: Settings
     """``model``'s (a CatBoost ranker's) top-``n`` lists of the judged users, from candidates gathered with the
     co-visitation index ``cov`` of the pre-cut log; its candidate set is what the workers would score."""
     at_cut = all_seen(settings, split)
-    user, item, type_, ts = split.pre
     span = len(items) + 1
     out = Collector()
     for a, b in batches(split, HISTORY_BATCH):
-        hist = histories_from_arrays(split.users[a:b], user, item, type_, ts, items, at_cut, clock=split.cut)
+        hist = histories_from_arrays(split.users[a:b], *split.events_of(a, b), items, at_cut, clock=split.cut)
         for start in range(0, len(hist), settings.rank_chunk_users):
             stop = min(start + settings.rank_chunk_users, len(hist))
             part = hist.slice(start, stop)

@@ -10,6 +10,7 @@ interacted with before the cut (any type) are no truth and are left out of every
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -48,6 +49,22 @@ class Split:
 
     def seen(self, u: int) -> np.ndarray:
         return self.seen_rows[self.seen_offsets[u]:self.seen_offsets[u + 1]]
+
+    def events_of(self, a: int, b: int) -> tuple[np.ndarray, ...]:
+        """The pre-cut events of judged users ``a:b`` (positions), in log order: a batch's methods then scan
+        its own events, not the whole log (one stable sort by user, once, instead of a pass per batch)."""
+        order, sorted_user = self._by_user
+        lo = np.searchsorted(sorted_user, self.users[a:b], side="left")
+        hi = np.searchsorted(sorted_user, self.users[a:b], side="right")
+        count = hi - lo
+        start = np.repeat(lo - np.r_[0, np.cumsum(count)[:-1]], count)
+        at = np.sort(order[start + np.arange(int(count.sum()))])
+        return tuple(column[at] for column in self.pre)
+
+    @functools.cached_property
+    def _by_user(self) -> tuple[np.ndarray, np.ndarray]:
+        order = np.argsort(self.pre[0], kind="stable")
+        return order, self.pre[0][order]
 
 
 def cut_time(ev_ts: np.ndarray, quantile: float) -> float:
