@@ -4,6 +4,7 @@ of ``precompute/ranking``. Tests compare the vectorized stages against these, us
 
 from __future__ import annotations
 
+import bisect
 import math
 
 from precompute.ranking import candidates
@@ -84,6 +85,11 @@ def item_features(items, now: float) -> list[dict[str, float]]:
             cat_rank[(r, c)] = len(members.setdefault(c, []))
             members[c].append(r)
     total = sum(pop)
+    # last week's type-weighted popularity against all time: its rank (items strictly ahead) and its log share ratio
+    week = [float(items.recent_weighted[r, 2]) for r in range(n)]
+    ever = [sum(weight_of(items, t) * items.counts[r, t] for t in range(1, items.counts.shape[1])) for r in range(n)]
+    week_total, ever_total = sum(week), sum(ever)
+    week_sorted = sorted(week)
 
     def mean_log_price(c):
         prices = [math.log1p(items.price[m]) for m in members[c] if not math.isnan(items.price[m])]
@@ -108,12 +114,16 @@ def item_features(items, now: float) -> list[dict[str, float]]:
             "item_log_recent_events": math.log1p(items.recent[r]),
             "item_log_weighted_1d": math.log1p(items.recent_weighted[r, 0]),
             "item_log_weighted_3d": math.log1p(items.recent_weighted[r, 1]),
+            "item_log_weighted_7d": math.log1p(week[r]),
+            "item_log_recent_rank": math.log1p(n - bisect.bisect_right(week_sorted, week[r])),
+            "item_recent_trend": math.log((week[r] + 1) / (week_total + n)) - math.log((ever[r] + 1) / (ever_total + n)),
             "item_log_pop_rank": math.log1p(pop_rank[r]),
             "item_log_category_rank": math.log1p(min(cat_rank[(r, c)] for c in cats)) if cats else NAN,
             "item_log_category_size": math.log1p(max(len(members[c]) for c in cats)) if cats else NAN,
             "item_category_global_share": max(sum(pop[m] for m in members[c]) / total for c in cats)
             if cats else NAN,
             "item_age_days": (now - items.created_at[r]) / DAY,   # NaN without created_at
+            "item_days_since_first_event": (now - items.first_seen[r]) / DAY,   # NaN without events
         }
         out.append(row)
     return out

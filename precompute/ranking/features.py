@@ -48,6 +48,10 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float) -> np
     age = out[:, layout.index("item_age_days")]
     np.take(items.created_day32, r, out=age, mode="clip")
     np.subtract(np.float32(now / DAY), age, out=age)
+    # Time on the platform by its first event: the age of an item whose catalogue gives no creation time.
+    since_first = out[:, layout.index("item_days_since_first_event")]
+    np.take(items.first_day32, r, out=since_first, mode="clip")
+    np.subtract(np.float32(now / DAY), since_first, out=since_first)
     sizes = np.diff(cand.offsets)
 
     # ---- user (length n_users, broadcast over each user's block) -----------------------------------------
