@@ -26,32 +26,24 @@ def weight_of(items, t) -> float:
 def candidates_of(settings, items, cov, rows, types, seen: set[int]) -> dict[int, tuple[float, int, int]]:
     """``{item row: (co-visitation score, co-visitation count, source bits)}`` of one user, uncapped; ``seen``:
     the rows of the items they interacted with inside the seen window, which are left out."""
-    return {n: v[:3] for n, v in candidates_with_last(settings, items, cov, rows, types, seen).items()}
-
-
-def candidates_with_last(settings, items, cov, rows, types, seen: set[int]) -> dict[int, tuple]:
-    """``candidates_of`` plus, per item, the (undecayed) co-visitation weight from the user's last item and from
-    their last ``candidates.LAST_FEW`` items."""
     known = [int(r) for r in rows if r >= 0]
     recent = []
     for r in reversed(known):
         if r not in recent:
             recent.append(r)
-    score, count, flags, last, few = {}, {}, {}, {}, {}
+    score, count, flags = {}, {}, {}
     for i, r in enumerate(recent[: settings.covisit_recent_items]):
         for j in range(cov.indptr[r], cov.indptr[r + 1]):
             n = int(cov.nbr[j])
             score[n] = score.get(n, 0.0) + cov.weight[j] * settings.recency_decay ** i
             count[n] = count.get(n, 0) + 1
-            last[n] = last.get(n, 0.0) + (cov.weight[j] if i == 0 else 0.0)
-            few[n] = few.get(n, 0.0) + (cov.weight[j] if i < candidates.LAST_FEW else 0.0)
             flags[n] = flags.get(n, 0) | candidates.FROM_COVISIT
     for c in top_categories(settings, items, rows, types):
         for n in items.category_popular[c]:
             flags[int(n)] = flags.get(int(n), 0) | candidates.FROM_CATEGORY
     for n in items.global_popular:
         flags[int(n)] = flags.get(int(n), 0) | candidates.FROM_GLOBAL
-    return {n: (score.get(n, 0.0), count.get(n, 0), f, last.get(n, 0.0), few.get(n, 0.0)) for n, f in flags.items()
+    return {n: (score.get(n, 0.0), count.get(n, 0), f) for n, f in flags.items()
             if n not in seen and items.active[n]}
 
 
@@ -166,17 +158,17 @@ def feature_rows(settings, items, cov, rows, types, ts, now: float, per_item,
     order = sorted(range(items.n_categories), key=lambda c: (-weight.get(c, 0.0), c))
     strongest = [c for c in order if weight.get(c, 0.0) > 0]
     total = sum(weight.values())
-    cand = candidates_with_last(settings, items, cov, rows, types, seen)
-    best = max((v[0] for v in cand.values()), default=0.0)
+    cand = candidates_of(settings, items, cov, rows, types, seen)
+    best = max((s for s, _, _ in cand.values()), default=0.0)
     out = {}
-    for r, (score, count, flags, last, few) in cand.items():
+    for r, (score, count, flags) in cand.items():
         cats = categories(items, r)
         diff = math.log1p(items.price[r]) - mean
         row = {
             **per_item[r], **user,
             "ux_price_diff": diff, "ux_price_z": abs(diff) / (std + 0.1), "ux_price_ratio": math.exp(diff),
             "ux_covisit_score": score, "ux_log_covisit_score": math.log1p(score), "ux_covisit_count": count,
-            "ux_covisit_norm": score / max(best, 1e-9), "ux_covisit_last": last, "ux_covisit_last_few": few,
+            "ux_covisit_norm": score / max(best, 1e-9),
             "ux_from_covisit": bool(flags & candidates.FROM_COVISIT),
             "ux_from_category": bool(flags & candidates.FROM_CATEGORY),
             "ux_from_global": bool(flags & candidates.FROM_GLOBAL), "ux_n_sources": bin(flags).count("1"),

@@ -6,9 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from precompute.data.history import histories_from_arrays
-from precompute.ranking import candidates, features
-from precompute.ranking.covisit import index_for
+from precompute.ranking import features
 from precompute.ranking.item_table import load_item_table
 from tests.conftest import own_database
 from tests.test_catalogue_model import NOW, batch, small_world
@@ -53,28 +51,5 @@ def test_last_weeks_standing_and_time_since_first_event_follow_the_clock(setting
     # and a statistic taken at an earlier clock knows nothing of the events after it
     before = load_item_table(engine, s, as_of=NOW - 35 * DAY)
     assert np.isnan(before.first_seen[before.rows(np.array([2, 1]))]).tolist() == [False, True]
-    engine.dispose()
-
-
-def test_co_visitation_from_the_last_item_and_the_last_few_stands_apart_from_the_decayed_sum(settings, own_url):
-    # given a user who viewed items 5, 6, 1 and then 2 (newest), and co-visitation neighbours: 2 -> 3, 1 -> 4, 5 -> 7
-    s = dataclasses.replace(settings, database_url=own_url)
-    items = [(i, [1], 5.0, NOW) for i in range(1, 8)]
-    history = [(8, i, 1, NOW - (5 - k) * 3600) for k, i in enumerate((5, 6, 1, 2))]
-    engine = small_world(s, own_url, items, history)
-    table = load_item_table(engine, s, as_of=NOW)
-    pairs = {"src": np.array([2, 1, 5]), "dst": np.array([3, 4, 7]), "weight": np.array([2.0, 2.0, 2.0])}
-    ev = [np.array(col) for col in zip(*history)]
-    hist = histories_from_arrays(np.array([8]), ev[0], ev[1], ev[2], ev[3].astype(float), table, s, clock=NOW)
-    # when its candidates are described
-    cand = candidates.for_batch(table, index_for(table, pairs), hist, s)
-    X = features.build(table, hist, cand, NOW)
-    # then only the last item's neighbour has weight from the last item, undecayed
-    assert column(table, X, cand, "ux_covisit_last") == {3: 2.0, 4: 0.0, 7: 0.0}
-    # and the last three items' neighbours have theirs (item 5 is the fourth newest), undecayed
-    assert column(table, X, cand, "ux_covisit_last_few") == {3: 2.0, 4: 2.0, 7: 0.0}
-    # while the decayed sum keeps every recent item's neighbours, weighted by recency
-    score = column(table, X, cand, "ux_covisit_score")
-    assert score[4] == pytest.approx(2.0 * s.recency_decay) and score[7] == pytest.approx(2.0 * s.recency_decay ** 3)
     engine.dispose()
 

@@ -20,8 +20,6 @@ from .item_table import POPULAR_CATEGORY, POPULAR_GLOBAL, ItemTable
 
 FROM_COVISIT = 1
 FROM_CATEGORY, FROM_GLOBAL = POPULAR_CATEGORY, POPULAR_GLOBAL
-#: The user's last items whose co-visitation weights ``Candidates.cov_last_few`` sums.
-LAST_FEW = 3
 
 
 @dataclasses.dataclass
@@ -32,10 +30,6 @@ class Candidates:
     rows: np.ndarray         # item rows
     cov_score: np.ndarray    # summed co-visitation weight from the user's recent items
     cov_count: np.ndarray    # how many recent items list it as a neighbour
-    #: co-visitation weight (not decayed) from the user's very last item, and from the last ``LAST_FEW``: what the
-    #: user does now, apart from the recency-decayed sum over ``covisit_recent_items``
-    cov_last: np.ndarray
-    cov_last_few: np.ndarray
     flags: np.ndarray        # FROM_* bits
     #: ``(B, n_categories)`` type-weighted interactions of each user per (dense) category and each row's categories
     #: from strongest to weakest (stable): computed once here, reused by the features.
@@ -96,11 +90,9 @@ def recent_items(hist: Histories, k: int) -> tuple[np.ndarray, np.ndarray, np.nd
 
 
 def for_user(items: ItemTable, seen: np.ndarray, cov_rows: np.ndarray, cov_w: np.ndarray, top_cats: np.ndarray,
-             max_candidates: int, cov_last: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+             max_candidates: int) -> tuple[np.ndarray, ...]:
     """Candidates for one user from their co-visited neighbours and strongest categories, leaving out the
-    ``seen`` item rows (every item interacted with inside the seen window, ``Histories.seen``). ``cov_last``:
-    ``(2, len(cov_rows))`` extra weights of the neighbours (from the last item, from the last few), summed like
-    ``cov_w`` (zeros when not given).
+    ``seen`` item rows (every item interacted with inside the seen window, ``Histories.seen``).
 
     Every co-visited item is kept (the strongest ``max_candidates`` if there are more), then the most popular of
     the popular lists' items fill the rest. Item rows are in popularity order and the popular lists are ascending
@@ -128,8 +120,6 @@ def for_user(items: ItemTable, seen: np.ndarray, cov_rows: np.ndarray, cov_w: np
     at = slot[cov_rows]
     cov_score = np.bincount(at, weights=cov_w, minlength=len(cov))
     cov_count = np.bincount(at, minlength=len(cov))
-    last = np.zeros((2, len(cov))) if cov_last is None else \
-        np.stack([np.bincount(at, weights=w, minlength=len(cov)) for w in cov_last])
     # Drop seen and inactive items (O(k) membership through the all-False ``_mark`` scratch); popular lists hold
     # active items only. Co-visited items are marked too, so the popular fill skips them.
     mark = items._mark
@@ -148,8 +138,7 @@ def for_user(items: ItemTable, seen: np.ndarray, cov_rows: np.ndarray, cov_w: np
     flags = bits[rows]
     bits[popular] = 0
     flags[: len(keep)] |= FROM_COVISIT
-    return (rows, np.concatenate([cov_score[keep], zeros]), np.concatenate([cov_count[keep], zeros]), flags,
-            np.concatenate([last[0, keep], zeros]), np.concatenate([last[1, keep], zeros]))
+    return rows, np.concatenate([cov_score[keep], zeros]), np.concatenate([cov_count[keep], zeros]), flags
 
 
 def for_batch(items: ItemTable, cov: CoVisit, hist: Histories, settings: Settings) -> Candidates:
@@ -161,17 +150,14 @@ def for_batch(items: ItemTable, cov: CoVisit, hist: Histories, settings: Setting
     k = settings.user_top_categories
     # Co-visited neighbours of every user's recent items in one gather, grouped by user.
     recent, recent_owner, recent_rank = recent_items(hist, settings.covisit_recent_items)
-    cov_rows, raw, per_recent = cov.gather(recent, np.ones(len(recent)))
-    src_rank = np.repeat(recent_rank, per_recent)
-    cov_w = raw * settings.recency_decay ** src_rank
-    cov_last = np.stack([np.where(src_rank == 0, raw, 0.0), np.where(src_rank < LAST_FEW, raw, 0.0)])
+    cov_rows, cov_w, per_recent = cov.gather(recent, settings.recency_decay ** recent_rank)
     cov_at = np.r_[0, np.cumsum(np.bincount(recent_owner, weights=per_recent, minlength=n_users))].astype(np.int64)
     parts = []
     for u in range(n_users):
         lo, hi = cov_at[u], cov_at[u + 1]
         top = order[u, :k]
         parts.append(for_user(items, hist.seen(u), cov_rows[lo:hi], cov_w[lo:hi], top[weight[u, top] > 0],
-                              max_candidates, cov_last[:, lo:hi]))
+                              max_candidates))
     sizes = [len(p[0]) for p in parts]
     cat = (lambda i, dt: np.concatenate([p[i] for p in parts]).astype(dt, copy=False) if parts
            else np.empty(0, dt))
@@ -181,8 +167,6 @@ def for_batch(items: ItemTable, cov: CoVisit, hist: Histories, settings: Setting
         cov_score=cat(1, np.float64),
         cov_count=cat(2, np.float64),
         flags=cat(3, np.int64),
-        cov_last=cat(4, np.float64),
-        cov_last_few=cat(5, np.float64),
         category_weight=weight,
         category_order=order,
     )

@@ -20,7 +20,7 @@ from .layout import FeatureLayout
 DAY = 86400.0
 #: The "user_item" group, computed in place column by column in ``build`` (in this order, by name).
 _USER_ITEM = ("ux_price_diff", "ux_price_z", "ux_price_ratio", "ux_covisit_score", "ux_log_covisit_score",
-              "ux_covisit_count", "ux_covisit_norm", "ux_covisit_last", "ux_covisit_last_few")
+              "ux_covisit_count", "ux_covisit_norm")
 #: The source group's columns by candidate flags (index = the FROM_* bits), looked up per candidate.
 _FLAGS = {
     "ux_from_covisit": [(f & FROM_COVISIT) > 0 for f in range(8)],
@@ -135,8 +135,7 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float) -> np
                                                                              dtype=uc_table.dtype)]), cell)
     # Price and co-visitation columns, computed in place in float32. Per-user factors are repeated over the user's
     # candidates (grouped by user); NaN where the item or the user has no price.
-    diff, z, ratio, cov, log_cov, cov_count, cov_norm, cov_last, cov_few = (out[:, layout.index(name)]
-                                                                            for name in _USER_ITEM)
+    diff, z, ratio, cov, log_cov, cov_count, cov_norm = (out[:, layout.index(name)] for name in _USER_ITEM)
     np.take(items.log_price32, r, out=diff, mode="clip")
     diff -= np.repeat(u_mean.astype(np.float32), sizes)
     np.abs(diff, out=z)
@@ -145,8 +144,6 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float) -> np
     cov[:] = cand.cov_score
     np.log1p(cov, out=log_cov)
     cov_count[:] = cand.cov_count
-    cov_last[:] = cand.cov_last
-    cov_few[:] = cand.cov_last_few
     top = np.zeros(n_users)
     if len(r):
         # Candidates are grouped by user: a segment max (reduceat) instead of the much slower maximum.at.
