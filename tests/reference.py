@@ -7,7 +7,7 @@ from __future__ import annotations
 import bisect
 import math
 
-from precompute.ranking import candidates
+from precompute.ranking import candidates, features
 
 DAY = 86400.0
 NAN = float("nan")
@@ -158,6 +158,11 @@ def feature_rows(settings, items, cov, rows, types, ts, now: float, per_item,
     order = sorted(range(items.n_categories), key=lambda c: (-weight.get(c, 0.0), c))
     strongest = [c for c in order if weight.get(c, 0.0) > 0]
     total = sum(weight.values())
+    last = list(rows)[-features.LAST_EVENTS:]            # the user's last events, any item
+    # the mean all-time and last-week popularity rank (log) of the items of the user's events; NaN without
+    pop = [per_item[r]["item_log_pop_rank"] for r, _, _ in known]
+    trend = [per_item[r]["item_log_recent_rank"] for r, _, _ in known]
+    pop_mean, trend_mean = (sum(v) / len(v) if v else NAN for v in (pop, trend))
     cand = candidates_of(settings, items, cov, rows, types, seen)
     best = max((s for s, _, _ in cand.values()), default=0.0)
     out = {}
@@ -169,6 +174,8 @@ def feature_rows(settings, items, cov, rows, types, ts, now: float, per_item,
             "ux_price_diff": diff, "ux_price_z": abs(diff) / (std + 0.1), "ux_price_ratio": math.exp(diff),
             "ux_covisit_score": score, "ux_log_covisit_score": math.log1p(score), "ux_covisit_count": count,
             "ux_covisit_norm": score / max(best, 1e-9),
+            "ux_popularity_vs_user": per_item[r]["item_log_pop_rank"] - pop_mean,
+            "ux_recent_rank_vs_user": per_item[r]["item_log_recent_rank"] - trend_mean,
             "ux_from_covisit": bool(flags & candidates.FROM_COVISIT),
             "ux_from_category": bool(flags & candidates.FROM_CATEGORY),
             "ux_from_global": bool(flags & candidates.FROM_GLOBAL), "ux_n_sources": bin(flags).count("1"),
@@ -183,10 +190,13 @@ def feature_rows(settings, items, cov, rows, types, ts, now: float, per_item,
                 "ux_days_since_category": (now - max(s for _, s in in_c)) / DAY if in_c else 365.0,
                 "ux_log_category_weight": math.log1p(weight.get(c, 0.0)),
                 "ux_category_events_7d": sum(1 for _, s in in_c if s >= now - 7 * DAY),
+                "ux_category_share_recent": sum(1 for k in last if k >= 0 and c in categories(items, k))
+                / max(len(last), 1),
             })
         else:
             row.update(dict.fromkeys(("ux_category_share", "ux_category_rank", "ux_days_since_category",
-                                      "ux_log_category_weight", "ux_category_events_7d"), NAN))
+                                      "ux_log_category_weight", "ux_category_events_7d",
+                                      "ux_category_share_recent"), NAN))
         out[r] = row
     return out
 

@@ -53,3 +53,25 @@ def test_last_weeks_standing_and_time_since_first_event_follow_the_clock(setting
     assert np.isnan(before.first_seen[before.rows(np.array([2, 1]))]).tolist() == [False, True]
     engine.dispose()
 
+
+def test_the_users_last_events_and_usual_popularity_describe_each_candidate(settings, own_url):
+    # given items 1-6 in category 1 and 7-14 in category 2; a crowd making item 14 the most popular by far
+    s = dataclasses.replace(settings, database_url=own_url)
+    items = [(i, [1 if i <= 6 else 2], 5.0, NOW) for i in range(1, 15)]
+    crowd = [(900, 14, 1, NOW - 40 * DAY)] * 30
+    # and a user whose two oldest events are in category 1 and whose last ten are 3 in category 1, 7 in category 2
+    order = (1, 2, 3, 7, 8, 4, 9, 10, 5, 11, 12, 13)
+    mine = [(8, i, 1, NOW - (len(order) - k) * 3600) for k, i in enumerate(order)]
+    engine = small_world(s, own_url, items, crowd + mine)
+    table = load_item_table(engine, s, as_of=NOW)
+    # when its candidates (items 6 and 14, the others seen) are described
+    hist, cand = batch(table, s, crowd + mine, [8])
+    X = features.build(table, hist, cand, NOW)
+    # then the recent share speaks of the last ten events only, the whole-history share of all twelve
+    recent = column(table, X, cand, "ux_category_share_recent")
+    assert recent == {6: pytest.approx(0.3), 14: pytest.approx(0.7)}
+    assert column(table, X, cand, "ux_category_share") == {6: pytest.approx(5 / 12), 14: pytest.approx(7 / 12)}
+    # and the crowd's favourite is more popular than what the user usually takes (a lower rank), item 6 less
+    vs_user = column(table, X, cand, "ux_popularity_vs_user")
+    assert vs_user[14] < 0 < vs_user[6]
+    engine.dispose()

@@ -113,11 +113,11 @@ def for_declaration(attributes: tuple[str, ...], types: tuple[str, ...]) -> Feat
         # Per (user, the item's strongest category for that user).
         ("user_category", (
             "ux_category_share", "ux_category_rank", "ux_days_since_category", "ux_log_category_weight",
-            "ux_category_events_7d")),
+            "ux_category_events_7d", "ux_category_share_recent")),
         # Per (user, item): price fit and co-visitation with the user's recent items.
         ("user_item", (
             "ux_price_diff", "ux_price_z", "ux_price_ratio", "ux_covisit_score", "ux_log_covisit_score",
-            "ux_covisit_count", "ux_covisit_norm")),
+            "ux_covisit_count", "ux_covisit_norm", "ux_popularity_vs_user", "ux_recent_rank_vs_user")),
         # Which candidate sources produced the item.
         ("source", ("ux_from_covisit", "ux_from_category", "ux_from_global", "ux_n_sources")),
     ))
