@@ -90,8 +90,6 @@ def item_features(items, now: float) -> list[dict[str, float]]:
     ever = [sum(weight_of(items, t) * items.counts[r, t] for t in range(1, items.counts.shape[1])) for r in range(n)]
     week_total, ever_total = sum(week), sum(ever)
     week_sorted = sorted(week)
-    pace = [float(items.recent_pace[r]) for r in range(n)]
-    pace_sorted = sorted(pace)
 
     def mean_log_price(c):
         prices = [math.log1p(items.price[m]) for m in members[c] if not math.isnan(items.price[m])]
@@ -118,8 +116,6 @@ def item_features(items, now: float) -> list[dict[str, float]]:
             "item_log_weighted_3d": math.log1p(items.recent_weighted[r, 1]),
             "item_log_weighted_7d": math.log1p(week[r]),
             "item_log_recent_rank": math.log1p(n - bisect.bisect_right(week_sorted, week[r])),
-            "item_log_weighted_pace": math.log1p(pace[r]),
-            "item_log_pace_rank": math.log1p(n - bisect.bisect_right(pace_sorted, pace[r])),
             "item_recent_trend": math.log((week[r] + 1) / (week_total + n)) - math.log((ever[r] + 1) / (ever_total + n)),
             "item_log_pop_rank": math.log1p(pop_rank[r]),
             "item_log_category_rank": math.log1p(min(cat_rank[(r, c)] for c in cats)) if cats else NAN,

@@ -75,22 +75,3 @@ def test_the_users_last_events_and_usual_popularity_describe_each_candidate(sett
     vs_user = column(table, X, cand, "ux_popularity_vs_user")
     assert vs_user[14] < 0 < vs_user[6]
     engine.dispose()
-
-
-def test_the_pace_window_holds_the_newest_share_of_the_log_whatever_its_length_in_days(settings, own_url):
-    # given 100 events: 94 on item 1 spread over the year before, then item 1 once more, then item 2 five times
-    # within the last minutes (a slow log: the newest 5% of its events span months, not the last 7 days' 6 events)
-    s = dataclasses.replace(settings, database_url=own_url)
-    items = [(i, [1], 5.0, NOW) for i in (1, 2, 3)]
-    old = [(900, 1, 1, NOW - (100 - k) * 3 * DAY) for k in range(94)]
-    new = [(901, 1, 1, NOW - 600)] + [(901, 2, 1, NOW - 300 + k) for k in range(5)]
-    engine = small_world(s, own_url, items, old + new)
-    # when the item table is read at the clock
-    table = load_item_table(engine, s, as_of=NOW)
-    # then the window starts at the 6th newest event (100 x PACE_SHARE events before it): item 2 has 5 views, item
-    # 1 one, item 3 none
-    assert dict(zip(table.ids.tolist(), table.recent_pace.tolist())) == {1: 1.0, 2: 5.0, 3: 0.0}
-    block = table.static_features()
-    rank = dict(zip(table.ids.tolist(), block[:, table.layout.index("item_log_pace_rank") - table.layout.start("item_static")].tolist()))
-    assert rank == {2: 0.0, 1: pytest.approx(np.log(2)), 3: pytest.approx(np.log(3))}
-    engine.dispose()

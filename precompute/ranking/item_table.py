@@ -33,8 +33,6 @@ DAY = 86400.0
 POPULAR_CATEGORY, POPULAR_GLOBAL = 2, 4
 #: Windows (days before ``as_of``) of the recency-weighted popularity columns (``layout``: ``item_log_weighted_<d>d``).
 RECENT_DAYS = (1, 3, 7)
-#: Share of the log's events (the newest, at or before ``as_of``) in the window of ``ItemTable.recent_pace``.
-PACE_SHARE = 0.05
 
 
 @dataclasses.dataclass
@@ -50,9 +48,6 @@ class ItemTable:
     #: ``as_of``: popularity at the log's clock, which moves faster than the all-time counts.
     recent_weighted: np.ndarray
     first_seen: np.ndarray     # epoch s of the item's first event at or before ``as_of``; NaN = none
-    #: type-weighted interactions among the newest ``PACE_SHARE`` of the log's events before ``as_of``: a window that
-    #: follows the log's pace (a few days of a busy marketplace, weeks of a slow log) where the others are fixed
-    recent_pace: np.ndarray
     member_item: np.ndarray    # (item index, category id) pairs in any order: the memberships, rows reordered
     member_category: np.ndarray
     as_of: float               # epoch s the statistics were taken at
@@ -74,7 +69,7 @@ class ItemTable:
         # Reorder every per-item array so that rows follow popularity, most popular first, ties by id.
         order = np.lexsort((self.ids, -popularity))
         for name in ("ids", "price", "created_at", "active", "attributes", "counts", "recent", "recent_weighted",
-                     "first_seen", "recent_pace"):
+                     "first_seen"):
             setattr(self, name, getattr(self, name)[order])
         self.popularity = popularity[order]
         self.weighted_counts = self.counts @ w     # all-time type-weighted interactions (``popularity`` less recency)
@@ -183,10 +178,7 @@ class ItemTable:
         ahead = len(week) - np.searchsorted(np.sort(week), week, side="right")
         n = max(len(week), 1)
         trend = np.log((week + 1.0) / (week.sum() + n)) - np.log((ever + 1.0) / (ever.sum() + n))
-        pace = np.sort(self.recent_pace)
-        return {"item_log_recent_rank": np.log1p(ahead), "item_recent_trend": trend,
-                "item_log_weighted_pace": np.log1p(self.recent_pace),
-                "item_log_pace_rank": np.log1p(len(pace) - np.searchsorted(pace, self.recent_pace, side="right"))}
+        return {"item_log_recent_rank": np.log1p(ahead), "item_recent_trend": trend}
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -232,14 +224,9 @@ def load_item_table(engine: Engine, settings: Settings, as_of: float | None = No
         attributes = table(conn.execute(select(ItemAttribute.item_id, ItemAttribute.name, ItemAttribute.value)
                                         .where(ItemAttribute.name.in_(names))).all() if names else [],
                            item="<i8", name="O", value="<f8")
-        # The start of the pace window: the time of the newest PACE_SHARE-th event (two lookups on the ts index).
-        known = conn.execute(select(func.count()).select_from(Event).where(Event.ts <= as_of)).scalar() or 0
-        pace_since = conn.execute(select(Event.ts).where(Event.ts <= as_of).order_by(Event.ts.desc())
-                                  .offset(int(known * PACE_SHARE)).limit(1)).scalar() if known else as_of
         stats = conn.execute(
             select(Event.item_id, Event.type, func.count(), func.sum(case((Event.ts >= as_of - 7 * DAY, 1), else_=0)),
-                   *(func.sum(case((Event.ts >= as_of - d * DAY, 1), else_=0)) for d in RECENT_DAYS), func.min(Event.ts),
-                   func.sum(case((Event.ts >= pace_since, 1), else_=0)))
+                   *(func.sum(case((Event.ts >= as_of - d * DAY, 1), else_=0)) for d in RECENT_DAYS), func.min(Event.ts))
             .where(Event.ts <= as_of)
             .group_by(Event.item_id, Event.type)
         ).all()
@@ -258,10 +245,9 @@ def load_item_table(engine: Engine, settings: Settings, as_of: float | None = No
     recent = np.zeros(n, dtype=np.float64)
     recent_weighted = np.zeros((n, len(RECENT_DAYS)), dtype=np.float64)
     first_seen = np.full(n, np.inf)
-    recent_pace = np.zeros(n)
     if stats and n:
         s = table(stats, item="<i8", type="<i8", count="<f8", recent="<f8", **{f"d{d}": "<f8" for d in RECENT_DAYS},
-                  first="<f8", pace="<f8")
+                  first="<f8")
         known = index.get_indexer(s["item"])
         ok = (known >= 0) & (s["type"] >= 1) & (s["type"] <= len(types))    # codes past the declaration: none
         np.add.at(counts, (known[ok], s["type"][ok]), s["count"][ok])
@@ -269,13 +255,12 @@ def load_item_table(engine: Engine, settings: Settings, as_of: float | None = No
         w = event_types.by_code(types.weight_by_code(), s["type"][ok])
         for k, d in enumerate(RECENT_DAYS):
             np.add.at(recent_weighted[:, k], known[ok], w * s[f"d{d}"][ok])
-        np.add.at(recent_pace, known[ok], w * s["pace"][ok])
         np.minimum.at(first_seen, known[known >= 0], s["first"][known >= 0])   # any type: the item was there
     m_item = index.get_indexer(members["item"])
     return ItemTable(
         ids=ids, price=items["price"], created_at=items["created"], active=items["active"].astype(bool),
         attributes=attr, counts=counts, recent=recent, recent_weighted=recent_weighted,
-        first_seen=np.where(np.isfinite(first_seen), first_seen, np.nan), recent_pace=recent_pace,
+        first_seen=np.where(np.isfinite(first_seen), first_seen, np.nan),
         member_item=m_item[m_item >= 0], member_category=members["category"][m_item >= 0],
         as_of=as_of, type_names=types.names, type_weights=types.weight_by_code(), attribute_names=names,
         layout=for_settings(settings),

@@ -99,7 +99,7 @@ def for_declaration(attributes: tuple[str, ...], types: tuple[str, ...]) -> Feat
             "item_log_price", "item_price_vs_category", *(f"item_attr_{a}" for a in attributes),
             *(f"item_log_{t}" for t in types), *(f"item_{t}_rate" for t in types[1:]), "item_log_recent_events",
             "item_log_weighted_1d", "item_log_weighted_3d", "item_log_weighted_7d", "item_log_recent_rank",
-            "item_recent_trend", "item_log_weighted_pace", "item_log_pace_rank",
+            "item_recent_trend",
             "item_log_pop_rank", "item_log_category_rank", "item_log_category_size",
             "item_category_global_share")),
         # Per item, at the clock of the batch.
