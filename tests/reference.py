@@ -116,7 +116,8 @@ def item_features(items, now: float) -> list[dict[str, float]]:
             "item_log_weighted_3d": math.log1p(items.recent_weighted[r, 1]),
             "item_log_weighted_7d": math.log1p(week[r]),
             "item_log_recent_rank": math.log1p(n - bisect.bisect_right(week_sorted, week[r])),
-            "item_recent_trend": math.log((week[r] + 1) / (week_total + n)) - math.log((ever[r] + 1) / (ever_total + n)),
+            "item_recent_trend": math.log((week[r] + 1) / (week_total + n))
+            - math.log((ever[r] + 1) / (ever_total + n)),
             "item_log_pop_rank": math.log1p(pop_rank[r]),
             "item_log_category_rank": math.log1p(min(cat_rank[(r, c)] for c in cats)) if cats else NAN,
             "item_log_category_size": math.log1p(max(len(members[c]) for c in cats)) if cats else NAN,

@@ -226,7 +226,8 @@ def load_item_table(engine: Engine, settings: Settings, as_of: float | None = No
                            item="<i8", name="O", value="<f8")
         stats = conn.execute(
             select(Event.item_id, Event.type, func.count(), func.sum(case((Event.ts >= as_of - 7 * DAY, 1), else_=0)),
-                   *(func.sum(case((Event.ts >= as_of - d * DAY, 1), else_=0)) for d in RECENT_DAYS), func.min(Event.ts))
+                   *(func.sum(case((Event.ts >= as_of - d * DAY, 1), else_=0)) for d in RECENT_DAYS),
+                   func.min(Event.ts))
             .where(Event.ts <= as_of)
             .group_by(Event.item_id, Event.type)
         ).all()
