@@ -4,9 +4,10 @@ of ``precompute/ranking``. Tests compare the vectorized stages against these, us
 
 from __future__ import annotations
 
+import bisect
 import math
 
-from precompute.ranking import candidates
+from precompute.ranking import candidates, features
 
 DAY = 86400.0
 NAN = float("nan")
@@ -84,6 +85,11 @@ def item_features(items, now: float) -> list[dict[str, float]]:
             cat_rank[(r, c)] = len(members.setdefault(c, []))
             members[c].append(r)
     total = sum(pop)
+    # last week's type-weighted popularity against all time: its rank (items strictly ahead) and its log share ratio
+    week = [float(items.recent_weighted[r, 2]) for r in range(n)]
+    ever = [sum(weight_of(items, t) * items.counts[r, t] for t in range(1, items.counts.shape[1])) for r in range(n)]
+    week_total, ever_total = sum(week), sum(ever)
+    week_sorted = sorted(week)
 
     def mean_log_price(c):
         prices = [math.log1p(items.price[m]) for m in members[c] if not math.isnan(items.price[m])]
@@ -108,12 +114,17 @@ def item_features(items, now: float) -> list[dict[str, float]]:
             "item_log_recent_events": math.log1p(items.recent[r]),
             "item_log_weighted_1d": math.log1p(items.recent_weighted[r, 0]),
             "item_log_weighted_3d": math.log1p(items.recent_weighted[r, 1]),
+            "item_log_weighted_7d": math.log1p(week[r]),
+            "item_log_recent_rank": math.log1p(n - bisect.bisect_right(week_sorted, week[r])),
+            "item_recent_trend": math.log((week[r] + 1) / (week_total + n))
+            - math.log((ever[r] + 1) / (ever_total + n)),
             "item_log_pop_rank": math.log1p(pop_rank[r]),
             "item_log_category_rank": math.log1p(min(cat_rank[(r, c)] for c in cats)) if cats else NAN,
             "item_log_category_size": math.log1p(max(len(members[c]) for c in cats)) if cats else NAN,
             "item_category_global_share": max(sum(pop[m] for m in members[c]) / total for c in cats)
             if cats else NAN,
             "item_age_days": (now - items.created_at[r]) / DAY,   # NaN without created_at
+            "item_days_since_first_event": (now - items.first_seen[r]) / DAY,   # NaN without events
         }
         out.append(row)
     return out
@@ -148,6 +159,11 @@ def feature_rows(settings, items, cov, rows, types, ts, now: float, per_item,
     order = sorted(range(items.n_categories), key=lambda c: (-weight.get(c, 0.0), c))
     strongest = [c for c in order if weight.get(c, 0.0) > 0]
     total = sum(weight.values())
+    last = list(rows)[-features.LAST_EVENTS:]            # the user's last events, any item
+    # the mean all-time and last-week popularity rank (log) of the items of the user's events; NaN without
+    pop = [per_item[r]["item_log_pop_rank"] for r, _, _ in known]
+    trend = [per_item[r]["item_log_recent_rank"] for r, _, _ in known]
+    pop_mean, trend_mean = (sum(v) / len(v) if v else NAN for v in (pop, trend))
     cand = candidates_of(settings, items, cov, rows, types, seen)
     best = max((s for s, _, _ in cand.values()), default=0.0)
     out = {}
@@ -159,6 +175,8 @@ def feature_rows(settings, items, cov, rows, types, ts, now: float, per_item,
             "ux_price_diff": diff, "ux_price_z": abs(diff) / (std + 0.1), "ux_price_ratio": math.exp(diff),
             "ux_covisit_score": score, "ux_log_covisit_score": math.log1p(score), "ux_covisit_count": count,
             "ux_covisit_norm": score / max(best, 1e-9),
+            "ux_popularity_vs_user": per_item[r]["item_log_pop_rank"] - pop_mean,
+            "ux_recent_rank_vs_user": per_item[r]["item_log_recent_rank"] - trend_mean,
             "ux_from_covisit": bool(flags & candidates.FROM_COVISIT),
             "ux_from_category": bool(flags & candidates.FROM_CATEGORY),
             "ux_from_global": bool(flags & candidates.FROM_GLOBAL), "ux_n_sources": bin(flags).count("1"),
@@ -173,10 +191,13 @@ def feature_rows(settings, items, cov, rows, types, ts, now: float, per_item,
                 "ux_days_since_category": (now - max(s for _, s in in_c)) / DAY if in_c else 365.0,
                 "ux_log_category_weight": math.log1p(weight.get(c, 0.0)),
                 "ux_category_events_7d": sum(1 for _, s in in_c if s >= now - 7 * DAY),
+                "ux_category_share_recent": sum(1 for k in last if k >= 0 and c in categories(items, k))
+                / max(len(last), 1),
             })
         else:
             row.update(dict.fromkeys(("ux_category_share", "ux_category_rank", "ux_days_since_category",
-                                      "ux_log_category_weight", "ux_category_events_7d"), NAN))
+                                      "ux_log_category_weight", "ux_category_events_7d",
+                                      "ux_category_share_recent"), NAN))
         out[r] = row
     return out
 

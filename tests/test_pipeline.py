@@ -125,7 +125,7 @@ def test_every_feature_column_matches_a_plain_python_reference(pipeline, world, 
         for name in layout.names:
             got = X[cand.offsets[k]: cand.offsets[k + 1], layout.index(name)]
             expected = np.array([want[r][name] for r in rows], dtype=np.float64)
-            atol = 4e-3 if name == "item_age_days" else 1e-5
+            atol = 4e-3 if name in ("item_age_days", "item_days_since_first_event") else 1e-5
             np.testing.assert_allclose(got, expected, rtol=1e-5, atol=atol, err_msg=f"user {batch[k]}: {name}")
 
 

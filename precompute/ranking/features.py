@@ -18,9 +18,11 @@ from .item_table import ItemTable, rates
 from .layout import FeatureLayout
 
 DAY = 86400.0
+#: The user's last events whose category shares ``ux_category_share_recent`` gives: what the user does now.
+LAST_EVENTS = 10
 #: The "user_item" group, computed in place column by column in ``build`` (in this order, by name).
 _USER_ITEM = ("ux_price_diff", "ux_price_z", "ux_price_ratio", "ux_covisit_score", "ux_log_covisit_score",
-              "ux_covisit_count", "ux_covisit_norm")
+              "ux_covisit_count", "ux_covisit_norm", "ux_popularity_vs_user", "ux_recent_rank_vs_user")
 #: The source group's columns by candidate flags (index = the FROM_* bits), looked up per candidate.
 _FLAGS = {
     "ux_from_covisit": [(f & FROM_COVISIT) > 0 for f in range(8)],
@@ -48,6 +50,10 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float) -> np
     age = out[:, layout.index("item_age_days")]
     np.take(items.created_day32, r, out=age, mode="clip")
     np.subtract(np.float32(now / DAY), age, out=age)
+    # Time on the platform by its first event: the age of an item whose catalogue gives no creation time.
+    since_first = out[:, layout.index("item_days_since_first_event")]
+    np.take(items.first_day32, r, out=since_first, mode="clip")
+    np.subtract(np.float32(now / DAY), since_first, out=since_first)
     sizes = np.diff(cand.offsets)
 
     # ---- user (length n_users, broadcast over each user's block) -----------------------------------------
@@ -111,10 +117,15 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float) -> np
     uc_last = np.full(n_users * n_cat, -np.inf)
     np.maximum.at(uc_last, uc_key, hist.ts[ev_at])
     uc_week = np.bincount(uc_key[hist.ts[ev_at] >= now - 7 * DAY], minlength=n_users * n_cat)
+    # The last LAST_EVENTS events of each user (histories are oldest first): their share in each category.
+    tail = np.arange(len(h_owner)) >= hist.offsets[1:][h_owner] - LAST_EVENTS
+    uc_tail = np.bincount(uc_key[tail[ev_at]], minlength=n_users * n_cat) \
+        / np.repeat(np.maximum(np.minimum(n_events, LAST_EVENTS), 1.0), n_cat)
     uc_table = layout.stack("user_category", {
         "ux_category_share": share.ravel(), "ux_category_rank": rank.ravel(),
         "ux_days_since_category": np.where(np.isfinite(uc_last), (now - uc_last) / DAY, 365.0),
         "ux_log_category_weight": np.log1p(uc.ravel()), "ux_category_events_7d": uc_week,
+        "ux_category_share_recent": uc_tail,
     })
     # The chosen (user, category) cell of each candidate; candidates without categories point at a NaN row.
     owner = np.repeat(np.arange(n_users), sizes)
@@ -131,7 +142,8 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float) -> np
                                                                              dtype=uc_table.dtype)]), cell)
     # Price and co-visitation columns, computed in place in float32. Per-user factors are repeated over the user's
     # candidates (grouped by user); NaN where the item or the user has no price.
-    diff, z, ratio, cov, log_cov, cov_count, cov_norm = (out[:, layout.index(name)] for name in _USER_ITEM)
+    diff, z, ratio, cov, log_cov, cov_count, cov_norm, pop_vs, recent_vs = (out[:, layout.index(name)]
+                                                                            for name in _USER_ITEM)
     np.take(items.log_price32, r, out=diff, mode="clip")
     diff -= np.repeat(u_mean.astype(np.float32), sizes)
     np.abs(diff, out=z)
@@ -146,6 +158,15 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float) -> np
         nonempty = sizes > 0
         top[nonempty] = np.maximum.reduceat(cand.cov_score, cand.offsets[:-1][nonempty])
     np.multiply(cov, np.repeat((1.0 / np.maximum(top, 1e-9)).astype(np.float32), sizes), out=cov_norm)
+    # The candidate's all-time and last-week popularity ranks (log) against the mean of the items the user
+    # interacted with (each event counts): mainstream or niche, on the trend or not, for this user; NaN without.
+    static = items.static_features()
+    for col, name in ((pop_vs, "item_log_pop_rank"), (recent_vs, "item_log_recent_rank")):
+        k = layout.index(name)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            of_user = np.bincount(h_owner[known], weights=static[h_rows[known], k - layout.start("item_static")],
+                                  minlength=n_users) / np.bincount(h_owner[known], minlength=n_users)
+        np.subtract(out[:, k], np.repeat(of_user.astype(np.float32), sizes), out=col)
     _gather(out, layout.start("source"), _flag_table(layout), cand.flags)   # source bits and their count
     return out
 

@@ -98,11 +98,12 @@ def for_declaration(attributes: tuple[str, ...], types: tuple[str, ...]) -> Feat
         ("item_static", (
             "item_log_price", "item_price_vs_category", *(f"item_attr_{a}" for a in attributes),
             *(f"item_log_{t}" for t in types), *(f"item_{t}_rate" for t in types[1:]), "item_log_recent_events",
-            "item_log_weighted_1d", "item_log_weighted_3d",
+            "item_log_weighted_1d", "item_log_weighted_3d", "item_log_weighted_7d", "item_log_recent_rank",
+            "item_recent_trend",
             "item_log_pop_rank", "item_log_category_rank", "item_log_category_size",
             "item_category_global_share")),
         # Per item, at the clock of the batch.
-        ("item_clock", ("item_age_days",)),
+        ("item_clock", ("item_age_days", "item_days_since_first_event")),
         # Per user, broadcast over the user's candidates.
         ("user", (
             "user_log_events", *(f"user_log_{t}" for t in types), "user_log_distinct_items",
@@ -112,11 +113,11 @@ def for_declaration(attributes: tuple[str, ...], types: tuple[str, ...]) -> Feat
         # Per (user, the item's strongest category for that user).
         ("user_category", (
             "ux_category_share", "ux_category_rank", "ux_days_since_category", "ux_log_category_weight",
-            "ux_category_events_7d")),
+            "ux_category_events_7d", "ux_category_share_recent")),
         # Per (user, item): price fit and co-visitation with the user's recent items.
         ("user_item", (
             "ux_price_diff", "ux_price_z", "ux_price_ratio", "ux_covisit_score", "ux_log_covisit_score",
-            "ux_covisit_count", "ux_covisit_norm")),
+            "ux_covisit_count", "ux_covisit_norm", "ux_popularity_vs_user", "ux_recent_rank_vs_user")),
         # Which candidate sources produced the item.
         ("source", ("ux_from_covisit", "ux_from_category", "ux_from_global", "ux_n_sources")),
     ))
