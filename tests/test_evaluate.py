@@ -205,3 +205,18 @@ def test_item_knn_ranks_by_summed_cosine_similarity_to_the_users_items(world):
         listed = r.rows[r.offsets[u]:r.offsets[u + 1]]
         np.testing.assert_allclose(score[listed], np.sort(score)[::-1][:len(listed)], rtol=1e-4)
         assert len(listed) == min(10, int((score > 0).sum()))
+
+
+def test_items_created_after_a_cut_are_inactive_at_it_but_live_items_stay_active_for_precompute(world):
+    # given the world's catalogue, where some items were listed after the log's 0.8 cut
+    log = event_log.load_events(world.engine)
+    cut = cut_time(log.ts, 0.8)
+    live = load_item_table(world.engine, world.settings)
+    later = live.created_at > cut
+    assert later.any() and live.active[later].any()
+    # when the item table is read as of the cut, then exactly those items are inactive there, no candidate of
+    # any method (they did not exist yet), and everything else keeps its flag
+    at_cut = load_item_table(world.engine, world.settings, as_of=cut)
+    assert not at_cut.active[at_cut.rows(live.ids[later])].any()
+    earlier = live.ids[~later]
+    assert np.array_equal(at_cut.active[at_cut.rows(earlier)], live.active[live.rows(earlier)])

@@ -210,9 +210,12 @@ def load_item_table(engine: Engine, settings: Settings, as_of: float | None = No
     ``as_of`` (default: the log's clock, ``data/clock.py``); type weights and popular-list lengths from
     ``settings``.
 
-    Training passes its time cut as ``as_of`` so the statistics hold no future information; precompute the log's
-    clock, which its batches are read at too.
+    Training and evaluation pass their time cut as ``as_of`` so the statistics hold no future information, and an
+    item created after an explicit ``as_of`` is inactive in the table (it did not exist at the cut: no candidate,
+    no negative age to learn from). Precompute reads at the log's clock, which its batches are read at too; there
+    an item listed after the newest event stays active, as it is live.
     """
+    explicit = as_of is not None
     names = tuple(settings.item_attributes)
     with engine.connect() as conn:
         types = event_types.check(conn, settings)      # stored type codes still mean what the settings say
@@ -259,7 +262,8 @@ def load_item_table(engine: Engine, settings: Settings, as_of: float | None = No
         np.minimum.at(first_seen, known[known >= 0], s["first"][known >= 0])   # any type: the item was there
     m_item = index.get_indexer(members["item"])
     return ItemTable(
-        ids=ids, price=items["price"], created_at=items["created"], active=items["active"].astype(bool),
+        ids=ids, price=items["price"], created_at=items["created"],
+        active=items["active"].astype(bool) & ~(explicit & (items["created"] > as_of)),     # NaN: not after
         attributes=attr, counts=counts, recent=recent, recent_weighted=recent_weighted,
         first_seen=np.where(np.isfinite(first_seen), first_seen, np.nan),
         member_item=m_item[m_item >= 0], member_category=members["category"][m_item >= 0],
