@@ -211,11 +211,11 @@ def load_item_table(engine: Engine, settings: Settings, as_of: float | None = No
     ``settings``.
 
     Training and evaluation pass their time cut as ``as_of`` so the statistics hold no future information, and an
-    item created after an explicit ``as_of`` is inactive in the table (it did not exist at the cut: no candidate,
-    no negative age to learn from). Precompute reads at the log's clock, which its batches are read at too; there
-    an item listed after the newest event stays active, as it is live.
+    item created after an explicit instant (``as_of``, or ``PREFEED_AS_OF``) is inactive in the table: it did not
+    exist then, so it is no candidate and no negative age to learn from. Precompute otherwise reads at the log's
+    clock, which its batches are read at too; there an item listed after the newest event stays active: it is live.
     """
-    explicit = as_of is not None
+    explicit = as_of is not None or bool(settings.as_of)
     names = tuple(settings.item_attributes)
     with engine.connect() as conn:
         types = event_types.check(conn, settings)      # stored type codes still mean what the settings say
