@@ -171,6 +171,11 @@ class Settings:
                                           "events before it (above the training cut); the model is judged and "
                                           "stopped early on features from the log up to it and labels after it",
                                           minimum=0.01, maximum=0.99)
+    train_periods: int = setting(1, "PREFEED_TRAIN_PERIODS", "training periods: examples are built at this many "
+                                 "cuts, the last at the training cut and each earlier one a validation period's "
+                                 "share of events before the next, each labelled by the events up to the next cut "
+                                 "(more users to learn from on a log where users are active briefly)",
+                                 unit="periods")
     train_early_stopping: int = setting(50, "PREFEED_TRAIN_EARLY_STOPPING", "training stops once validation "
                                         "NDCG@10 has not improved for this many trees, and keeps the best count",
                                         unit="trees")
