@@ -52,8 +52,8 @@ def test_the_validation_period_follows_the_training_period(trained, world):
     events = ranker.load_events(world.engine)
     assert m["cut"] == pytest.approx(np.quantile(events[3], world.settings.train_cut_quantile))
     assert m["valid_cut"] == pytest.approx(np.quantile(events[3], world.settings.train_valid_quantile))
-    judge, learn = calls
-    # then training examples know the log up to the first cut and are labelled up to the validation cut only
+    judge, *_, learn = calls
+    # then the last training period knows the log up to the training cut and is labelled up to the validation cut
     assert learn["cut"] == m["cut"] < m["valid_cut"] == learn["end"]
     assert learn["known_max"] <= m["cut"] and learn["as_of"] == m["cut"]
     # and validation knows the log up to the validation cut (item table too) and is labelled by what follows it
@@ -101,6 +101,9 @@ def test_training_cuts_step_back_by_the_validation_share(world):
     many = dataclasses.replace(three, train_periods=10)
     assert split.training_cuts(ts, many) == pytest.approx([100.0, 250.0, 400.0, 550.0, 700.0, 850.0])
     assert split.training_cuts(ts, dataclasses.replace(three, train_periods=1)) == pytest.approx([700.0, 850.0])
+    # and on a log whose first 80 % of events share one instant, the earlier cuts add no period
+    stacked = np.r_[np.zeros(80_000), np.linspace(1.0, 1000.0, 20_001)]
+    assert split.training_cuts(stacked, three) == pytest.approx([0.0, np.quantile(stacked, 0.85)])
 
 
 def test_several_training_periods_each_learn_from_their_own_past(world):

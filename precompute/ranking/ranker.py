@@ -70,7 +70,7 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
         raise InvalidInput(f"only {len(ev_user)} events in the database; seed or collect more before training")
     bounds = split.training_cuts(ev_ts, settings)
     cut, valid_cut = bounds[-2], bounds[-1]
-    if not np.all(np.diff(bounds) > 0):
+    if not cut < valid_cut:
         raise InvalidInput("the log's events are too close in time to split into training and validation "
                            "periods; collect a longer log")
     everyone = np.unique(ev_user)
