@@ -161,7 +161,7 @@ class Settings:
                                          minimum=1e-6, maximum=1.0)
     train_users: int = setting(3000, "PREFEED_TRAIN_USERS", "users sampled for training and validation "
                                "(`train --users`)", unit="users")
-    train_negatives: int = setting(100, "PREFEED_TRAIN_NEGATIVES", "negative candidates sampled per training user",
+    train_negatives: int = setting(300, "PREFEED_TRAIN_NEGATIVES", "negative candidates sampled per training user",
                                    unit="items")
     train_cut_quantile: float = setting(0.7, "PREFEED_TRAIN_CUT_QUANTILE", "the training cut: share of events "
                                         "before it; training examples take features from the log up to it and "
@@ -171,6 +171,11 @@ class Settings:
                                           "events before it (above the training cut); the model is judged and "
                                           "stopped early on features from the log up to it and labels after it",
                                           minimum=0.01, maximum=0.99)
+    train_periods: int = setting(3, "PREFEED_TRAIN_PERIODS", "training periods: examples are built at this many "
+                                 "cuts, the last at the training cut and each earlier one a validation period's "
+                                 "share of events before the next, each labelled by the events up to the next cut "
+                                 "(more users to learn from on a log where users are active briefly)",
+                                 unit="periods")
     train_early_stopping: int = setting(50, "PREFEED_TRAIN_EARLY_STOPPING", "training stops once validation "
                                         "NDCG@10 has not improved for this many trees, and keeps the best count",
                                         unit="trees")

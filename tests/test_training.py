@@ -52,8 +52,8 @@ def test_the_validation_period_follows_the_training_period(trained, world):
     events = ranker.load_events(world.engine)
     assert m["cut"] == pytest.approx(np.quantile(events[3], world.settings.train_cut_quantile))
     assert m["valid_cut"] == pytest.approx(np.quantile(events[3], world.settings.train_valid_quantile))
-    learn, judge = calls
-    # then training examples know the log up to the first cut and are labelled up to the validation cut only
+    judge, *_, learn = calls
+    # then the last training period knows the log up to the training cut and is labelled up to the validation cut
     assert learn["cut"] == m["cut"] < m["valid_cut"] == learn["end"]
     assert learn["known_max"] <= m["cut"] and learn["as_of"] == m["cut"]
     # and validation knows the log up to the validation cut (item table too) and is labelled by what follows it
@@ -88,3 +88,61 @@ def test_a_training_cut_after_the_validation_cut_is_one_line(settings):
                                                 "PREFEED_TRAIN_VALID_QUANTILE": "0.8"})
     # then train refuses in one line naming both settings
     _one_line_error(done, 2, "PREFEED_TRAIN_CUT_QUANTILE must be below PREFEED_TRAIN_VALID_QUANTILE")
+
+
+def test_training_cuts_step_back_by_the_validation_share(world):
+    # given a log whose event times are spread evenly, and three training periods with cuts at 0.7 and 0.85
+    ts = np.linspace(0.0, 1000.0, 100_001)
+    three = dataclasses.replace(world.settings, train_cut_quantile=0.7, train_valid_quantile=0.85, train_periods=3)
+    # then the training cuts step back from the training cut by the validation period's share, the validation cut
+    # comes last, and each training period is labelled up to the next cut
+    assert split.training_cuts(ts, three) == pytest.approx([400.0, 550.0, 700.0, 850.0])
+    # and a cut that would fall below 5 % of the log is left out (the training and validation cuts always stay)
+    many = dataclasses.replace(three, train_periods=10)
+    assert split.training_cuts(ts, many) == pytest.approx([100.0, 250.0, 400.0, 550.0, 700.0, 850.0])
+    assert split.training_cuts(ts, dataclasses.replace(three, train_periods=1)) == pytest.approx([700.0, 850.0])
+    # and on a log whose first 80 % of events share one instant, the earlier cuts add no period
+    stacked = np.r_[np.zeros(80_000), np.linspace(1.0, 1000.0, 20_001)]
+    assert split.training_cuts(stacked, three) == pytest.approx([0.0, np.quantile(stacked, 0.85)])
+
+
+def test_several_training_periods_each_learn_from_their_own_past(world):
+    # given training with three periods on the small world, every time split recorded
+    settings = dataclasses.replace(world.settings, train_periods=3)
+    calls, groups, pairs = [], [], set()
+    real_period, real_examples = split.period, ranker._examples
+
+    def recording(engine, settings_, events, cut, end=float("inf"), users=None):
+        at = real_period(engine, settings_, events, cut, end, users)
+        calls.append(dict(cut=cut, end=end, known_max=float(at.known[3].max()), as_of=at.items.as_of))
+        return at
+
+    from catboost import CatBoost
+    real_fit = CatBoost.fit
+
+    def fit(self, pool, **kw):
+        groups.append(np.asarray(pool.get_group_id_hash()))
+        return real_fit(self, pool, **kw)
+
+    def examples(at, user_ids, settings_, rng, **kw):
+        X, y, g = real_examples(at, user_ids, settings_, rng, **kw)
+        pairs.update((at.cut, int(u)) for u in np.unique(g))
+        return X, y, g
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(split, "period", recording)
+        patch.setattr(CatBoost, "fit", fit)
+        patch.setattr(ranker, "_examples", examples)
+        result = ranker.train(world.engine, settings, iterations=20, depth=3, users=300)
+    judge, *learn = calls
+    cuts = split.training_cuts(ranker.load_events(world.engine)[3], settings)
+    # then each training period knows the log (and item table) up to its own cut only and is labelled up to the
+    # next cut, the last one up to the validation cut
+    assert [c["cut"] for c in learn] == pytest.approx(cuts[:-1]) and len(learn) == 3
+    assert [c["end"] for c in learn] == pytest.approx(cuts[1:])
+    assert all(c["known_max"] <= c["cut"] and c["as_of"] == c["cut"] for c in learn)
+    assert judge["cut"] == pytest.approx(cuts[-1]) and judge["end"] == float("inf")
+    # and a user learned from in several periods is a separate group in each: one group per (user, period)
+    trained_pairs = {(c, u) for c, u in pairs if c != judge["cut"]}
+    assert len({u for _, u in trained_pairs}) < len(trained_pairs)        # some user is in several periods
+    assert len(np.unique(groups[0])) == len(trained_pairs) <= result.metrics["train_users"]

@@ -99,6 +99,19 @@ def quantile_cut(ev_ts: np.ndarray, q: float) -> float:
     return float(np.quantile(ev_ts, q))
 
 
+def training_cuts(ev_ts: np.ndarray, settings: Settings) -> list[float]:
+    """The cuts training makes (epoch s), ascending: ``train_periods`` training cuts, the last at
+    ``train_cut_quantile`` and each earlier one the validation period's share of events before the next (cuts
+    below 5 % of the log or at the same instant as the next are left out), then the validation cut at
+    ``train_valid_quantile``. Training period ``p`` is labelled by the events up to the next cut."""
+    step = settings.train_valid_quantile - settings.train_cut_quantile
+    qs = [settings.train_cut_quantile - k * step for k in range(settings.train_periods - 1, 0, -1)]
+    qs = [q for q in qs if q >= 0.05] + [settings.train_cut_quantile, settings.train_valid_quantile]
+    cuts = [quantile_cut(ev_ts, q) for q in qs]
+    # An earlier cut at the same instant as the next (a log with many events at one time) adds no period.
+    return [c for c, nxt in zip(cuts[:-2], cuts[1:-1]) if c < nxt] + cuts[-2:]
+
+
 def period(engine: Engine, settings: Settings, events: Events, cut: float, end: float = float("inf"),
            users: np.ndarray | None = None) -> Period:
     """The split of ``events`` at ``cut``, labels from the events in ``(cut, end]``. ``users``: every user id of the
