@@ -32,6 +32,10 @@ def setting(default: Any, env: str, doc: str, unit: str = "", minimum: float | N
     return dataclasses.field(default=default, metadata=meta)
 
 
+#: The CatBoost objectives training can use (``PREFEED_TRAIN_LOSS``).
+TRAIN_LOSSES = ("Logloss", "YetiRank")
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
     # -- where things live ---------------------------------------------------------------------------------
@@ -161,7 +165,7 @@ class Settings:
                                          minimum=1e-6, maximum=1.0)
     train_users: int = setting(3000, "PREFEED_TRAIN_USERS", "users sampled for training and validation "
                                "(`train --users`)", unit="users")
-    train_negatives: int = setting(300, "PREFEED_TRAIN_NEGATIVES", "negative candidates sampled per training user",
+    train_negatives: int = setting(100, "PREFEED_TRAIN_NEGATIVES", "negative candidates sampled per training user",
                                    unit="items")
     train_cut_quantile: float = setting(0.7, "PREFEED_TRAIN_CUT_QUANTILE", "the training cut: share of events "
                                         "before it; training examples take features from the log up to it and "
@@ -171,11 +175,14 @@ class Settings:
                                           "events before it (above the training cut); the model is judged and "
                                           "stopped early on features from the log up to it and labels after it",
                                           minimum=0.01, maximum=0.99)
-    train_periods: int = setting(3, "PREFEED_TRAIN_PERIODS", "training periods: examples are built at this many "
+    train_periods: int = setting(1, "PREFEED_TRAIN_PERIODS", "training periods: examples are built at this many "
                                  "cuts, the last at the training cut and each earlier one a validation period's "
                                  "share of events before the next, each labelled by the events up to the next cut "
                                  "(more users to learn from on a log where users are active briefly)",
                                  unit="periods")
+    train_loss: str = setting("Logloss", "PREFEED_TRAIN_LOSS", "CatBoost objective: `Logloss` (pointwise: how "
+                              "likely a candidate is interacted with, each positive weighted by its grade) or "
+                              "`YetiRank` (pairwise, within each user's sampled candidates)")
     train_early_stopping: int = setting(50, "PREFEED_TRAIN_EARLY_STOPPING", "training stops once validation "
                                         "NDCG@10 has not improved for this many trees, and keeps the best count",
                                         unit="trees")
@@ -191,9 +198,8 @@ class Settings:
             object.__setattr__(self, "model_dir", Path(self.var_dir) / "models")
         if self.page_limit_default > self.page_limit_max:
             raise ConfigError("PREFEED_PAGE_LIMIT_DEFAULT must not exceed PREFEED_PAGE_LIMIT_MAX")
-        if self.train_cut_quantile >= self.train_valid_quantile:
-            raise ConfigError("PREFEED_TRAIN_CUT_QUANTILE must be below PREFEED_TRAIN_VALID_QUANTILE (training "
-                              "learns from the period before the one it is judged on)")
+        if self.train_loss not in TRAIN_LOSSES:
+            raise ConfigError(f"PREFEED_TRAIN_LOSS must be one of {', '.join(TRAIN_LOSSES)}, not {self.train_loss!r}")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides) -> Settings:

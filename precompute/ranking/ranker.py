@@ -61,6 +61,9 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
     default: the database's, up to ``settings.as_of``."""
     from catboost import CatBoost, Pool
 
+    if settings.train_cut_quantile >= settings.train_valid_quantile:
+        raise InvalidInput("PREFEED_TRAIN_CUT_QUANTILE must be below PREFEED_TRAIN_VALID_QUANTILE (training learns "
+                           "from the period before the one it is judged on)")
     iterations = iterations or settings.train_iterations
     depth = depth or settings.train_depth
     users = users or settings.train_users
@@ -86,14 +89,15 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
         raise InvalidInput("no training user has a relevant candidate; the log has too little structure to learn")
     X_eval, y_eval, g_eval = _examples(judge, valid_users, settings, rng)
     names = list(judge.items.layout.names)
-    progress(f"training CatBoost YetiRank on {len(y_train)} rows x {X_train.shape[1]} features, at most "
+    loss = settings.train_loss
+    progress(f"training CatBoost {loss} on {len(y_train)} rows x {X_train.shape[1]} features, at most "
              f"{iterations} trees, stopping early on {len(y_eval)} validation rows")
-    model = CatBoost(dict(loss_function="YetiRank", iterations=iterations, depth=depth,
+    model = CatBoost(dict(loss_function=loss, iterations=iterations, depth=depth,
                           learning_rate=settings.train_learning_rate, random_seed=seed, verbose=False,
                           thread_count=-1, allow_writing_files=False, eval_metric=EVAL_METRIC))
-    stop = dict(eval_set=Pool(X_eval, y_eval, group_id=g_eval, feature_names=names), use_best_model=True,
+    stop = dict(eval_set=_pool(loss, X_eval, y_eval, g_eval, names, weighted=False), use_best_model=True,
                 early_stopping_rounds=settings.train_early_stopping) if (y_eval > 0).any() else {}
-    model.fit(Pool(X_train, y_train, group_id=g_train, feature_names=names), **stop)
+    model.fit(_pool(loss, X_train, y_train, g_train, names), **stop)
     del X_train, X_eval
 
     progress(f"validating {model.tree_count_} trees on {len(valid_users)} users after the validation cut")
@@ -164,3 +168,18 @@ def group_rank(owner: np.ndarray, offsets: np.ndarray, key: np.ndarray) -> np.nd
     rank = np.empty(len(key), dtype=np.int64)
     rank[order] = np.arange(len(key)) - offsets[owner[order]]
     return rank
+
+
+def _pool(loss: str, X: np.ndarray, grade: np.ndarray, group: np.ndarray, names: list[str],
+          weighted: bool = True):
+    """A CatBoost pool for ``loss``. YetiRank learns the grades' order within each user's group. Logloss learns
+    whether a candidate is interacted with at all (target 1 for any grade > 0), each positive weighing its grade
+    (view 1 … purchase 6), each negative 1: scores are then comparable across users and periods, and on both the
+    synthetic marketplace and MovieLens it ranked better than YetiRank (README, "Offline evaluation"). Groups stay,
+    for early stopping's NDCG (of the unweighted validation pool)."""
+    from catboost import Pool
+
+    if loss == "Logloss":
+        weight = np.where(grade > 0, grade, 1.0) if weighted else None
+        return Pool(X, (grade > 0).astype(np.float32), weight=weight, group_id=group, feature_names=names)
+    return Pool(X, grade, group_id=group, feature_names=names)
