@@ -11,10 +11,9 @@ import time
 
 import click
 
-from precompute.data import log as event_log
 from precompute.errors import BundleError, NotPromoted
-from precompute.evaluation.run import validate
-from precompute.ranking import bundle, ranker
+from precompute.evaluation.run import train as train_checked
+from precompute.ranking import bundle
 from precompute.ranking.layout import for_settings
 
 from . import cli, command
@@ -39,14 +38,9 @@ def train(obj, iterations: int | None, depth: int | None, users: int | None, see
     settings = obj.settings
     engine = ready_engine(settings)
     t0 = time.perf_counter()
-    log = event_log.load_events(engine, settings.as_of or float("inf"))
-    events = (log.user, log.item, log.type, log.ts)
-    result = ranker.train(engine, settings, iterations=iterations, depth=depth, users=users, seed=seed_,
-                          progress=lambda m: click.echo(f"  {m}"), events=events)
+    result = train_checked(engine, settings, iterations=iterations, depth=depth, users=users, seed=seed_,
+                           progress=lambda m: click.echo(f"  {m}"))
     m = result.metrics
-    click.echo("  judging the model against the baselines at the validation cut")
-    m.update(validate(engine, settings, events, m["valid_cut"], result.model, users=users or settings.train_users,
-                      seed=seed_, progress=lambda msg: click.echo(f"    {msg}")))
     click.echo(f"validation NDCG@10: model {m['ndcg10']:.4f}, best baseline ({m['baseline']}) "
                f"{m['baseline_ndcg10']:.4f} ({m['valid_users']} users judged after the validation cut)")
     version = bundle.write(settings.model_dir, result.model, result.pairs, {"metrics": m})

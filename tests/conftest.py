@@ -17,7 +17,8 @@ import pytest
 from sqlalchemy import create_engine, select, text
 
 from precompute.data import bulk, engine as db, synthetic
-from precompute.ranking import bundle, ranker
+from precompute.evaluation import run as evaluation
+from precompute.ranking import bundle
 from precompute.settings import Settings, normalize_database_url
 from precompute.ranking.pipeline import Pipeline
 from precompute.feeds.client import redis_client
@@ -81,7 +82,7 @@ def world(tmp_path_factory, database_url, redis_url) -> World:
     db.init_db(engine, settings)
     market = synthetic.generate(N_USERS, N_ITEMS, N_EVENTS, seed=7, now=time.time())
     bulk.load(engine, market, settings)
-    result = ranker.train(engine, settings, iterations=40, users=N_USERS)
+    result = evaluation.train(engine, settings, iterations=40, users=N_USERS)     # what `manage.py train` runs
     version = bundle.write(settings.model_dir, result.model, result.pairs, {"metrics": result.metrics})
     bundle.promote(settings.model_dir, version)
     return World(settings, engine, version, sorted(set(market.event_user.tolist())))

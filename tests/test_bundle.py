@@ -65,8 +65,10 @@ def test_a_promoted_bundle_is_picked_up_by_refresh(pipeline, settings, world):
 
 
 def test_model_beats_popularity_on_the_seeded_marketplace(world):
+    # given the session's bundle, trained and judged as `manage.py train` does it
     metrics = bundle.load(world.settings.model_dir).meta["metrics"]
-    assert metrics["ndcg10"] > metrics["baseline_ndcg10"]
+    # then at the validation cut its NDCG@10 is above global popularity's on the same users
+    assert metrics["ndcg10"] > metrics["baselines"]["popular"]
 
 
 def _swapped(names: list[str], a: str, b: str) -> list[str]:

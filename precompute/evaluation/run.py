@@ -16,7 +16,7 @@ from sqlalchemy import Engine
 
 from ..data import log as event_log
 from ..errors import InvalidInput
-from ..ranking import covisit
+from ..ranking import covisit, ranker
 from ..ranking.covisit import CoVisit
 from ..ranking.item_table import ItemTable, load_item_table
 from ..settings import Settings
@@ -59,11 +59,12 @@ class Scene:
 
 
 def scene(engine: Engine, settings: Settings, events: Events, cut: float, *, users: int | None = None,
-          seed: int = 0, progress: Callable[[str], None] = lambda msg: None) -> Scene:
+          seed: int = 0, exclude: np.ndarray | None = None,
+          progress: Callable[[str], None] = lambda msg: None) -> Scene:
     """The split of ``events`` at ``cut`` with the item table and co-visitation known at it; refuses a split with
-    nobody to judge. ``users``: judge a seeded random sample of that many."""
+    nobody to judge. ``users``: judge a seeded random sample of that many; ``exclude``: user ids not judged."""
     items = load_item_table(engine, settings, as_of=cut)
-    split = split_log(events, cut, items, users=users, seed=seed)
+    split = split_log(events, cut, items, users=users, seed=seed, exclude=exclude)
     progress(f"time split at {cut:.0f}: {split.n_before} events before, {split.n_after} after; "
              f"{len(split.users)} users judged")
     if split.n_after == 0 or len(split.users) == 0:
@@ -116,15 +117,35 @@ def evaluate(engine: Engine, settings: Settings, *, cut_quantile: float = 0.8, k
                       seconds=time.perf_counter() - t0)
 
 
-def validate(engine: Engine, settings: Settings, events: Events, cut: float, ranker_model, *, users: int | None,
-             seed: int = 0, progress: Callable[[str], None] = lambda msg: None) -> dict:
+def train(engine: Engine, settings: Settings, *, iterations: int | None = None, depth: int | None = None,
+          users: int | None = None, seed: int = 0,
+          progress: Callable[[str], None] = lambda msg: None) -> ranker.TrainResult:
+    """``manage.py train``'s model and its promotion check: the ranker trained on the whole log (up to
+    ``settings.as_of``), then judged with ``validate``; the check's numbers join the training metrics."""
+    log = event_log.load_events(engine, settings.as_of or float("inf"))
+    events = (log.user, log.item, log.type, log.ts)
+    result = ranker.train(engine, settings, iterations=iterations, depth=depth, users=users, seed=seed,
+                          progress=progress, events=events)
+    progress("judging the model against the baselines at the validation cut")
+    result.metrics.update(validate(engine, settings, events, result, users=users or settings.train_users,
+                                   seed=seed, progress=lambda msg: progress(f"  {msg}")))
+    return result
+
+
+def validate(engine: Engine, settings: Settings, events: Events, result: ranker.TrainResult, *,
+             users: int | None, seed: int = 0, progress: Callable[[str], None] = lambda msg: None) -> dict:
     """The promotion check of a freshly trained model: the evaluation protocol at training's validation cut
-    (``ranker.train``'s ``valid_cut``: the model learned from the log before it and chose its tree count on the
-    period after it), every baseline on the same users and truth. Returns the training metrics' keys that
-    ``models list`` and promotion read: ``ndcg10``, ``baseline``, ``baseline_ndcg10``, ``baselines``,
-    ``candidate_recall``, ``valid_users``."""
-    at = scene(engine, settings, events, cut, users=users, seed=seed, progress=progress)
-    summary, best = judge(at, settings, ranker_model, k=10, progress=progress)
+    (``valid_cut``: the model learned from the log before it), every baseline on the same users and truth. Users
+    whose validation examples chose the tree count are not judged (their period is no longer unseen), unless
+    nobody else could be. Returns the training metrics' keys that ``models list`` and promotion read: ``ndcg10``,
+    ``baseline``, ``baseline_ndcg10``, ``baselines``, ``candidate_recall``, ``valid_users``."""
+    cut = result.metrics["valid_cut"]
+    try:
+        at = scene(engine, settings, events, cut, users=users, seed=seed, exclude=result.stopping_users,
+                   progress=progress)
+    except InvalidInput:                 # a log so small that every judged user also chose the tree count
+        at = scene(engine, settings, events, cut, users=users, seed=seed, progress=progress)
+    summary, best = judge(at, settings, result.model, k=10, progress=progress)
     return dict(ndcg10=summary["ranker"]["ndcg"], baseline=best, baseline_ndcg10=summary[best]["ndcg"],
                 baselines={name: m["ndcg"] for name, m in summary.items() if name != "ranker"},
                 candidate_recall=summary["ranker"]["candidate_recall"], valid_users=len(at.split.users))

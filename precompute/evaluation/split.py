@@ -75,9 +75,10 @@ def cut_time(ev_ts: np.ndarray, quantile: float) -> float:
 
 
 def split_log(events: tuple[np.ndarray, ...], cut: float, items: ItemTable, *, users: int | None = None,
-              seed: int = 0) -> Split:
+              seed: int = 0, exclude: np.ndarray | None = None) -> Split:
     """Split ``events`` ((user, item, type, ts) arrays in (ts, id) order) at ``cut``; ``users``: judge a random
-    sample of that many judged users (``seed``), default all. Item rows are ``items``' (the table at the cut)."""
+    sample of that many judged users (``seed``), default all; ``exclude``: user ids never judged (those whose
+    future chose the model's tree count). Item rows are ``items``' (the table at the cut)."""
     ev_user, ev_item, ev_type, ev_ts = events
     n_pre = int(np.searchsorted(ev_ts, cut, side="right"))
     pre = tuple(a[:n_pre] for a in events)
@@ -87,6 +88,8 @@ def split_log(events: tuple[np.ndarray, ...], cut: float, items: ItemTable, *, u
     # (user, item) pairs as codes user position * span + item row over the users who could be judged.
     span = len(items) + 1
     maybe = np.intersect1d(np.unique(pre[0]), np.unique(post_user[positive]))
+    if exclude is not None and len(exclude):
+        maybe = np.setdiff1d(maybe, exclude)
     in_pre = np.isin(pre[0], maybe)
     pre_rows = items.rows(pre[1][in_pre])
     known = pre_rows >= 0

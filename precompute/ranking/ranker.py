@@ -1,17 +1,19 @@
 """Training the CatBoost ranker on a time-ordered split of the event log, and scoring with it.
 
-Cuts at quantiles of event time (``PREFEED_TRAIN_CUT_QUANTILE`` < ``PREFEED_TRAIN_VALID_QUANTILE``, ``split.py``):
+Cuts at quantiles of event time (``PREFEED_TRAIN_CUT_QUANTILE`` < ``PREFEED_TRAIN_VALID_QUANTILE``, ``periods.py``):
 training examples are built at the first (features from the log up to it, labels from the events between the two
-cuts), validation examples at the second (features, item table and co-visitation from the log up to it, labels after
-it). ``PREFEED_TRAIN_PERIODS`` > 1 adds earlier training cuts, each with its own item table and co-visitation and
-labelled by the events up to the next cut (``split.training_cuts``): on a log where most users are active briefly,
-one cut sees few users with history before it and labels after it. The model learns from one period and is judged on the next, as in production. CatBoost stops adding trees once
-NDCG@10 on the validation examples has not improved for ``PREFEED_TRAIN_EARLY_STOPPING`` trees and keeps the best
-count (``train_iterations`` is the maximum). The reported NDCG@10 ranks each validation user's full candidate set,
-against the baselines on the same users, truth and cut (``validation.py``).
+cuts), validation examples at the second (features, item table and co-visitation from the log up to it, labels
+after it), so the model learns from one period and is stopped early on the next, as in production.
+``PREFEED_TRAIN_PERIODS`` > 1 adds earlier training cuts, each with its own item table and co-visitation and labelled
+by the events up to the next cut (``periods.training_cuts``): on a log where most users are active briefly, one cut
+sees few users with history before it and labels after it. CatBoost stops adding trees once NDCG@10 on the
+validation examples has not improved for ``PREFEED_TRAIN_EARLY_STOPPING`` trees and keeps the best count
+(``train_iterations`` is the maximum).
 
-Labels: a candidate is relevant if the user interacted with it in the label period, graded by the weight of the
-strongest interaction (``PREFEED_EVENT_TYPES``: view 1 … purchase 6 by default). NDCG uses the same grades.
+Labels: a candidate is relevant if the user interacted with it in the period after its cut, graded by the weight of
+the strongest interaction (``PREFEED_EVENT_TYPES``: view 1 … purchase 6 by default). Judging the trained model
+against the baselines is evaluation's (``evaluation.run.train``, what ``manage.py train`` runs): one protocol for
+``train``, ``models list`` and ``evaluate``.
 """
 
 from __future__ import annotations
@@ -25,10 +27,10 @@ from sqlalchemy import Engine
 from ..data import log as event_log
 from ..errors import InvalidInput
 from ..settings import Settings
-from . import split, validation
-from .split import Period, feature_rows  # noqa: F401  (feature_rows: training's feature path, used by tests)
+from . import periods
+from .periods import Period, feature_rows  # noqa: F401  (feature_rows: training's feature path, used by tests)
 
-#: CatBoost's NDCG with the gain ``validation.ndcg_at`` uses (2^grade - 1), on the top 10.
+#: CatBoost's NDCG with the gain evaluation's NDCG uses (2^grade - 1), on the top 10.
 EVAL_METRIC = "NDCG:top=10;type=Exp"
 
 
@@ -37,6 +39,8 @@ class TrainResult:
     model: object
     pairs: dict[str, np.ndarray]
     metrics: dict
+    #: The users whose validation examples chose the tree count: the promotion check judges others.
+    stopping_users: np.ndarray = dataclasses.field(default_factory=lambda: np.empty(0, dtype=np.int64))
 
 
 def score(model, X: np.ndarray, thread_count: int = 1) -> np.ndarray:
@@ -71,7 +75,7 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
     ev_user, ev_ts = events[0], events[3]
     if len(ev_user) < 100:
         raise InvalidInput(f"only {len(ev_user)} events in the database; seed or collect more before training")
-    bounds = split.training_cuts(ev_ts, settings)
+    bounds = periods.training_cuts(ev_ts, settings)
     cut, valid_cut = bounds[-2], bounds[-1]
     if not cut < valid_cut:
         raise InvalidInput("the log's events are too close in time to split into training and validation "
@@ -79,7 +83,7 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
     everyone = np.unique(ev_user)
     progress(f"{len(bounds) - 1} training period(s): features at {', '.join(f'{c:.0f}' for c in bounds[:-1])}, "
              f"each labelled to the next; validation: features at {valid_cut:.0f}, labels after")
-    judge = split.period(engine, settings, events, valid_cut, users=everyone)
+    judge = periods.period(engine, settings, events, valid_cut, users=everyone)
     rng = np.random.default_rng(seed)
     n_valid = max(5, users // 5)
     valid_users = _sample(judge.eligible(), n_valid, rng, "validation")
@@ -100,19 +104,15 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
     model.fit(_pool(loss, X_train, y_train, g_train, names), **stop)
     del X_train, X_eval
 
-    progress(f"validating {model.tree_count_} trees on {len(valid_users)} users after the validation cut")
-    judged = validation.validate(lambda X: score(model, X, thread_count=-1), judge, valid_users, settings)
-    all_pairs = split.pairs(events, slice(None), settings)      # serving index uses the whole log
-    # ``baseline``/``baseline_ndcg10``: the best baseline on the same users, truth and cut (the bar promotion
-    # compares against); ``data_clock``: the newest event the model saw; ``trees``: the count early stopping chose.
-    metrics = dict(judged, data_clock=float(ev_ts[-1]), valid_users=int(len(valid_users)),
-                   train_users=n_train, train_rows=int(len(y_train)), iterations=iterations,
-                   trees=int(model.tree_count_), depth=depth, cut=cut, valid_cut=valid_cut,
+    all_pairs = periods.pairs(events, slice(None), settings)      # serving index uses the whole log
+    # ``data_clock``: the newest event the model saw; ``trees``: the count early stopping chose.
+    metrics = dict(loss=loss, data_clock=float(ev_ts[-1]), train_users=n_train, train_rows=int(len(y_train)),
+                   iterations=iterations, trees=int(model.tree_count_), depth=depth, cut=cut, valid_cut=valid_cut,
                    events=int(len(ev_user)))
-    return TrainResult(model=model, pairs=all_pairs, metrics=metrics)
+    return TrainResult(model=model, pairs=all_pairs, metrics=metrics, stopping_users=valid_users)
 
 
-def _periods(engine: Engine, settings: Settings, events: split.Events, bounds: list[float], everyone: np.ndarray,
+def _periods(engine: Engine, settings: Settings, events: periods.Events, bounds: list[float], everyone: np.ndarray,
              n: int, rng: np.random.Generator, progress: Callable[[str], None]
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Training examples of every training period: period ``p`` knows the log up to ``bounds[p]`` (its own item
@@ -122,7 +122,7 @@ def _periods(engine: Engine, settings: Settings, events: split.Events, bounds: l
     n_periods = len(bounds) - 1
     Xs, ys, gs, sampled = [], [], [], 0
     for p in range(n_periods):
-        learn = split.period(engine, settings, events, bounds[p], bounds[p + 1], everyone)
+        learn = periods.period(engine, settings, events, bounds[p], bounds[p + 1], everyone)
         eligible = learn.eligible()
         if len(eligible) < 5 and p < n_periods - 1:
             continue            # an early period with too few users to learn from: the later ones still count

@@ -1,4 +1,4 @@
-"""A time split of the event log: what precompute would know at a cut, and what each user did after it.
+"""Training periods of the event log: what precompute would know at a cut, and the labels of what followed.
 
 Training uses two cuts: examples are built at the first (features from the log up to it, labels from the events
 between the two cuts), and the model is judged at the second (features from the log up to it, labels after it), so
@@ -28,7 +28,7 @@ Events = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]      # (user, ite
 
 
 @dataclasses.dataclass
-class Truth:
+class Labels:
     """Each user's strongest interaction per item in a period, graded by its type's weight (``PREFEED_EVENT_TYPES``;
     weight 0 or a code past the declaration is no interaction). Items the user interacted with inside the seen
     window before the cut are left out: they are no candidates in serving, so no labels either (an item seen
@@ -66,23 +66,23 @@ class Truth:
 
 @dataclasses.dataclass
 class Period:
-    """What is known at ``cut`` and what happened in the period after it (``truth``)."""
+    """What is known at ``cut`` and what happened in the period after it (``labels``)."""
 
     cut: float
     known: Events           # the log up to the cut (views)
     items: ItemTable        # statistics as of the cut
     cov: CoVisit            # co-visitation from the log up to the cut
-    truth: Truth
+    labels: Labels
 
     def eligible(self) -> np.ndarray:
         """Users with history before the cut and a graded interaction after it, sorted."""
-        return np.intersect1d(np.unique(self.known[0]), self.truth.judged())
+        return np.intersect1d(np.unique(self.known[0]), self.labels.judged())
 
     def examples(self, user_ids: np.ndarray, settings: Settings) -> tuple[Histories, Candidates, np.ndarray,
                                                                           np.ndarray]:
         """Histories, candidates, feature rows and grades of ``user_ids`` at the cut."""
         hist, cand, X = feature_rows(self.items, self.cov, self.known, user_ids, self.cut, settings)
-        return hist, cand, X, self.truth.grade(hist.user_ids[cand.owner], cand.rows)
+        return hist, cand, X, self.labels.grade(hist.user_ids[cand.owner], cand.rows)
 
 
 def feature_rows(items: ItemTable, cov: CoVisit, events: Events, user_ids: np.ndarray, now: float,
@@ -124,7 +124,7 @@ def period(engine: Engine, settings: Settings, events: Events, cut: float, end: 
     cov = covisit.index_for(items, pairs(events, known, settings))
     users = np.unique(ev_user) if users is None else users
     return Period(cut=cut, known=(ev_user[known], ev_item[known], ev_type[known], ev_ts[known]), items=items,
-                  cov=cov, truth=truth(events, items, users, cut, n_known, n_end, settings))
+                  cov=cov, labels=labels(events, items, users, cut, n_known, n_end, settings))
 
 
 def pairs(events: Events, part: slice, settings: Settings) -> dict[str, np.ndarray]:
@@ -135,8 +135,8 @@ def pairs(events: Events, part: slice, settings: Settings) -> dict[str, np.ndarr
                                covisit.event_factors(ev_type[part], settings))
 
 
-def truth(events: Events, items: ItemTable, users: np.ndarray, cut: float, n_known: int, n_end: int,
-          settings: Settings) -> Truth:
+def labels(events: Events, items: ItemTable, users: np.ndarray, cut: float, n_known: int, n_end: int,
+          settings: Settings) -> Labels:
     """Grades of the events at positions ``n_known:n_end`` of the log, less the items each user interacted with
     inside the seen window before ``cut`` (the first ``n_known`` events are those at or before it)."""
     ev_user, ev_item, ev_type, ev_ts = events
@@ -155,4 +155,4 @@ def truth(events: Events, items: ItemTable, users: np.ndarray, cut: float, n_kno
     rel = np.zeros(len(code))
     np.maximum.at(rel, inv, items.weight_of(ev_type[after]))
     fresh = ~np.isin(code, seen_code) & (rel > 0)
-    return Truth(users=users, span=span, code=code[fresh], rel=rel[fresh])
+    return Labels(users=users, span=span, code=code[fresh], rel=rel[fresh])
