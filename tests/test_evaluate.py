@@ -15,7 +15,7 @@ from precompute.errors import InvalidInput
 from precompute.evaluation import baselines, metrics, model, run
 from precompute.evaluation.lists import Ranked
 from precompute.evaluation.split import Truth, cut_time, split_log
-from precompute.ranking import covisit
+from precompute.ranking import covisit, ranker
 from precompute.ranking.item_table import load_item_table
 from tests.conftest import manage, own_database
 
@@ -220,3 +220,20 @@ def test_items_created_after_a_cut_are_inactive_at_it_but_live_items_stay_active
     assert not at_cut.active[at_cut.rows(live.ids[later])].any()
     earlier = live.ids[~later]
     assert np.array_equal(at_cut.active[at_cut.rows(earlier)], live.active[live.rows(earlier)])
+
+
+def test_the_promotion_check_reusing_trainings_validation_period_judges_as_a_fresh_build(world):
+    # given a model trained on the world's log, which keeps its validation cut's item table and co-visitation
+    log = event_log.load_events(world.engine)
+    events = (log.user, log.item, log.type, log.ts)
+    result = ranker.train(world.engine, world.settings, iterations=20, users=200, events=events)
+    assert result.validation is not None
+    # when the promotion check reuses them, and when it builds them again from the database and the log
+    reused = run.validate(world.engine, world.settings, events, result, users=None)
+    rebuilt = run.validate(world.engine, world.settings, events, dataclasses.replace(result, validation=None),
+                           users=None)
+    # then both judge the same users with the same numbers, and leave out the users that chose the tree count
+    assert reused == rebuilt and reused["valid_users"] > 0
+    everyone = run.scene(world.engine, world.settings, events, result.metrics["valid_cut"]).split.users
+    assert set(result.stopping_users.tolist()) & set(everyone.tolist())
+    assert reused["valid_users"] == len(set(everyone.tolist()) - set(result.stopping_users.tolist()))

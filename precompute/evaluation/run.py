@@ -19,6 +19,7 @@ from ..errors import InvalidInput
 from ..ranking import covisit, ranker
 from ..ranking.covisit import CoVisit
 from ..ranking.item_table import ItemTable, load_item_table
+from ..ranking.periods import Period
 from ..settings import Settings
 from . import baselines, metrics, model
 from .split import Split, cut_time, split_log
@@ -59,17 +60,21 @@ class Scene:
 
 
 def scene(engine: Engine, settings: Settings, events: Events, cut: float, *, users: int | None = None,
-          seed: int = 0, exclude: np.ndarray | None = None,
+          seed: int = 0, exclude: np.ndarray | None = None, known: Period | None = None,
           progress: Callable[[str], None] = lambda msg: None) -> Scene:
     """The split of ``events`` at ``cut`` with the item table and co-visitation known at it; refuses a split with
-    nobody to judge. ``users``: judge a seeded random sample of that many; ``exclude``: user ids not judged."""
-    items = load_item_table(engine, settings, as_of=cut)
+    nobody to judge. ``users``: judge a seeded random sample of that many; ``exclude``: user ids not judged;
+    ``known``: training's period at this cut, whose item table and co-visitation are reused (both are built from
+    the log up to the cut with the same settings)."""
+    items = load_item_table(engine, settings, as_of=cut) if known is None else known.items
     split = split_log(events, cut, items, users=users, seed=seed, exclude=exclude)
     progress(f"time split at {cut:.0f}: {split.n_before} events before, {split.n_after} after; "
              f"{len(split.users)} users judged")
     if split.n_after == 0 or len(split.users) == 0:
         raise InvalidInput(f"no user has history before the cut ({_utc(cut)}) and a new item of positive weight "
                            "after it: nothing to judge")
+    if known is not None:
+        return Scene(split=split, items=items, cov=known.cov)
     progress("building co-visitation from the pre-cut log")
     user, item, type_, ts = split.pre
     pairs = covisit.build_pairs(user, item, ts, settings.covisit_window, settings.session_gap,
@@ -142,9 +147,10 @@ def validate(engine: Engine, settings: Settings, events: Events, result: ranker.
     cut = result.metrics["valid_cut"]
     try:
         at = scene(engine, settings, events, cut, users=users, seed=seed, exclude=result.stopping_users,
-                   progress=progress)
+                   known=result.validation, progress=progress)
     except InvalidInput:                 # a log so small that every judged user also chose the tree count
-        at = scene(engine, settings, events, cut, users=users, seed=seed, progress=progress)
+        at = scene(engine, settings, events, cut, users=users, seed=seed, known=result.validation,
+                   progress=progress)
     summary, best = judge(at, settings, result.model, k=10, progress=progress)
     return dict(ndcg10=summary["ranker"]["ndcg"], baseline=best, baseline_ndcg10=summary[best]["ndcg"],
                 baselines={name: m["ndcg"] for name, m in summary.items() if name != "ranker"},

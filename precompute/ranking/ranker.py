@@ -41,6 +41,8 @@ class TrainResult:
     metrics: dict
     #: The users whose validation examples chose the tree count: the promotion check judges others.
     stopping_users: np.ndarray = dataclasses.field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    #: The validation cut's period (item table and co-visitation as of it), for the promotion check to reuse.
+    validation: Period | None = None
 
 
 def score(model, X: np.ndarray, thread_count: int = 1) -> np.ndarray:
@@ -109,7 +111,8 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
     metrics = dict(loss=loss, data_clock=float(ev_ts[-1]), train_users=n_train, train_rows=int(len(y_train)),
                    iterations=iterations, trees=int(model.tree_count_), depth=depth, cut=cut, valid_cut=valid_cut,
                    events=int(len(ev_user)))
-    return TrainResult(model=model, pairs=all_pairs, metrics=metrics, stopping_users=valid_users)
+    return TrainResult(model=model, pairs=all_pairs, metrics=metrics, stopping_users=valid_users,
+                       validation=judge)
 
 
 def _periods(engine: Engine, settings: Settings, events: periods.Events, bounds: list[float], everyone: np.ndarray,
