@@ -68,11 +68,11 @@ def scene(engine: Engine, settings: Settings, events: Events, cut: float, *, use
     the log up to the cut with the same settings)."""
     items = load_item_table(engine, settings, as_of=cut) if known is None else known.items
     split = split_log(events, cut, items, users=users, seed=seed, exclude=exclude)
-    progress(f"time split at {cut:.0f}: {split.n_before} events before, {split.n_after} after; "
-             f"{len(split.users)} users judged")
     if split.n_after == 0 or len(split.users) == 0:
         raise InvalidInput(f"no user has history before the cut ({_utc(cut)}) and a new item of positive weight "
                            "after it: nothing to judge")
+    progress(f"time split at {cut:.0f}: {split.n_before} events before, {split.n_after} after; "
+             f"{len(split.users)} users judged")
     if known is not None:
         return Scene(split=split, items=items, cov=known.cov)
     progress("building co-visitation from the pre-cut log")

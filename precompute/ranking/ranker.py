@@ -87,8 +87,11 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
              f"each labelled to the next; validation: features at {valid_cut:.0f}, labels after")
     judge = periods.period(engine, settings, events, valid_cut, users=everyone)
     rng = np.random.default_rng(seed)
-    n_valid = max(5, users // 5)
-    valid_users = _sample(judge.eligible(), n_valid, rng, "validation")
+    # Early stopping takes at most half of the users eligible at the validation cut: the promotion check judges the
+    # others (``evaluation.run.validate``), whose period then is still unseen by the model's selection.
+    eligible = judge.eligible()
+    n_valid = max(5, min(users // 5, len(eligible) // 2))
+    valid_users = _sample(eligible, n_valid, rng, "validation")
     X_train, y_train, g_train, n_train = _periods(engine, settings, events, bounds, everyone, users - n_valid, rng,
                                                   progress)
     if not (y_train > 0).any():
