@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-prod bench bench-quick clean
+.PHONY: demo test test-prod test-pgbouncer bench bench-quick clean
 
 $(STAMP): requirements.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -22,6 +22,13 @@ test-prod: $(STAMP)
 	PREFEED_TEST_DATABASE_URL=$${PREFEED_TEST_DATABASE_URL:-postgresql://root@127.0.0.1:5432/test} \
 	PREFEED_TEST_REDIS_URL=$${PREFEED_TEST_REDIS_URL:-redis://127.0.0.1:6379/0} \
 	$(BIN)/python -m pytest -q
+
+# The same suite through a private PgBouncer in transaction mode in front of that PostgreSQL (needs the pgbouncer
+# binary: apt-get install pgbouncer). Not part of `make test`.
+test-pgbouncer: $(STAMP)
+	PREFEED_TEST_DATABASE_URL=$${PREFEED_TEST_DATABASE_URL:-postgresql://root@127.0.0.1:5432/test} \
+	PREFEED_TEST_REDIS_URL=$${PREFEED_TEST_REDIS_URL:-redis://127.0.0.1:6379/0} \
+	$(BIN)/python -m tests.through_pgbouncer -q
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks all

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from flask import Flask
 
+from precompute.logs import configure as configure_logs
 from precompute.data.engine import make_engine
-from precompute.feeds.client import redis_client
+from precompute.feeds.client import clients
 from precompute.feeds.keys import Keys
+from precompute.feeds.live import LiveState
 from precompute.feeds.page import LiveFeeds
 from precompute.settings import Settings
 
@@ -17,22 +19,29 @@ def create_app(settings: Settings | None = None, test_config: dict | None = None
     app.config.update(MAX_CONTENT_LENGTH=settings.request_body_max, PREFEED_SETTINGS=settings)
     if test_config:
         app.config.update(test_config)
-    if not settings.redis_url:
+    if not (settings.queue_url and settings.feed_url):
         raise RuntimeError("the API needs REDIS_URL (manage.py serve/demo provide an embedded server)")
     keys = Keys(settings.key_prefix)
-    r = redis_client(settings.redis_url)
+    queue_redis, r = clients(settings)
     app.extensions["prefeed"] = {
         "settings": settings,
-        "engine": make_engine(settings.database_url),
-        "redis": r,
+        "engine": make_engine(settings.database_url, settings),
+        "redis": r,                      # feeds and live state (may be a cluster)
+        "queue_redis": queue_redis,      # RQ and the dirty-user set
         "keys": keys,
         "live": LiveFeeds(r, settings),
+        "live_state": LiveState(r, keys),
     }
 
-    from . import boosts, errors, events, feed, health, items, openapi
+    from . import boosts, dashboard, errors, events, feed, health, items, metrics, observe, openapi, rq_panel
+
+    app.extensions["prefeed"]["metrics"] = metrics.ApiMetrics(settings, queue_redis)
+    configure_logs(settings)
+    observe.register(app)
 
     app.extensions["prefeed"]["openapi"] = openapi.spec(settings)     # built once: it depends on settings only
     errors.register(app)
-    for module in (feed, events, boosts, items, health, openapi):
+    for module in (feed, events, boosts, items, health, openapi, metrics, dashboard):
         app.register_blueprint(module.bp)
+    rq_panel.mount(app, settings)
     return app

@@ -29,7 +29,8 @@ def put_boost(item_id: str):
         raise InvalidInput(f"ttl_seconds must be at most {settings.boost_max_ttl}")
     catalog.require_item(ctx["engine"], iid)
     expires = time.time() + ttl
-    ctx["redis"].set(ctx["keys"].boost(iid), repr(weight), ex=ttl)
+    ctx["live_state"].boost(iid, weight, expires)
+    ctx["live"].live.refresh(force=True)          # this process serves it at once; the others within the bound
     return json_response({"item_id": iid, "weight": weight, "expires_at": expires})
 
 
@@ -38,5 +39,6 @@ def put_boost(item_id: str):
 def delete_boost(item_id: str):
     iid = path_id(item_id, "item_id")
     ctx = current_app.extensions["prefeed"]
-    removed = ctx["redis"].delete(ctx["keys"].boost(iid))
+    removed = ctx["live_state"].unboost(iid)
+    ctx["live"].live.refresh(force=True)
     return json_response({"item_id": iid, "removed": bool(removed)})

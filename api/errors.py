@@ -11,7 +11,7 @@ import redis
 from flask import Flask, Response
 from werkzeug.exceptions import HTTPException
 
-from precompute.errors import PrefeedError, Unavailable, as_prefeed_error, database_errors
+from precompute.errors import PrefeedError, Unauthorized, Unavailable, as_prefeed_error, database_errors
 
 log = logging.getLogger(__name__)
 
@@ -24,13 +24,19 @@ def error(status: int, message: str) -> Response:
     return json_response({"error": message}, status)
 
 
+def prefeed_response(exc: PrefeedError) -> Response:
+    """The JSON answer to one of prefeed's errors, with the status its class declares."""
+    body = {"error": str(exc)}
+    if isinstance(exc, Unavailable):
+        body["dependency"] = exc.which
+    response = json_response(body, exc.http_status)
+    if isinstance(exc, Unauthorized) and exc.challenge:
+        response.headers["WWW-Authenticate"] = exc.challenge
+    return response
+
+
 def register(app: Flask) -> None:
-    @app.errorhandler(PrefeedError)
-    def _prefeed(exc: PrefeedError):
-        body = {"error": str(exc)}
-        if isinstance(exc, Unavailable):
-            body["dependency"] = exc.which
-        return json_response(body, exc.http_status)
+    _prefeed = app.errorhandler(PrefeedError)(prefeed_response)
 
     def _dependency(exc):
         # The driver's message stays in the log: it may name hosts or users a client has no business seeing.

@@ -43,6 +43,7 @@ def post_events():
     events = [_parse(body_object(e), types, now, window, k if isinstance(body, list) else None)
               for k, e in enumerate(batch)]
     ping_redis(ctx["redis"])
+    ping_redis(ctx["queue_redis"])
     result = record(ctx["engine"], events, settings)
     if result.versions:
         pipe = ctx["redis"].pipeline(transaction=False)
@@ -55,7 +56,7 @@ def post_events():
         pipe.execute()
     # Every user of the request, not only those with newly stored events: a client retrying after a 503 that
     # came after the commit gets "duplicates" back, and its users must still be recomputed.
-    notify_changed(settings, ctx["redis"], {e.user_id for e in events})
+    notify_changed(settings, ctx["queue_redis"], {e.user_id for e in events})
     return json_response({"accepted": result.accepted, "duplicates": result.duplicates,
                           "items_created": result.items_created}, 202)
 

@@ -23,19 +23,23 @@ def get_feed(user_id: str):
     offset = query_int("offset", 0, 0, settings.feed_length)
     page = ctx["live"].page(uid, limit, offset)
     if page is None:
-        page = _fallback(ctx, uid, limit, offset)
+        page = fallback(ctx, uid, limit, offset)
+    header = page.header
+    items = [{"item_id": i, "score": round(s, 6), "boosted": b} for i, s, b in page.items]
+    ctx["metrics"].feed(page.source, sum(1 for _, _, b in page.items if b), header.computed_at if header else None)
     return json_response({
         "user_id": uid,
-        "items": [{"item_id": i, "score": round(s, 6), "boosted": b} for i, s, b in page.items],
+        "items": items,
         "source": page.source,
-        "model_version": page.header.model_version if page.header else None,
-        "computed_at": page.header.computed_at if page.header else None,
-        "history_version": page.header.history_version if page.header else None,
+        "model_version": header.model_version if header else None,
+        "computed_at": header.computed_at if header else None,
+        "history_version": header.history_version if header else None,
     })
 
 
-def _fallback(ctx, uid: int, limit: int, offset: int):
-    """Popular in the user's recent categories, else global popular; and ask for the real feed.
+def fallback(ctx, uid: int, limit: int, offset: int, notify: bool = True):
+    """Popular in the user's recent categories, else global popular; and ask for the real feed (unless ``notify``
+    is False: the dashboard shows the fallback without acting).
 
     The user's categories are ranked as precompute ranks them: each recent event adds its type's weight
     (``PREFEED_EVENT_TYPES``) to every category of its item; ties by category id."""
@@ -50,7 +54,7 @@ def _fallback(ctx, uid: int, limit: int, offset: int):
         for c in cats:
             weights[c] = weights.get(c, 0.0) + w
     top = sorted((c for c in weights if weights[c] > 0), key=lambda c: (-weights[c], c))
-    if len(recent):
-        notify_changed(settings, ctx["redis"], [uid])
+    if notify and len(recent):
+        notify_changed(settings, ctx["queue_redis"], [uid])
     return ctx["live"].fallback(top[: settings.user_top_categories], limit, offset, seen,
                                 lambda n: catalog.newest_active(ctx["engine"], n))

@@ -24,7 +24,7 @@ def livez():
 def healthz():
     ctx = current_app.extensions["prefeed"]
     status = {}
-    for name, check in (("redis", lambda: ping_redis(ctx["redis"])), ("database", lambda: ping(ctx["engine"]))):
+    for name, check in (("redis", lambda: [ping_redis(ctx[k]) for k in ("redis", "queue_redis")]), ("database", lambda: ping(ctx["engine"]))):
         try:
             check()
             status[name] = "ok"

@@ -111,12 +111,7 @@ def _upsert(new: list[NewItem]) -> Upserted:
 
 
 def _follow_active(flags: dict[int, bool]) -> None:
-    """Bring Redis's inactive set in line with the active ``flags`` just committed (item id → active)."""
+    """Bring the live state's inactive set in line with the active ``flags`` just committed (item id → active)."""
     ctx = current_app.extensions["prefeed"]
-    key = ctx["keys"].inactive
-    pipe = ctx["redis"].pipeline(transaction=False)
-    for active, command in ((True, pipe.srem), (False, pipe.sadd)):
-        ids = [str(i) for i, a in flags.items() if a is active]
-        if ids:
-            command(key, *ids)
-    pipe.execute()
+    ctx["live_state"].set_active(flags)
+    ctx["live"].live.refresh(force=True)          # this process serves it at once; the others within the bound

@@ -66,6 +66,25 @@ def _items_paths(settings: Settings) -> dict:
     }
 
 
+def _dashboard_paths(settings: Settings) -> dict:
+    """The operator's pages (README, "Operating prefeed"): HTML and a JSON snapshot, basic auth or bearer."""
+    refusals = {"401": {**_ERROR, "description": "no credentials (with a basic-auth challenge)"},
+                "403": {**_ERROR, "description": "a wrong token"}}
+    security = [{"dashboard": []}, {"admin": []}]
+    return {
+        "/dashboard": {"get": {
+            "summary": "Status at a glance, feed age over time, and a user lookup", "security": security,
+            "parameters": [{"name": "user", "in": "query", "schema": _ID},
+                           {"name": "limit", "in": "query",
+                            "schema": {"type": "integer", "minimum": 1, "maximum": settings.page_limit_max}}],
+            "responses": {"200": {"description": "HTML", "content": {"text/html": {}}}, "400": _ERROR,
+                          **refusals}}},
+        "/dashboard/status.json": {"get": {
+            "summary": "The snapshot `manage.py status --json` prints", "security": security,
+            "responses": {"200": _object("status", {}), **refusals}}},
+    }
+
+
 def _object(description: str, properties: dict) -> dict:
     return {"description": description, "content": {"application/json": {"schema": {
         "type": "object", "properties": properties}}}}
@@ -77,7 +96,9 @@ def spec(settings: Settings) -> dict:
         "openapi": "3.1.0",
         "info": {"title": "prefeed", "version": "1", "description": "Precomputed, ranked recommendation feeds."},
         "components": {
-            "securitySchemes": {"admin": {"type": "http", "scheme": "bearer"}},
+            "securitySchemes": {"admin": {"type": "http", "scheme": "bearer"},
+                                "dashboard": {"type": "http", "scheme": "basic",
+                                              "description": "any user name, the admin token as password"}},
             "schemas": {
                 "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"},
                                                                                   "dependency": {"type": "string"}}},
@@ -132,6 +153,8 @@ def spec(settings: Settings) -> dict:
             "/healthz": {"get": {"responses": {"200": {"description": "all dependencies up"}, "503": _ERROR}}},
             "/livez": {"get": {"responses": {"200": {"description": "process up"}}}},
             "/openapi.json": {"get": {"responses": {"200": {"description": "this document"}}}},
+            "/metrics": {"get": {"responses": {"200": {"description": "Prometheus metrics (text format)"}}}},
+            **_dashboard_paths(settings),
         },
     }
 

@@ -24,6 +24,10 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(os.environ.get("PREFEED_BENCH_RESULTS") or ROOT / "benchmarks" / "results")
 
 
+class Skipped(Exception):
+    """A benchmark this machine cannot run (its message says why, in one line): ``all`` goes on without it."""
+
+
 @dataclasses.dataclass
 class World:
     settings: Settings
@@ -43,7 +47,7 @@ class World:
         from precompute.ranking.pipeline import Pipeline
         from precompute.feeds.client import redis_client
 
-        pipeline = Pipeline(self.settings, self.engine, redis_client(self.settings.redis_url))
+        pipeline = Pipeline(self.settings, self.engine, redis_client(self.settings.feed_url))
         pipeline.load()
         return pipeline
 
@@ -76,7 +80,7 @@ def make_world(users: int, items: int, events: int, iterations: int, *, seed_: i
                         redis_url=redis_url, model_dir=tmp / "models", var_dir=tmp,
                         key_prefix=f"pfbench:{tag}:", queue_name=f"pfbench-{tag}", admin_token="bench",
                         item_attributes=synthetic.ATTRIBUTES)
-    engine = db.make_engine(settings.database_url)
+    engine = db.make_engine(settings.database_url, settings)
     db.init_db(engine, settings)
     bulk.load(engine, synthetic.generate(users, items, events, seed=seed_, now=time.time()), settings)
     result = ranker.train(engine, settings, iterations=iterations, depth=depth, users=min(train_users, users))

@@ -110,8 +110,16 @@ def run(quick: bool = False) -> dict:
         return out
     finally:
         if worker is not None:
+            # SIGTERM is RQ's warm shutdown: each worker process finishes its job first (a drain job may run up
+            # to PREFEED_DRAIN_MAX_BATCHES batches, slow on a loaded machine). The measurement is done: past a
+            # minute, kill the pool (its processes die with it) rather than fail the run.
             worker.terminate()
-            worker.wait(timeout=30)
+            try:
+                worker.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                print("freshness: the workers did not stop within 60 s of SIGTERM; killed", file=sys.stderr)
+                worker.kill()
+                worker.wait(timeout=30)
         world.close()
 
 

@@ -200,7 +200,7 @@ def _in_child(args: dict) -> dict:
 
     tmp = Path(args["tmp"])
     settings = Settings(database_url=args["url"], model_dir=tmp / "models", var_dir=tmp)
-    engine = db.make_engine(settings.database_url)
+    engine = db.make_engine(settings.database_url, settings)
     t0 = time.perf_counter()
     if args["step"] == "import":
         from precompute.data import importing

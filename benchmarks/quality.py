@@ -34,7 +34,7 @@ def run(quick: bool = False) -> dict:
     try:
         settings = Settings(database_url=f"sqlite:///{tmp / 'quality.db'}", var_dir=tmp, model_dir=tmp / "models",
                             item_attributes=synthetic.ATTRIBUTES)
-        engine = db.make_engine(settings.database_url)
+        engine = db.make_engine(settings.database_url, settings)
         db.init_db(engine, settings)
         bulk.load(engine, synthetic.generate(cfg["users"], cfg["items"], cfg["events"], seed=0, now=time.time()),
                   settings)

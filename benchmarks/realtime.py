@@ -17,7 +17,7 @@ from precompute.feeds.client import redis_client
 
 def create_app() -> Flask:
     settings = Settings.from_env()
-    pipeline = Pipeline(settings, make_engine(settings.database_url), redis_client(settings.redis_url))
+    pipeline = Pipeline(settings, make_engine(settings.database_url, settings), redis_client(settings.redis_url))
     pipeline.load()
     app = Flask(__name__)
 

@@ -1,6 +1,8 @@
 """serve: requests per second and latency at fixed concurrency, on loopback, for
 
 - ``GET /feed/<user>?limit=20`` with boosts active (prefeed),
+- ``GET /floor/<user>?limit=20`` of the same app (``benchmarks/floor.py``): one ``GETRANGE`` of the page's bytes
+  returned as the same JSON, no live rules (the serving floor: feed/floor is what the live rules cost),
 - ``GET /livez`` of the same app under the same gunicorn config (the framework floor),
 - a real-time endpoint that ranks the user's candidates at request time (the architecture prefeed replaces).
 
@@ -25,12 +27,16 @@ import numpy as np
 
 from cli.net import free_port, wait_for_http
 from precompute.feeds.client import redis_client
+from precompute.feeds.keys import Keys
+from precompute.feeds.live import LiveState
 from precompute.settings import Settings
 
 from .common import ROOT, make_world, median, table, write_result
 
-FULL = dict(users=2000, items=20_000, events=300_000, iterations=None, seconds=10, connections=16, http_workers=2)
-QUICK = dict(users=150, items=2000, events=15_000, iterations=30, seconds=2, connections=4, http_workers=1)
+FULL = dict(users=2000, items=20_000, events=300_000, iterations=None, seconds=10, connections=16, http_workers=2,
+            repeats=3)
+QUICK = dict(users=150, items=2000, events=15_000, iterations=30, seconds=2, connections=4, http_workers=1,
+             repeats=1)
 
 
 def run(quick: bool = False) -> dict:
@@ -46,36 +52,47 @@ def run(quick: bool = False) -> dict:
         # Boost 2% of items, popular ones, so pages do carry boosted items.
         rng = np.random.default_rng(0)
         boosted = rng.choice(pipeline.items.ids[pipeline.items.global_popular], max(1, len(pipeline.items) // 50))
-        pipe = r.pipeline(transaction=False)
+        live = LiveState(r, Keys(s.key_prefix))
         for i in boosted:
-            pipe.set(f"{s.key_prefix}boost:{i}", repr(rng.uniform(0.5, 3)), ex=3600)
-        pipe.execute()
+            live.boost(int(i), float(rng.uniform(0.5, 3)), time.time() + 3600)
 
         floor = _in_process(world.settings, cfg["users"])    # before any server runs beside it
         api_port, rt_port = free_port(), free_port()
-        servers.append(_gunicorn(world, "api.wsgi:app", api_port, cfg["http_workers"]))
+        servers.append(_gunicorn(world, "benchmarks.floor:create_app()", api_port, cfg["http_workers"]))
         servers.append(_gunicorn(world, "benchmarks.realtime:create_app()", rt_port, cfg["http_workers"]))
         for port in (api_port, rt_port):
             wait_for_http(f"http://127.0.0.1:{port}/feed/1", timeout=60)
         body = urllib.request.urlopen(f"http://127.0.0.1:{api_port}/feed/1?limit=20").read()
         assert b'"source":"precomputed"' in body
+        assert urllib.request.urlopen(f"http://127.0.0.1:{api_port}/floor/1?limit=20").read().count(b"item_id") == 20
 
+        # feed and floor taken in turn, ``repeats`` times, the median run of each kept: this machine's noise moves
+        # both, and the ratio is only meaningful side by side.
+        pairs = [(_load(api_port, "/feed/{user}?limit=20", cfg), _load(api_port, "/floor/{user}?limit=20", cfg))
+                 for _ in range(cfg["repeats"])]
         runs = {
-            "feed": _load(api_port, "/feed/{user}?limit=20", cfg),
+            "feed": _median_run([f for f, _ in pairs]),
+            "floor": _median_run([f for _, f in pairs]),
             "bare": _load(api_port, "/livez", cfg),
             "realtime": _load(rt_port, "/feed/{user}", cfg),
+            # last: it writes events (the feeds above are read before any of them)
+            "events": _load(api_port, EVENTS, cfg),
         }
         out = dict(config=cfg, generator=runs["feed"]["generator"], runs=runs, in_process_us=floor,
+                   ratio_feed_over_floor=runs["feed"]["rps"] / runs["floor"]["rps"],
+                   ratio_feed_over_floor_per_pair=[f["rps"] / g["rps"] for f, g in pairs],
                    ratio_feed_over_bare=runs["feed"]["rps"] / runs["bare"]["rps"],
                    ratio_feed_over_realtime=runs["feed"]["rps"] / runs["realtime"]["rps"])
         print(table(f"serve: {cfg['connections']} connections, {cfg['seconds']}s each, gunicorn x"
                     f"{cfg['http_workers']}, load by {out['generator']}", ["endpoint", "rps", "p50 ms", "p99 ms",
                                                                           "errors"],
                     [[name, x["rps"], x["p50_ms"], x["p99_ms"], x["errors"]] for name, x in runs.items()]))
-        print(f"feed/bare = {out['ratio_feed_over_bare']:.2f}   feed/realtime = {out['ratio_feed_over_realtime']:.1f}x")
+        print(f"feed/floor = {out['ratio_feed_over_floor']:.2f} (each pair: "
+              f"{', '.join(f'{x:.2f}' for x in out['ratio_feed_over_floor_per_pair'])})   feed/bare = {out['ratio_feed_over_bare']:.2f}   "
+              f"feed/realtime = {out['ratio_feed_over_realtime']:.1f}x")
         print(table("\nin-process cost per request (no HTTP server), median microseconds",
-                    ["one Redis round trip (PING)", "GET /livez", "GET /feed (limit 20)"],
-                    [[floor["redis_ping_us"], floor["livez_us"], floor["feed_us"]]]))
+                    ["one Redis round trip (PING)", "GET /livez", "GET /floor (limit 20)", "GET /feed (limit 20)"],
+                    [[floor["redis_ping_us"], floor["livez_us"], floor["floor_us"], floor["feed_us"]]]))
         print(f"wrote {write_result('serve', out, quick)}")
         return out
     finally:
@@ -88,10 +105,10 @@ def run(quick: bool = False) -> dict:
 def _in_process(settings, n_users: int, n: int = 2000) -> dict:
     """What one request costs the app itself, measured through Flask's test client, next to a bare Redis round
     trip: the part of /feed no server choice can remove."""
-    from api import create_app
+    from .floor import create_app
 
     client = create_app(settings).test_client()
-    r = redis_client(settings.redis_url)
+    r = redis_client(settings.feed_url)
 
     def per_call(fn) -> float:
         for k in range(50):
@@ -105,6 +122,7 @@ def _in_process(settings, n_users: int, n: int = 2000) -> dict:
 
     return dict(redis_ping_us=per_call(lambda k: r.ping()),
                 livez_us=per_call(lambda k: client.get("/livez")),
+                floor_us=per_call(lambda k: client.get(f"/floor/{k % n_users + 1}?limit=20")),
                 feed_us=per_call(lambda k: client.get(f"/feed/{k % n_users + 1}?limit=20")))
 
 
@@ -115,7 +133,13 @@ def _gunicorn(world, target: str, port: int, workers: int) -> subprocess.Popen:
                             stderr=subprocess.DEVNULL)
 
 
+#: The ingestion row: POST /events, one event per request (wrk only).
+EVENTS = "POST /events"
+
+
 def _load(port: int, path: str, cfg: dict) -> dict:
+    if path == EVENTS and not shutil.which("wrk"):
+        return dict(generator="none", rps=None, p50_ms=None, p99_ms=None, errors=0)
     if shutil.which("wrk"):
         return _wrk(port, path, cfg)
     return _python_load(port, path, cfg)
@@ -124,10 +148,16 @@ def _load(port: int, path: str, cfg: dict) -> dict:
 def _wrk(port: int, path: str, cfg: dict) -> dict:
     head, placeholder, tail = path.partition("{user}")
     user = f"math.random(1, {cfg['users']})" if placeholder else '""'
+    if path == EVENTS:          # one view event per request, of a random user and item
+        call = (f'wrk.format("POST", "/events", {{["Content-Type"] = "application/json"}}, '
+                f'\'{{"user_id": \' .. math.random(1, {cfg["users"]}) .. \', "item_id": \' .. '
+                f'math.random(1, {cfg["items"]}) .. \', "type": "view"}}\')')
+    else:
+        call = f'wrk.format("GET", "{head}" .. {user} .. "{tail}")'
     script = f"""
 math.randomseed(42)
 request = function()
-  return wrk.format("GET", "{head}" .. {user} .. "{tail}")
+  return {call}
 end
 """
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
@@ -143,6 +173,12 @@ end
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
     return dict(generator="wrk", rps=rps, p50_ms=pct.get("50"), p99_ms=pct.get("99"),
                 errors=errors + (int(non2xx.group(1)) if non2xx else 0))
+
+
+def _median_run(runs: list[dict]) -> dict:
+    """The run of median rps (all of them kept under ``all_rps``)."""
+    ordered = sorted(runs, key=lambda x: x["rps"])
+    return {**ordered[len(ordered) // 2], "all_rps": [x["rps"] for x in runs]}
 
 
 def _ms(value: str) -> float:

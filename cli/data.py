@@ -14,7 +14,7 @@ from . import command
 
 def ready_engine(settings):
     """The database engine, with tables created or brought up to date."""
-    engine = db.make_engine(settings.database_url)
+    engine = db.make_engine(settings.database_url, settings)
     db.init_db(engine, settings)
     return engine
 

@@ -34,12 +34,14 @@ def demo(obj, users: int, items: int, events: int, port: int, once: bool) -> Non
     """Seed, train, precompute through real workers, serve, print a sample feed."""
     settings = ensure_redis(obj.settings)
     token = settings.admin_token or secrets.token_urlsafe(18)
-    env = dict(os.environ, REDIS_URL=settings.redis_url, PREFEED_ADMIN_TOKEN=token)
+    env = dict(os.environ, PREFEED_ADMIN_TOKEN=token)
+    if settings.redis_url:                  # else QUEUE_REDIS_URL and FEED_REDIS_URL, in the environment already
+        env["REDIS_URL"] = settings.redis_url
     # The synthetic marketplace's own attributes are model features unless the caller declared others.
     env.setdefault("PREFEED_ITEM_ATTRIBUTES", ",".join(synthetic.ATTRIBUTES))
     settings = dataclasses.replace(settings, item_attributes=tuple(env["PREFEED_ITEM_ATTRIBUTES"].split(",")))
     manage = [sys.executable, os.path.abspath(sys.argv[0])]
-    engine = db.make_engine(settings.database_url)
+    engine = db.make_engine(settings.database_url, settings)
     db.init_db(engine, settings)
 
     def step(*args: str) -> None:

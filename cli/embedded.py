@@ -16,7 +16,7 @@ from precompute.settings import Settings
 
 def ensure_redis(settings: Settings) -> Settings:
     """Return settings with a reachable ``redis_url``; start the embedded server if none is configured."""
-    if settings.redis_url:
+    if settings.redis_url or (settings.queue_redis_url and settings.feed_redis_url):
         return settings
     data_dir = (settings.var_dir / "valkey").resolve()
     state = data_dir / "server.json"

@@ -10,9 +10,9 @@ from sqlalchemy import select
 from precompute.data import engine as db
 from precompute.data.models import User
 from precompute.errors import InvalidInput
-from precompute.feeds.client import ping_redis, redis_client
+from precompute.feeds.client import clients, ping_redis
 
-from . import command
+from . import command, metrics_dir
 from .embedded import ensure_redis
 
 
@@ -42,15 +42,16 @@ def precompute(obj, all_users: bool, stale: bool, user_ids: tuple[int, ...], inl
     if sum([all_users, stale, bool(user_ids)]) != 1:
         raise InvalidInput("give one of --all, --stale or one or more --user ID")
     settings = ensure_redis(obj.settings)
-    engine = db.make_engine(settings.database_url)
+    engine = db.make_engine(settings.database_url, settings)
     db.ping(engine)
-    r = redis_client(settings.redis_url)
+    r, feeds = clients(settings)
     ping_redis(r)
+    ping_redis(feeds)
     if stale:
         from precompute.feeds.store import FeedStore
         from precompute.ranking.bundle import current_version
 
-        ids = FeedStore(r, settings).stale_users(_all_user_versions(engine), current_version(settings.model_dir))
+        ids = FeedStore(feeds, settings).stale_users(_all_user_versions(engine), current_version(settings.model_dir))
     else:
         ids = _all_user_ids(engine) if all_users else sorted(set(user_ids))
     size = batch_size or settings.batch_size
@@ -77,17 +78,25 @@ def precompute(obj, all_users: bool, stale: bool, user_ids: tuple[int, ...], inl
 @click.option("--burst", is_flag=True, help="Exit when the queue is empty.")
 @click.pass_obj
 def worker(obj, workers: int, burst: bool) -> None:
-    """Run RQ workers. Mappers, model bundle and item matrices load once here, before any fork."""
+    """Run RQ workers. Mappers, model bundle and item matrices load once here, before any fork; with
+    PREFEED_WORKER_METRICS_PORT, this process serves every worker process's metrics."""
     settings = ensure_redis(obj.settings)
+    port = settings.worker_metrics_port
+    if port:
+        metrics_dir.fresh(settings, f"worker-{port}")     # before jobs.worker imports prometheus_client
     from rq.serializers import JSONSerializer
 
-    from jobs import context
+    from jobs import context, metrics
     from jobs.queues import make_queue
     from jobs.worker import PrefeedWorker, children_die_with_parent
+    from precompute.logs import configure as configure_logs
 
+    configure_logs(settings)
     pipeline = context.init(settings)
+    if port:
+        metrics.serve(port, pipeline)
     children_die_with_parent()
-    r = pipeline.store.r
+    r = context.queue_redis()
     queue = make_queue(settings, r)
     level = logging.getLevelName(logging.getLogger().getEffectiveLevel())   # -v on the group: INFO
     if workers == 1:
@@ -107,7 +116,7 @@ def requeue_failed(obj) -> None:
     settings = ensure_redis(obj.settings)
     from jobs.queues import make_queue
 
-    queue = make_queue(settings, redis_client(settings.redis_url))
+    queue = make_queue(settings, clients(settings)[0])
     registry = queue.failed_job_registry
     ids = registry.get_job_ids()
     for job_id in ids:

@@ -15,13 +15,14 @@ from sqlalchemy import event
 from sqlalchemy.orm import Mapper, configure_mappers
 
 from precompute.data.engine import make_engine
-from precompute.feeds.client import redis_client
+from precompute.feeds.client import clients
 from precompute.ranking.pipeline import Pipeline
 from precompute.settings import Settings
 
 log = logging.getLogger(__name__)
 
 _pipeline: Pipeline | None = None
+_queue_redis = None                 # the queue Redis (RQ, dirty users); the pipeline holds the feed Redis
 _init_pid: int | None = None
 #: The pid of every process of this lineage in which mapper configuration ran (a forked child inherits the list):
 #: a work horse whose list holds only its worker's pid inherited configured mappers, since any ORM query it ran
@@ -35,13 +36,14 @@ def _record_configuration() -> None:
 
 
 def init(settings: Settings | None = None) -> Pipeline:
-    global _pipeline, _init_pid
+    global _pipeline, _init_pid, _queue_redis
     settings = settings or Settings.from_env()
     configure_mappers()
-    engine = make_engine(settings.database_url)
-    pipeline = Pipeline(settings, engine, redis_client(settings.redis_url))
+    engine = make_engine(settings.database_url, settings)
+    queue_redis, feed_redis = clients(settings)
+    pipeline = Pipeline(settings, engine, feed_redis)
     pipeline.load()
-    _pipeline, _init_pid = pipeline, os.getpid()
+    _pipeline, _init_pid, _queue_redis = pipeline, os.getpid(), queue_redis
     log.info("pipeline ready in pid %s: bundle %s, %d items", os.getpid(), pipeline.bundle.version,
              len(pipeline.items))
     return pipeline
@@ -49,6 +51,12 @@ def init(settings: Settings | None = None) -> Pipeline:
 
 def get() -> Pipeline:
     return _pipeline if _pipeline is not None else init()
+
+
+def queue_redis():
+    """The queue Redis of this process's pipeline (RQ, the dirty-user set)."""
+    get()
+    return _queue_redis
 
 
 def after_fork() -> None:
@@ -74,5 +82,5 @@ def stats() -> dict:
 
 def reset() -> None:
     """Forget the pipeline (tests)."""
-    global _pipeline, _init_pid
-    _pipeline, _init_pid = None, None
+    global _pipeline, _init_pid, _queue_redis
+    _pipeline, _init_pid, _queue_redis = None, None, None

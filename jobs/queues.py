@@ -12,6 +12,7 @@ from rq import Queue, Retry
 from rq.serializers import JSONSerializer
 
 from precompute.feeds.dirty import DirtyUsers
+from precompute.feeds.keys import Keys
 from precompute.settings import Settings
 
 RECOMPUTE = "jobs.tasks.recompute_users"
@@ -73,3 +74,20 @@ def schedule_drain(settings: Settings, r: redis.Redis, at: float) -> None:
     when = datetime.fromtimestamp(math.ceil(max(at, time.time())), tz=timezone.utc)
     make_queue(settings, r).enqueue_at(when, DRAIN, retry=retry(settings), result_ttl=600, failure_ttl=7 * 86400,
                                        job_timeout=drain_timeout(settings))
+
+
+def backlog(settings: Settings, r: redis.Redis) -> dict:
+    """The queue's global state in one round trip, for the API's /metrics: jobs by state (``queued``, ``started``,
+    ``scheduled``, ``failed``), dirty users, and the earliest time (epoch s) a dirty user was due, None when none
+    is. Raw counts: RQ's registry ``count`` would first clean the registry, which a scrape must not do."""
+    queue = make_queue(settings, r)
+    dirty = Keys(settings.key_prefix).dirty
+    with r.pipeline(transaction=False) as p:
+        p.llen(queue.key)
+        for registry in (queue.started_job_registry, queue.scheduled_job_registry, queue.failed_job_registry):
+            p.zcard(registry.key)
+        p.zcard(dirty)
+        p.zrange(dirty, 0, 0, withscores=True)
+        queued, started, scheduled, failed, dirty_users, first = p.execute()
+    return {"jobs": {"queued": queued, "started": started, "scheduled": scheduled, "failed": failed},
+            "dirty_users": dirty_users, "dirty_first_due": first[0][1] / 1000 if first else None}

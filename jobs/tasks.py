@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import time
-
 from rq import get_current_job
 
 from precompute.errors import InvalidInput
 from precompute.feeds.dirty import DirtyUsers
+from precompute.ranking.pipeline import STAGES
 
 from . import context, queues
 
 
 def recompute_users(user_ids: list[int]) -> dict:
+    """Rank and store ``user_ids``' feeds. The summary (users, feeds written and kept, items scored, seconds by
+    stage) is the job's result, which the worker turns into metrics (``jobs/metrics.py``)."""
     if not isinstance(user_ids, list) or not all(isinstance(u, int) and u > 0 for u in user_ids):
         raise InvalidInput("recompute_users takes a list of positive integer user ids")
     pipeline = context.get()
@@ -25,10 +26,11 @@ def drain_dirty() -> dict:
     """Recompute users marked dirty by new events, a batch at a time, until none is due."""
     pipeline = context.get()
     settings = pipeline.settings
-    r = pipeline.store.r
+    r = context.queue_redis()
     dirty = DirtyUsers(r, settings)
     dirty.clear_drain_flag()          # events from now on enqueue another drain job: no wake-up is lost
-    users = batches = written = 0
+    users = batches = written = kept = scored = 0
+    seconds = dict.fromkeys(STAGES, 0.0)
     while batches < settings.drain_max_batches:      # then hand the rest to a fresh job, so a job stays short
         claimed, stamp = dirty.claim(settings.batch_size)
         if not claimed:
@@ -39,16 +41,18 @@ def drain_dirty() -> dict:
             dirty.release(claimed, stamp)       # due again at once: RQ's retry of this job picks them up
             raise
         dirty.complete(claimed, stamp)
-        users += result.users
-        written += result.written
+        users, written, kept = users + result.users, written + result.written, kept + result.kept_newer
+        scored += result.scored_items
+        for stage, s in result.seconds.items():
+            seconds[stage] += s
         batches += 1
     else:
         queues.notify_changed(settings, r, [])   # more due: hand over to a fresh job
     # Users still leased by a claimer that died (SIGKILL, lost host) become due when the lease ends: make sure a
     # drain job runs then, even if no new event arrives.
     next_due = dirty.next_due()
-    if next_due is not None and dirty.try_flag_scheduled(int(next_due / 1000 - time.time()) + 1):
+    if next_due is not None and dirty.try_flag_scheduled(next_due):
         queues.schedule_drain(settings, r, next_due / 1000)
     job = get_current_job()
-    return {"users": users, "written": written, "batches": batches, "job": job.id if job else None,
-            "process": context.stats()}
+    return {"users": users, "written": written, "kept_newer": kept, "scored_items": scored, "seconds": seconds,
+            "batches": batches, "job": job.id if job else None, "process": context.stats()}

@@ -21,13 +21,15 @@ import ctypes
 import os
 import signal
 import sys
+import time
 
+import redis
 from rq import Queue, Worker
 from rq.exceptions import AbandonedJobError
 
 from precompute.settings import Settings
 
-from . import context
+from . import context, metrics
 
 _PR_SET_PDEATHSIG = 1      # linux/prctl.h
 
@@ -55,10 +57,19 @@ class PrefeedWorker(Worker):
         self.push_exc_handler(self._retry_abandoned)
         # A worker process forked by WorkerPool inherits the pool parent's pipeline: give it its own sockets.
         context.after_fork()
+        self._loads = context.get().loads       # loads before this worker existed are counted where they ran
 
     def execute_job(self, job, queue):
+        """Here in the worker process, around the horse's whole life: pick up a new bundle before the fork, and
+        record the job's metrics after the horse exited, from its result (``jobs/metrics.py`` says why not in the
+        horse)."""
         context.refresh()
-        return super().execute_job(job, queue)
+        self._loads = metrics.loaded(context.get(), self._loads)
+        started, t0 = time.time(), time.perf_counter()
+        try:
+            return super().execute_job(job, queue)
+        finally:
+            metrics.record_job(job, started, time.perf_counter() - t0)
 
     def main_work_horse(self, job, queue):
         context.after_fork()
@@ -92,6 +103,20 @@ class PrefeedWorker(Worker):
         if deaths <= self._max_deaths and job.retries_left is not None and job.retries_left < 1:
             job.retries_left = 1
         self.connection.lrem(queue.intermediate_queue_key, 1, job.id)
+
+    def check_for_suspension(self, burst: bool) -> None:
+        # RQ's loop quits on any error here; only its dequeue waits for Redis to come back. A Redis outage that
+        # lands between two dequeues would stop the worker: let the dequeue wait instead.
+        try:
+            super().check_for_suspension(burst)
+        except redis.ConnectionError as exc:
+            self.log.warning("Redis unavailable (%s): waiting for it in the dequeue", exc)
+
+    def run_maintenance_tasks(self):
+        try:
+            super().run_maintenance_tasks()
+        except redis.ConnectionError as exc:
+            self.log.warning("Redis unavailable during maintenance (%s): waiting for it in the dequeue", exc)
 
     def clean_registries(self):
         # RQ's cleaning lock lasts 899 s: a worker killed while holding it (a pass takes milliseconds) would keep

@@ -1,9 +1,10 @@
-"""Setting values as environment strings: parsing one (range- and name-checked, ``ConfigError`` naming the
-variable) and writing one back, for ``settings.py``."""
+"""Setting values as environment strings, for ``settings.py``: declaring one (``setting``), parsing one (range- and
+name-checked, ``ConfigError`` naming the variable) and writing one back."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -13,6 +14,17 @@ from .errors import ConfigError
 
 #: What a declared name (an event type, an item attribute) may look like: it becomes part of a feature's name.
 NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
+
+
+def setting(default: Any, env: str, doc: str, unit: str = "", minimum: float | None = 1,
+            maximum: float | None = None, secret: bool = False, shown: str | None = None, kind: str = "") -> Any:
+    """A ``Settings`` field read from ``env``. Numbers must lie in ``[minimum, maximum]``; tuples are
+    comma-separated numbers, each checked the same way. ``shown``: the default as the README states it, for
+    defaults derived from other settings. ``kind``: ``"names"`` for a comma-separated list of names,
+    ``"weights"`` for comma-separated ``name:weight`` pairs (names as ``env_values.NAME``, weights range-checked)."""
+    meta = dict(env=env, doc=doc, unit=unit, minimum=minimum, maximum=maximum, secret=secret, shown=shown,
+                kind=kind)
+    return dataclasses.field(default=default, metadata=meta)
 
 
 def format_value(value: Any) -> str:
@@ -98,3 +110,20 @@ def _check_range(m: Mapping, value: float) -> None:
 def _kind(kind: type, article: bool = False) -> str:
     word = "integer" if kind is int else "number"
     return f"an {word}" if article and word == "integer" else (f"a {word}" if article else word)
+
+
+def markdown_table(cls: type) -> str:
+    """The README's table of the settings ``cls`` declares."""
+    rows = ["| variable | default | unit | meaning |", "|---|---|---|---|"]
+    for f in dataclasses.fields(cls):
+        m = f.metadata
+        default = m["shown"] or ("unset" if f.default is None else f"`{format_value(f.default)}`")
+        rows.append(f"| `{m['env']}` | {default} | {m['unit']} | {m['doc']} |")
+    return "\n".join(rows)
+
+
+def without_config(cls: type, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default: this process's environment) less every variable ``cls`` reads and any ``PREFEED_*``."""
+    base = os.environ if base is None else base
+    names = {f.metadata["env"] for f in dataclasses.fields(cls)}
+    return {k: v for k, v in base.items() if k not in names and not k.startswith("PREFEED_")}

@@ -6,6 +6,7 @@
     │   ├── NotFound           a referenced user or item does not exist 404     2
     │   └── UnsupportedMediaType  a request body that is not JSON       415     2
     ├── Unauthorized           missing or wrong admin token             401     2
+    ├── Forbidden              a wrong token for the dashboard          403     2
     ├── BundleError            model bundle missing, truncated or incompatible 503  3
     ├── NotPromoted            a trained bundle that does not beat the best baseline 409  5
     └── Unavailable            Redis or the database cannot be reached  503     4
@@ -47,7 +48,20 @@ class UnsupportedMediaType(InvalidInput):
 
 
 class Unauthorized(PrefeedError):
+    """``challenge``: the ``WWW-Authenticate`` value to answer with (the dashboard asks a browser for a password)."""
+
     http_status = 401
+    exit_code = 2
+
+    def __init__(self, message: str, challenge: str | None = None) -> None:
+        self.challenge = challenge
+        super().__init__(message)
+
+
+class Forbidden(PrefeedError):
+    """Credentials were given and are wrong (the dashboard: a browser then shows the refusal, not a new prompt)."""
+
+    http_status = 403
     exit_code = 2
 
 

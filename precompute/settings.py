@@ -15,25 +15,17 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
-from .env_values import format_value as _format, parse as _parse
+from .env_values import format_value as _format, markdown_table as _markdown_table, parse as _parse, setting
+from .env_values import without_config as _without_config
 from .urls import check_url, normalize_database_url, redact_url
 
 DAY = 86400
 
 
-def setting(default: Any, env: str, doc: str, unit: str = "", minimum: float | None = 1,
-            maximum: float | None = None, secret: bool = False, shown: str | None = None, kind: str = "") -> Any:
-    """A ``Settings`` field read from ``env``. Numbers must lie in ``[minimum, maximum]``; tuples are
-    comma-separated numbers, each checked the same way. ``shown``: the default as the README states it, for
-    defaults derived from other settings. ``kind``: ``"names"`` for a comma-separated list of names,
-    ``"weights"`` for comma-separated ``name:weight`` pairs (names as ``env_values.NAME``, weights range-checked)."""
-    meta = dict(env=env, doc=doc, unit=unit, minimum=minimum, maximum=maximum, secret=secret, shown=shown,
-                kind=kind)
-    return dataclasses.field(default=default, metadata=meta)
-
-
 #: The CatBoost objectives training can use (``PREFEED_TRAIN_LOSS``).
 TRAIN_LOSSES = ("Logloss", "YetiRank")
+#: The levels ``PREFEED_LOG_LEVEL`` may name.
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,8 +33,27 @@ class Settings:
     # -- where things live ---------------------------------------------------------------------------------
     database_url: str = setting("", "DATABASE_URL", "SQLAlchemy URL; `postgresql://…` uses psycopg 3",
                                 shown="`sqlite:///<PREFEED_VAR_DIR>/prefeed.db`")
+    db_pool_size: int = setting(2, "PREFEED_DB_POOL_SIZE", "PostgreSQL connections each process keeps open for "
+                                "reuse, opened as it needs them (SQLAlchemy `pool_size`); a prefeed process uses "
+                                "one at a time (see \"Database connections\")", unit="connections")
+    db_max_overflow: int = setting(2, "PREFEED_DB_MAX_OVERFLOW", "connections a process may open beyond those, "
+                                   "closed as they are returned: a process never holds more than the two together",
+                                   unit="connections", minimum=0)
+    db_pool_timeout: int = setting(10, "PREFEED_DB_POOL_TIMEOUT", "a process holding the most it may waits this "
+                                   "long for one to be returned, then fails as database unavailable (below "
+                                   "gunicorn's 30 s worker timeout: the API answers 503)", unit="s")
+    db_prepared_statements: bool = setting(False, "PREFEED_DB_PREPARED_STATEMENTS", "`true`: psycopg prepares a "
+                                           "statement on the server after its fifth execution on a connection; "
+                                           "only for a direct connection, or PgBouncer 1.21+ with "
+                                           "`max_prepared_statements` set (older PgBouncer in transaction mode "
+                                           "runs the next transaction on a server connection that lacks it)")
     redis_url: str | None = setting(None, "REDIS_URL", "feeds, live state and the RQ queue; unset: the CLI starts "
                                     "the embedded Valkey under `var/valkey`")
+    queue_redis_url: str | None = setting(None, "QUEUE_REDIS_URL", "the RQ queue, the dirty-user set and the drain "
+                                          "flags: one Redis (RQ does not run on a cluster); unset: `REDIS_URL`")
+    feed_redis_url: str | None = setting(None, "FEED_REDIS_URL", "feeds, seen items, boosts, deactivations and the "
+                                         "fallback's popular lists; `redis+cluster://host:port[,host:port…]` selects "
+                                         "Redis Cluster; unset: `REDIS_URL`")
     model_dir: Path = setting(Path(""), "MODEL_DIR", "model bundles and the `CURRENT` pointer",
                               shown="`<PREFEED_VAR_DIR>/models`")
     admin_token: str | None = setting(None, "PREFEED_ADMIN_TOKEN", "bearer token for boosts and item status; unset: "
@@ -89,6 +100,12 @@ class Settings:
     feed_length: int = setting(1000, "PREFEED_FEED_LENGTH", "ranked items stored per user (12 bytes each)",
                                unit="items")
     feed_ttl: int = setting(7 * DAY, "PREFEED_FEED_TTL", "feed time-to-live", unit="s")
+    live_refresh_ms: int = setting(250, "PREFEED_LIVE_REFRESH_MS", "how often an API process checks for new boosts "
+                                   "and deactivations (one small read); a change is served by every process "
+                                   "within this plus one round trip", unit="ms", maximum=1000)
+    recompute_interval_ms: int = setting(1000, "PREFEED_RECOMPUTE_INTERVAL_MS", "a user's feed is recomputed at most "
+                                         "once per this interval, however many events arrive (later events wait "
+                                         "for its end; all are stored); 0: no cap", unit="ms", minimum=0)
     item_table_max_age: int = setting(300, "PREFEED_ITEM_TABLE_MAX_AGE", "workers reload item matrices between "
                                       "jobs once they are older than this", unit="s")
 
@@ -155,7 +172,16 @@ class Settings:
                                   "waiting at a time", unit="s")
     drain_max_batches: int = setting(20, "PREFEED_DRAIN_MAX_BATCHES", "batches one drain job processes before "
                                      "handing the rest to a fresh job", unit="batches")
+    worker_metrics_port: int = setting(0, "PREFEED_WORKER_METRICS_PORT", "`manage.py worker` serves Prometheus "
+                                       "metrics on this port, all interfaces (`--workers N`: the pool's parent, for "
+                                       "every worker process); 0: off", unit="port", minimum=0, maximum=65535)
+    log_level: str = setting("INFO", "PREFEED_LOG_LEVEL", "level of prefeed's JSON log lines (`DEBUG`, `INFO`, "
+                             "`WARNING`, `ERROR`): one per request and one per job at `INFO`")
 
+    status_sample: int = setting(10_000, "PREFEED_STATUS_SAMPLE", "users whose feed headers `status` and the "
+                                 "dashboard read for coverage and feed age (all when fewer)", unit="users")
+    freshness_points: int = setting(1440, "PREFEED_FRESHNESS_POINTS", "feed-age samples kept for the dashboard's "
+                                    "chart, at most one a minute (1440: a day)", unit="samples")
     # -- training ------------------------------------------------------------------------------------------
     train_iterations: int = setting(1000, "PREFEED_TRAIN_ITERATIONS", "most CatBoost trees; early stopping "
                                     "chooses the count (`train --iterations`)",
@@ -192,14 +218,19 @@ class Settings:
         if not self.database_url:
             object.__setattr__(self, "database_url", f"sqlite:///{(Path(self.var_dir) / 'prefeed.db').as_posix()}")
         object.__setattr__(self, "database_url", normalize_database_url(self.database_url))
-        for name in ("database_url", "redis_url"):
+        for name in ("database_url", "redis_url", "queue_redis_url", "feed_redis_url"):
             check_url(_env(name), getattr(self, name))
+        if "{" in self.key_prefix or "}" in self.key_prefix:
+            raise ConfigError("PREFEED_KEY_PREFIX must not contain braces: they would become the keys' hash tag")
+        if (self.queue_redis_url or "").split("://")[0].endswith("+cluster"):
+            raise ConfigError("QUEUE_REDIS_URL cannot be a cluster (RQ needs one Redis); put FEED_REDIS_URL there")
         if not str(self.model_dir) or self.model_dir == Path(""):
             object.__setattr__(self, "model_dir", Path(self.var_dir) / "models")
         if self.page_limit_default > self.page_limit_max:
             raise ConfigError("PREFEED_PAGE_LIMIT_DEFAULT must not exceed PREFEED_PAGE_LIMIT_MAX")
-        if self.train_loss not in TRAIN_LOSSES:
-            raise ConfigError(f"PREFEED_TRAIN_LOSS must be one of {', '.join(TRAIN_LOSSES)}, not {self.train_loss!r}")
+        for name, allowed in (("log_level", LOG_LEVELS), ("train_loss", TRAIN_LOSSES)):
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"{_env(name)} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides) -> Settings:
@@ -214,6 +245,16 @@ class Settings:
         values.update(overrides)
         return cls(**values)
 
+    @property
+    def queue_url(self) -> str | None:
+        """The Redis of the RQ queue and the dirty-user set."""
+        return self.queue_redis_url or self.redis_url
+
+    @property
+    def feed_url(self) -> str | None:
+        """The Redis (or cluster) of feeds and live state."""
+        return self.feed_redis_url or self.redis_url
+
     def with_redis(self, url: str) -> Settings:
         return dataclasses.replace(self, redis_url=url)
 
@@ -224,12 +265,8 @@ class Settings:
 
     def as_env(self) -> dict[str, str]:
         """The environment that makes a child process (worker, API) build these same settings."""
-        env = {}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if value is not None:
-                env[f.metadata["env"]] = _format(value)
-        return env
+        values = {f.metadata["env"]: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {env: _format(value) for env, value in values.items() if value is not None}
 
     def public(self) -> dict[str, str]:
         """Every setting as its environment variable and value, secrets and URL passwords masked (for display)."""
@@ -248,19 +285,12 @@ class Settings:
 
 def markdown_table() -> str:
     """The README's table of settings, rendered from the declarations above."""
-    rows = ["| variable | default | unit | meaning |", "|---|---|---|---|"]
-    for f in dataclasses.fields(Settings):
-        m = f.metadata
-        default = m["shown"] or ("unset" if f.default is None else f"`{_format(f.default)}`")
-        rows.append(f"| `{m['env']}` | {default} | {m['unit']} | {m['doc']} |")
-    return "\n".join(rows)
+    return _markdown_table(Settings)
 
 
 def without_prefeed_config(base: Mapping[str, str] | None = None) -> dict[str, str]:
     """``base`` (default: this process's environment) less every variable that configures prefeed."""
-    base = os.environ if base is None else base
-    names = {f.metadata["env"] for f in dataclasses.fields(Settings)}
-    return {k: v for k, v in base.items() if k not in names and not k.startswith("PREFEED_")}
+    return _without_config(Settings, base)
 
 
 def _env(name: str) -> str:

@@ -29,10 +29,13 @@ def check_url(env: str, url: str | None) -> None:
     if rest.count("@") > 1 or rest.count("@") != authority.count("@"):
         raise ConfigError(f"{env} cannot be read: an '@', '/', '?' or '#' in its user name or password must be "
                           "percent-encoded (%40, %2F, %3F, %23)")
-    try:
-        urlsplit(url).port
-    except ValueError:
-        raise ConfigError(f"{env} cannot be read: its port is not a number") from None
+    # A cluster URL may name several nodes, comma-separated: each is checked as a URL of its own.
+    hosts = authority.rpartition("@")[2].split(",") if scheme.endswith("+cluster") else [None]
+    for host in hosts:
+        try:
+            urlsplit(url if host is None else f"redis://{host}").port
+        except ValueError:
+            raise ConfigError(f"{env} cannot be read: its port is not a number") from None
 
 
 def redact_url(url: str) -> str:

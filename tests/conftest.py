@@ -1,6 +1,6 @@
 """Fixtures: a real Redis-protocol server (embedded Valkey, or PREFEED_TEST_REDIS_URL) and a real database
-(a temporary SQLite file, or a private schema in PREFEED_TEST_DATABASE_URL). Each test gets its own key prefix
-and queue and deletes only those keys; the PostgreSQL schema is dropped at the end."""
+(a temporary SQLite file, or a database of its own on the server of PREFEED_TEST_DATABASE_URL). Each test gets its
+own key prefix and queue and deletes only those keys; the PostgreSQL database is dropped at the end."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, select, text
+from sqlalchemy import create_engine, make_url, select, text
+from sqlalchemy.pool import NullPool
 
 from precompute.data import bulk, engine as db, synthetic
 from precompute.evaluation import run as evaluation
@@ -55,20 +56,22 @@ def database_url(tmp_path_factory):
 
 
 def own_database(tmp_path_factory, name: str):
-    """Yields the URL of a database of its own, then removes it: a temporary SQLite file, or a fresh schema in
-    PREFEED_TEST_DATABASE_URL (for a fixture to ``yield from``)."""
+    """Yields the URL of a database of its own, then removes it: a temporary SQLite file, or a fresh database on
+    the server of PREFEED_TEST_DATABASE_URL (for a fixture to ``yield from``). A database rather than a schema:
+    selecting a schema takes a startup parameter (``options``) or session state, which PgBouncer in transaction
+    mode refuses or loses, and the suite must also run through one (``make test-pgbouncer``)."""
     url = os.environ.get("PREFEED_TEST_DATABASE_URL")
     if not url:
         yield f"sqlite:///{tmp_path_factory.mktemp(name) / 'prefeed.db'}"
         return
-    base = normalize_database_url(url)
-    schema = f"prefeed_{name}_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(base)
-    with admin.begin() as conn:
-        conn.execute(text(f"CREATE SCHEMA {schema}"))
-    yield f"{base}{'&' if '?' in base else '?'}options=-csearch_path%3D{schema}"
-    with admin.begin() as conn:
-        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+    base = make_url(normalize_database_url(url))
+    database = f"prefeed_{name}_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE {database}"))
+    yield base.set(database=database).render_as_string(hide_password=False)
+    with admin.connect() as conn:       # FORCE: engines a test left open would otherwise keep it in use
+        conn.execute(text(f"DROP DATABASE {database} WITH (FORCE)"))
     admin.dispose()
 
 

@@ -13,14 +13,14 @@ from tests.conftest import ROOT
 EXPECTED = {
     "precompute": ["per_user_ms", "ratio_pipeline_to_catboost", "workers"],
     "fork": ["jobs_per_s", "ratio_b_over_a", "ratio_b_over_c"],
-    "serve": ["runs", "ratio_feed_over_bare", "ratio_feed_over_realtime"],
+    "serve": ["runs", "ratio_feed_over_floor", "ratio_feed_over_bare", "ratio_feed_over_realtime"],
     "freshness": ["p50_ms", "p99_ms", "timed_out"],
     "memory": ["processes", "feed_value_bytes_mean"],
     "scaling": ["by_users", "by_candidates", "by_trees", "plot"],
     "soak": ["requests", "errors", "api_rss_mib", "worker_rss_mib"],
     "import": ["rows", "import_rows_per_s", "import_rss_mib", "train_s", "train_rss_mib", "runs"],
     "quality": ["methods", "best_baseline", "ratio", "ratios", "runs", "chart"],
-}
+}   # hosts needs root and network namespaces: tests/test_hosts.py runs it, or says why it cannot
 #: Counts of things that went wrong, which a quick run must leave at zero: a soak request answered with an error
 #: (or not at all), a freshness event whose feed never carried its version within the deadline, a failed job.
 ZERO = {"soak": ["errors"], "freshness": ["timed_out", "failed_jobs"]}

@@ -2,12 +2,14 @@
 statement of the rule, for generated feeds, boosts, weights, drops, page sizes and rule settings."""
 
 import dataclasses
+import time
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 from precompute.feeds.codec import encode
 from precompute.feeds.keys import Keys
+from precompute.feeds.live import LiveState
 from precompute.feeds.page import LiveFeeds
 
 USER = 77
@@ -35,13 +37,14 @@ def reference(ids, weights, every: int, lookahead: int) -> list[tuple[int, bool]
 
 
 def _store(r, keys: Keys, ids, boosts: dict[int, float], inactive: set[int], seen: set[int]) -> None:
-    r.delete(keys.feed(USER), keys.inactive, keys.seen(USER), *[keys.boost(i) for i in ids])
+    r.delete(keys.feed(USER), keys.seen(USER), keys.live_seq, keys.live_epoch, keys.live_inactive,
+             keys.live_reactivated, keys.live_boosts)
     scores = np.linspace(1.0, 0.0, len(ids), dtype=np.float32)
     r.set(keys.feed(USER), encode(np.asarray(ids, dtype=np.int64), scores, VERSION, 0.0, 1))
+    live = LiveState(r, keys)
     for item, weight in boosts.items():
-        r.set(keys.boost(item), repr(weight), ex=60)
-    if inactive:
-        r.sadd(keys.inactive, *map(str, inactive))
+        live.boost(item, weight, time.time() + 60)
+    live.set_active(dict.fromkeys(inactive, False))
     if seen:
         r.zadd(keys.seen(USER), {str(i): VERSION + 1 for i in seen})
 

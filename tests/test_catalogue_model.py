@@ -166,7 +166,7 @@ def test_sparse_category_ids_work_end_to_end(sparse_world, r):
     assert items.category_ids.min() >= 2**62 and items.n_categories == len(np.unique(m.item_category))
     # then every category's popular list is published under its real id
     for c, rows in zip(items.category_ids.tolist(), items.category_popular):
-        assert r.get(f"{s.key_prefix}popular:v2:cat:{c}") == items.ids[rows].astype("<i8").tobytes(), c
+        assert r.get(f"{s.key_prefix}{{popular}}:cat:{c}") == items.ids[rows].astype("<i8").tobytes(), c
     users = m.user_id.tolist()[:50]
     assert pipeline.recompute(users).written == len(users)
     # and a user without a feed who viewed items of one category gets that category's list first (fallback)

@@ -63,7 +63,7 @@ def test_precompute_inline(settings, r):
     done = manage(settings, "precompute", "--user", "5", "--user", "6", "--inline")
     assert done.returncode == 0, done.stderr
     assert "2 feeds written" in done.stdout
-    assert r.exists(f"{settings.key_prefix}feed:5")
+    assert r.exists(f"{settings.key_prefix}{{u:5}}:feed")
 
 
 def test_precompute_stale_rebuilds_missing_old_and_unreadable_feeds_and_leaves_current_ones(settings, r, world,
@@ -89,9 +89,9 @@ def test_precompute_stale_rebuilds_missing_old_and_unreadable_feeds_and_leaves_c
     pipeline.recompute(users)
     # and then one user had a new event, one feed was lost (Redis lost data) and one became unreadable
     view(older)
-    r.delete(f"{settings.key_prefix}feed:{missing}")
-    r.set(f"{settings.key_prefix}feed:{unreadable}", b"PF\x09\x00" + b"\xff" * 60)
-    before = {u: r.get(f"{settings.key_prefix}feed:{u}") for u in users}
+    r.delete(f"{settings.key_prefix}{{u:{missing}}}:feed")
+    r.set(f"{settings.key_prefix}{{u:{unreadable}}}:feed", b"PF\x09\x00" + b"\xff" * 60)
+    before = {u: r.get(f"{settings.key_prefix}{{u:{u}}}:feed") for u in users}
     # when `precompute --stale` runs, it enqueues exactly those users
     done = manage(settings, "precompute", "--stale")
     assert done.returncode == 0, done.stderr
@@ -102,7 +102,7 @@ def test_precompute_stale_rebuilds_missing_old_and_unreadable_feeds_and_leaves_c
     # then a worker rebuilds them at their users' latest versions, and every current feed is left as it was
     done = manage(settings, "worker", "--burst")
     assert done.returncode == 0, done.stderr
-    after = {u: r.get(f"{settings.key_prefix}feed:{u}") for u in users}
+    after = {u: r.get(f"{settings.key_prefix}{{u:{u}}}:feed") for u in users}
     latest = versions()
     stale = {older, missing, unreadable}
     for u in stale:

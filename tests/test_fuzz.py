@@ -64,9 +64,11 @@ bodies = st.one_of(
 requests = st.tuples(
     st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH"]),
     st.sampled_from(["/feed/{}", "/events", "/boosts/{}", "/items/{}", "/items", "/healthz", "/openapi.json", "/{}",
-                     "/feed/{}/x", "/events/{}"]),
+                     "/feed/{}/x", "/events/{}", "/dashboard", "/dashboard/{}", "/dashboard/status.json",
+                     "/dashboard/rq/{}", "/dashboard/rq/0/data/job/{}.json", "/dashboard/rq/job/{}/requeue"]),
     ids,
-    st.dictionaries(st.sampled_from(["limit", "offset", "x"]), st.one_of(ids, st.text(max_size=8)), max_size=3),
+    st.dictionaries(st.sampled_from(["limit", "offset", "user", "x"]), st.one_of(ids, st.text(max_size=8)),
+                    max_size=3),
     bodies,
     st.sampled_from(["application/json", "text/plain", "application/x-www-form-urlencoded", None]),
     st.booleans(),

@@ -70,7 +70,7 @@ def _stored(engine, item_id: int) -> dict | None:
 
 
 def _inactive(r, settings) -> set[int]:
-    return {int(i) for i in r.smembers(f"{settings.key_prefix}inactive")}
+    return {int(i) for i in r.zrange(f"{settings.key_prefix}{{live}}:inactive", 0, -1)}
 
 
 def test_put_creates_an_item_then_replaces_all_of_it(own, admin, ids):

@@ -101,7 +101,7 @@ def test_events_for_many_users_are_drained_in_batches(settings, r, pipeline):
 
 
 def test_a_user_marked_again_while_claimed_stays_dirty(settings, r):
-    dirty = DirtyUsers(r, settings)
+    dirty = DirtyUsers(r, dataclasses.replace(settings, recompute_interval_ms=0))
     dirty.mark([7, 8])
     claimed, stamp = dirty.claim(10)
     assert sorted(claimed) == [7, 8]
@@ -110,6 +110,31 @@ def test_a_user_marked_again_while_claimed_stays_dirty(settings, r):
     dirty.mark([8])                             # a new event for 8 while it is being computed
     assert dirty.complete(claimed, stamp) == 1
     assert dirty.claim(10)[0] == [8]
+
+
+def test_a_user_flooding_events_is_recomputed_at_most_once_per_interval(settings, r):
+    # given a recompute cap of 400 ms and a user (a bot) whose events keep arriving
+    dirty = DirtyUsers(r, dataclasses.replace(settings, recompute_interval_ms=400))
+    dirty.mark([9])
+    claimed, stamp = dirty.claim(10)
+    assert claimed == [9]
+    dirty.complete(claimed, stamp)
+    # when events arrive all through the interval, each marking the user
+    start, claims = time.monotonic(), []
+    while time.monotonic() - start < 0.3:
+        dirty.mark([9])
+        got, stamp = dirty.claim(10)
+        claims += got
+        if got:
+            dirty.complete(got, stamp)
+        time.sleep(0.005)
+    # then nothing is claimable within the interval, yet the user stays dirty and is claimed once it ends
+    assert claims == []
+    assert dirty.pending() == 1
+    due = dirty.next_due() / 1000
+    assert 0.3 < due - (time.time() - (time.monotonic() - start)) <= 0.45
+    time.sleep(max(0.0, due - time.time()) + 0.01)
+    assert dirty.claim(10)[0] == [9]
 
 
 @pytest.mark.timeout(120)
@@ -166,6 +191,7 @@ def test_a_failing_drain_job_hands_its_users_back(settings, r, pipeline, monkeyp
     from jobs import context, tasks
 
     monkeypatch.setattr(context, "_pipeline", pipeline)
+    monkeypatch.setattr(context, "_queue_redis", r)
     dirty = DirtyUsers(r, settings)
     dirty.mark([21, 22])
 
@@ -189,6 +215,7 @@ def test_users_leased_by_a_dead_drain_job_are_recomputed_by_a_scheduled_drain(se
     short = dataclasses.replace(settings, dirty_lease=3)
     monkeypatch.setattr(pipeline, "settings", short)
     monkeypatch.setattr(context, "_pipeline", pipeline)
+    monkeypatch.setattr(context, "_queue_redis", r)
     dirty = DirtyUsers(r, short)
     store = FeedStore(r, short)
     # given a user claimed by a drain job that was then SIGKILLed: leased, never completed, no feed

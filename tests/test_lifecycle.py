@@ -258,7 +258,7 @@ def test_precompute_stale_rebuilds_the_feeds_of_a_bundle_no_longer_current(own, 
     assert pipeline.refresh() and pipeline.bundle.version == b
     rebuilt, old = users[::2], users[1::2]
     pipeline.recompute(rebuilt)
-    kept = {u: r.get(f"{s.key_prefix}feed:{u}") for u in rebuilt}
+    kept = {u: r.get(f"{s.key_prefix}{{u:{u}}}:feed") for u in rebuilt}
     # then the other half still read, built by A, until rebuilt
     assert {pipeline.store.read(u).header.model_version for u in old} == {a}
     # when `precompute --stale --inline` runs
@@ -267,4 +267,4 @@ def test_precompute_stale_rebuilds_the_feeds_of_a_bundle_no_longer_current(own, 
     assert done.returncode == 0, done.stderr
     assert f"{len(old)} feeds written" in done.stdout
     assert {pipeline.store.read(u).header.model_version for u in users} == {b}
-    assert {u: r.get(f"{s.key_prefix}feed:{u}") for u in rebuilt} == kept
+    assert {u: r.get(f"{s.key_prefix}{{u:{u}}}:feed") for u in rebuilt} == kept

@@ -282,7 +282,7 @@ def test_new_items_reach_candidates_and_feeds_once_the_item_matrices_reload(sett
         assert not set(new) & set(pipeline.items.ids[pipeline.candidates(histories(pipeline, [user])).rows])
         pipeline.recompute([user])
         assert not set(new) & set(pipeline.store.read(user).items.tolist())
-        assert not set(new) & set(np.frombuffer(r.get(f"{s.key_prefix}popular:v2:global"), "<i8").tolist())
+        assert not set(new) & set(np.frombuffer(r.get(f"{s.key_prefix}{{popular}}:global"), "<i8").tolist())
         # and once they are, the reload makes them the most popular items, candidates from both popular lists,
         # ranked into the user's feed and first on the fallback's global list
         time.sleep(max(0.0, pipeline.items.loaded_at + s.item_table_max_age + 0.05 - time.time()))
@@ -295,7 +295,7 @@ def test_new_items_reach_candidates_and_feeds_once_the_item_matrices_reload(sett
         assert all(flags[i] & both == both for i in new)
         pipeline.recompute([user])
         assert set(new) <= set(pipeline.store.read(user).items.tolist())
-        assert sorted(np.frombuffer(r.get(f"{s.key_prefix}popular:v2:global"), "<i8")[:2]) == new
+        assert sorted(np.frombuffer(r.get(f"{s.key_prefix}{{popular}}:global"), "<i8")[:2]) == new
     finally:
         with world.engine.begin() as conn:
             conn.execute(delete(Event).where(Event.user_id == crowd))

@@ -48,7 +48,8 @@ def test_every_setting_round_trips_through_the_environment(tmp_path):
             changed[f.name] = not d
         elif d is None or isinstance(d, str):
             changed[f.name] = {"database_url": f"sqlite:///{tmp_path / 'x.db'}", "redis_url": "redis://h:1/2",
-                               "admin_token": "t0ken", "train_loss": "YetiRank"}.get(f.name, f"{d}x")
+                               "admin_token": "t0ken", "train_loss": "YetiRank",
+                               "log_level": "DEBUG"}.get(f.name, f"{d}x")
         elif isinstance(d, Path):
             changed[f.name] = tmp_path / f.name
         elif isinstance(d, float):
@@ -73,19 +74,27 @@ def test_every_setting_round_trips_through_the_environment(tmp_path):
     ("PREFEED_RETRY_INTERVALS", "5,x", "PREFEED_RETRY_INTERVALS must be comma-separated integers"),
     ("PREFEED_RETRY_INTERVALS", "5,-1", "PREFEED_RETRY_INTERVALS must be at least 0"),
     ("PREFEED_PAGE_LIMIT_DEFAULT", "500", "must not exceed PREFEED_PAGE_LIMIT_MAX"),
+    ("PREFEED_DB_POOL_SIZE", "five", "PREFEED_DB_POOL_SIZE must be an integer"),
+    ("PREFEED_DB_POOL_SIZE", "0", "PREFEED_DB_POOL_SIZE must be positive"),
+    ("PREFEED_DB_MAX_OVERFLOW", "-1", "PREFEED_DB_MAX_OVERFLOW must be at least 0"),
+    ("PREFEED_DB_POOL_TIMEOUT", "1.5", "PREFEED_DB_POOL_TIMEOUT must be an integer"),
+    ("PREFEED_DB_PREPARED_STATEMENTS", "maybe", "PREFEED_DB_PREPARED_STATEMENTS must be true or false"),
     ("REDIS_URL", "redis://:pass/word@h:6379/0", "REDIS_URL cannot be read: an '@', '/'"),
     ("DATABASE_URL", "postgresql://u:pass@word@h/db", "DATABASE_URL cannot be read: an '@', '/'"),
     ("DATABASE_URL", "postgresql://u@h:54x/db", "DATABASE_URL cannot be read: its port is not a number"),
+    ("PREFEED_LOG_LEVEL", "LOUD", "PREFEED_LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR, not 'LOUD'"),
+    ("PREFEED_WORKER_METRICS_PORT", "70000", "PREFEED_WORKER_METRICS_PORT must be at most 65535"),
 ])
 def test_a_bad_value_is_refused_naming_its_variable(name, value, fragment):
     with pytest.raises(ConfigError, match=re.escape(fragment)):
         Settings.from_env({name: value})
 
 
-def test_a_bad_value_is_one_line_from_the_cli(settings):
-    done = manage(settings, "settings", extra_env={"PREFEED_TRAIN_DEPTH": "deep"})
+@pytest.mark.parametrize("name,value", [("PREFEED_TRAIN_DEPTH", "deep"), ("PREFEED_DB_POOL_SIZE", "many")])
+def test_a_bad_value_is_one_line_from_the_cli(settings, name, value):
+    done = manage(settings, "settings", extra_env={name: value})
     assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert done.stderr.strip() == "error: PREFEED_TRAIN_DEPTH must be an integer, got 'deep'"
+    assert done.stderr.strip() == f"error: {name} must be an integer, got '{value}'"
 
 
 def test_the_settings_command_shows_no_secret(settings):
@@ -126,7 +135,7 @@ def _imports(path: Path) -> set[str]:
     ("precompute", ("flask", "rq", "api", "jobs", "cli")),          # the core runs without Flask or RQ
     ("precompute/data", ("precompute.ranking", "precompute.feeds")),
     ("precompute/feeds", ("precompute.ranking", "precompute.data")),
-    ("api", ("jobs.tasks", "jobs.worker", "jobs.context", "cli")),  # the API enqueues through jobs.queues only
+    ("api", ("jobs.tasks", "jobs.worker", "jobs.context", "cli")),  # see the next test
     ("jobs", ("api", "cli")),
 ])
 def test_dependencies_point_one_way(folder, forbidden):
@@ -134,6 +143,14 @@ def test_dependencies_point_one_way(folder, forbidden):
                                             or any(n == f or n.startswith(f + ".") for f in forbidden))
            for p in sorted((ROOT / folder).rglob("*.py"))}
     assert {k: v for k, v in bad.items() if v} == {}
+
+
+def test_the_api_reaches_the_job_side_through_queues_and_status_only():
+    # jobs.queues to enqueue; jobs.status for the dashboard's snapshot, which reads RQ's registries and workers
+    reached = {str(p.relative_to(ROOT)): sorted(n for n in _imports(p) if n.split(".")[0] == "jobs"
+                                                and n.split(".")[:2] not in (["jobs", "queues"], ["jobs", "status"]))
+               for p in sorted((ROOT / "api").rglob("*.py"))}
+    assert {k: v for k, v in reached.items() if v} == {}
 
 
 def test_the_core_imports_without_flask_or_rq():

@@ -15,7 +15,12 @@ from . import event_types, upgrade
 from .models import Base
 
 
-def make_engine(url: str) -> Engine:
+def make_engine(url: str, settings: Settings | None = None) -> Engine:
+    """The process's engine for ``url``. On PostgreSQL the pool holds at most ``PREFEED_DB_POOL_SIZE`` +
+    ``PREFEED_DB_MAX_OVERFLOW`` connections and psycopg prepares statements on the server only with
+    ``PREFEED_DB_PREPARED_STATEMENTS`` (``settings``; None: the declared defaults), so that by default ``url`` may
+    name a PgBouncer in transaction mode (README, "Database connections"). SQLite keeps SQLAlchemy's pool for
+    files: a connection per thread, nothing to bound."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
@@ -23,7 +28,11 @@ def make_engine(url: str) -> Engine:
         engine = create_engine(url, connect_args={"timeout": 30})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
+    s = settings or Settings(database_url=url)
+    # psycopg's own threshold (5 executions) when prepared statements are wanted; None: never prepare.
+    prepare = {} if s.db_prepared_statements else {"prepare_threshold": None}
+    return create_engine(url, pool_pre_ping=True, pool_size=s.db_pool_size, max_overflow=s.db_max_overflow,
+                         pool_timeout=s.db_pool_timeout, connect_args=prepare)
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:

@@ -34,6 +34,15 @@ def lift_boosts(ids: np.ndarray, scores: np.ndarray, weights: np.ndarray, need: 
     n = len(ids)
     boosted = weights > 0
     b_pos = np.flatnonzero(boosted).tolist()
+    id_list, score_list = ids.tolist(), scores.tolist()     # Python numbers: no numpy scalar per item served
+    if not b_pos:
+        # Nothing boosted in what was read: the organic order, unless a boost past the prefix could still reach
+        # one of the first ``need`` slots (or the prefix is shorter than the page).
+        last = min(need, n)
+        if need > 0 and not complete and (last < need or last - 1 + lookahead >= n):
+            return None
+        return [(id_list[k], score_list[k], False) for k in range(last)]
+    boosted = boosted.tolist()
     out: list[tuple[int, float, bool]] = []
     waiting: list[tuple[float, int]] = []          # (-weight, position) of boosted items that may be lifted
     bi = organic = n_boosted = 0
@@ -49,10 +58,10 @@ def lift_boosts(ids: np.ndarray, scores: np.ndarray, weights: np.ndarray, need: 
             bi += 1
         if waiting and n_boosted < s // every + 1:
             _, p = heapq.heappop(waiting)
-            out.append((int(ids[p]), float(scores[p]), True))
+            out.append((id_list[p], score_list[p], True))
             n_boosted += 1
         elif organic < n:
-            out.append((int(ids[organic]), float(scores[organic]), False))
+            out.append((id_list[organic], score_list[organic], False))
             organic += 1
         else:
             break                                    # nothing organic left, and no boost slot for what waits

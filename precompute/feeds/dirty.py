@@ -5,6 +5,11 @@ burst of events for one user leaves one entry, i.e. one pending recompute. A dra
 pushing their time a lease into the future, recomputes them, then removes each one *only if* its time is still
 the one it claimed: a user who got a new event meanwhile stays dirty and is recomputed again. A job that dies
 loses nothing: its users become claimable again when the lease ends.
+
+Recomputes per user are capped: a claim stamps the user's claim time in a second sorted set, and an event for a
+user claimed less than ``PREFEED_RECOMPUTE_INTERVAL_MS`` ago makes the user due only when that interval has passed.
+A user posting thousands of events a minute (a bot) costs at most one recompute per interval; every event is still
+stored, and the recompute at the interval's end sees them all. Both sets live on the queue Redis (``QUEUE_REDIS_URL``).
 """
 
 from __future__ import annotations
@@ -16,10 +21,28 @@ import redis
 from ..settings import Settings
 from .keys import Keys
 
+# KEYS: dirty, recomputed. ARGV: now (ms), lease end (ms), how many, the interval (ms).
 _CLAIM = """
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
-for _, uid in ipairs(due) do redis.call('ZADD', KEYS[1], ARGV[2], uid) end
+for _, uid in ipairs(due) do
+  redis.call('ZADD', KEYS[1], ARGV[2], uid)
+  redis.call('ZADD', KEYS[2], ARGV[1], uid)
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. (tonumber(ARGV[1]) - tonumber(ARGV[4])))
 return due
+"""
+
+# KEYS: dirty, recomputed. ARGV: now (ms), the interval (ms), then user ids. Due now, or when the interval since the
+# user's last claim ends.
+_MARK = """
+local now, interval = tonumber(ARGV[1]), tonumber(ARGV[2])
+for i = 3, #ARGV do
+  local due = now
+  local last = redis.call('ZSCORE', KEYS[2], ARGV[i])
+  if last and tonumber(last) + interval > due then due = tonumber(last) + interval end
+  redis.call('ZADD', KEYS[1], due, ARGV[i])
+end
+return #ARGV - 2
 """
 
 _RELEASE = """
@@ -43,6 +66,19 @@ return removed
 """
 
 
+# KEYS: the flag. ARGV: the drain's time (ms), now (ms). The flag holds the time of the earliest pending scheduled
+# drain and lives until a second after it.
+_FLAG_SCHEDULED = """
+local at, now = tonumber(ARGV[1]), tonumber(ARGV[2])
+local current = redis.call('GET', KEYS[1])
+-- A drain already scheduled for this time or earlier, and not yet due, will see to it (one that came due is
+-- running or ran: it holds back nothing)
+if current and tonumber(current) <= at and tonumber(current) > now then return 0 end
+redis.call('SET', KEYS[1], at, 'PX', math.max(1000, at - tonumber(ARGV[2]) + 1000))
+return 1
+"""
+
+
 def _ms() -> int:
     return int(time.time() * 1000)
 
@@ -53,19 +89,24 @@ class DirtyUsers:
         self.keys = Keys(settings.key_prefix)
         self.lease_ms = settings.dirty_lease * 1000
         self.flag_ttl = settings.drain_flag_ttl
+        self.interval_ms = settings.recompute_interval_ms
         self._claim = r.register_script(_CLAIM)
+        self._mark = r.register_script(_MARK)
+        self._flag_scheduled = r.register_script(_FLAG_SCHEDULED)
         self._complete = r.register_script(_COMPLETE)
         self._release = r.register_script(_RELEASE)
 
-    def mark(self, user_ids, pipe=None) -> None:
+    def mark(self, user_ids) -> None:
+        """Make users due: now, or at the end of the recompute interval since their last claim."""
         if user_ids:
-            (pipe or self.r).zadd(self.keys.dirty, {str(int(u)): _ms() for u in user_ids})
+            self._mark(keys=[self.keys.dirty, self.keys.recomputed],
+                       args=[_ms(), self.interval_ms, *[str(int(u)) for u in user_ids]])
 
     def claim(self, n: int) -> tuple[list[int], int]:
         """Up to ``n`` due users and the lease stamp to hand back to ``complete``."""
         now = _ms()
         stamp = now + self.lease_ms
-        due = self._claim(keys=[self.keys.dirty], args=[now, stamp, n])
+        due = self._claim(keys=[self.keys.dirty, self.keys.recomputed], args=[now, stamp, n, self.interval_ms])
         return [int(u) for u in due], stamp
 
     def complete(self, user_ids: list[int], stamp: int) -> int:
@@ -84,9 +125,11 @@ class DirtyUsers:
         first = self.r.zrange(self.keys.dirty, 0, 0, withscores=True)
         return int(first[0][1]) if first else None
 
-    def try_flag_scheduled(self, seconds: int) -> bool:
-        """True if the caller should schedule a drain for leases that run out: one such job at a time."""
-        return bool(self.r.set(self.keys.drain_scheduled_flag, 1, nx=True, ex=max(1, seconds)))
+    def try_flag_scheduled(self, at_ms: int) -> bool:
+        """True if the caller should schedule a drain at ``at_ms`` (leases that run out, recompute intervals that
+        end): unless one is scheduled already for that time or earlier. An earlier one is always scheduled, so a
+        drain far ahead (a dead job's lease) never holds back a user due sooner."""
+        return bool(self._flag_scheduled(keys=[self.keys.drain_scheduled_flag], args=[int(at_ms), _ms()]))
 
     def pending(self) -> int:
         return int(self.r.zcard(self.keys.dirty))

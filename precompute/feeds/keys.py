@@ -1,4 +1,16 @@
-"""Every Redis key prefeed uses, named in one place under one prefix (``Settings.key_prefix``)."""
+"""Every Redis key prefeed uses, named in one place under one prefix (``Settings.key_prefix``).
+
+Keys are laid out for Redis Cluster, and the same layout serves a single Redis:
+
+- a user's keys share the hash tag ``{u:<id>}`` (one slot), so the page script reads the feed and the seen items
+  in one call on one node;
+- the live state (boosts, deactivations, their counters) shares ``{live}`` and the fallback's popular lists share
+  ``{popular}``: each group changes in one atomic step on one node (``live.py``, ``store.publish_popular``);
+- the dirty-user set and the drain flags belong with the RQ queue (``QUEUE_REDIS_URL``), never on a cluster.
+
+Versions before the cluster layout named feeds ``<prefix>feed:<id>``: after an upgrade those are not read, users are
+served the fallback until ``manage.py precompute --stale`` (or ``--all``) has rebuilt their feeds.
+"""
 
 from __future__ import annotations
 
@@ -7,24 +19,27 @@ class Keys:
     """Every key prefeed uses, under one prefix."""
 
     def __init__(self, prefix: str) -> None:
+        if "{" in prefix or "}" in prefix:
+            raise ValueError("the key prefix must not contain braces: they would become the keys' hash tag")
         self.prefix = prefix
-        self.boost_prefix = f"{prefix}boost:"     # one key per boosted item: value weight, native TTL
-        self.inactive = f"{prefix}inactive"        # set of deactivated item ids
-        self.dirty = f"{prefix}dirty"              # zset user_id -> time it may next be claimed
+        live = f"{prefix}{{live}}:"
+        self.live_seq = f"{live}seq"                   # counter: one increment per change
+        self.live_epoch = f"{live}epoch"               # counter: one increment per whole replacement
+        self.live_inactive = f"{live}inactive"         # zset item id -> seq of its deactivation
+        self.live_reactivated = f"{live}reactivated"   # zset item id -> seq of its reactivation
+        self.live_boosts = f"{live}boosts"             # hash item id -> "weight expires_at"
+        self.dirty = f"{prefix}dirty"                  # zset user_id -> time it may next be claimed (queue Redis)
+        self.recomputed = f"{prefix}recomputed"        # zset user_id -> time of its last claim (queue Redis)
         self.drain_flag = f"{prefix}drain:pending"
         self.drain_scheduled_flag = f"{prefix}drain:scheduled"
-        # Popular lists hold 64-bit ids; "v2" keeps them apart from the 32-bit lists of earlier versions, which
-        # an old worker may still publish during a rolling upgrade.
-        self.popular_global = f"{prefix}popular:v2:global"
+        # Popular lists hold 64-bit ids, all in one slot so they are replaced in one transaction.
+        self.popular_global = f"{prefix}{{popular}}:global"
 
     def feed(self, user_id: int) -> str:
-        return f"{self.prefix}feed:{user_id}"
-
-    def boost(self, item_id: int) -> str:
-        return f"{self.boost_prefix}{item_id}"
+        return f"{self.prefix}{{u:{user_id}}}:feed"
 
     def seen(self, user_id: int) -> str:
-        return f"{self.prefix}seen:{user_id}"       # zset item_id -> history version of the interaction
+        return f"{self.prefix}{{u:{user_id}}}:seen"    # zset item_id -> history version of the interaction
 
     def popular_category(self, category: int) -> str:
-        return f"{self.prefix}popular:v2:cat:{category}"
+        return f"{self.prefix}{{popular}}:cat:{category}"

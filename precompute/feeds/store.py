@@ -12,8 +12,10 @@ import numpy as np
 import redis
 
 from ..settings import Settings
+from .client import per_node
 from .codec import FORMAT, HEADER, HEADER_SIZE, MAGIC, RECORD_SIZE, Feed, decode
 from .keys import Keys
+from .live import LiveState
 
 # Returns 1 if written, 0 if the stored feed has a newer history version. The stored version is read from the
 # header bytes 8..15 (u64 little-endian); Lua numbers are doubles, exact up to 2^53. Only a value of this magic and
@@ -40,13 +42,15 @@ class FeedStore:
         self._guarded_set = r.register_script(_GUARDED_SET)
 
     def write_many(self, feeds: list[tuple[int, bytes, int]]) -> list[bool]:
-        """Write ``(user_id, value, history_version)`` feeds in one pipeline; True where written, False where a
-        newer feed was kept."""
-        pipe = self.r.pipeline(transaction=False)
-        for user_id, value, version in feeds:
-            self._guarded_set(keys=[self.keys.feed(user_id)], args=[value, version, self.ttl, _READABLE],
-                              client=pipe)
-        return [bool(x) for x in pipe.execute()]
+        """Write ``(user_id, value, history_version)`` feeds in one pipeline (one per node on a cluster); True where
+        written, False where a newer feed was kept."""
+        keys = [self.keys.feed(user_id) for user_id, _, _ in feeds]
+
+        def add(pipe, i: int) -> None:
+            _, value, version = feeds[i]
+            self._guarded_set(keys=[keys[i]], args=[value, version, self.ttl, _READABLE], client=pipe)
+
+        return [bool(x) for x in per_node(self.r, keys, add)]
 
     def read(self, user_id: int, n_records: int | None = None) -> Feed | None:
         key = self.keys.feed(user_id)
@@ -74,28 +78,10 @@ class FeedStore:
         return stale
 
     def replace_inactive(self, read_inactive: Callable[[], Iterable[int]], attempts: int = 5) -> int:
-        """Make the inactive-item set exactly ``read_inactive()`` (the database's view), and return its size.
-
-        The set is what serving reads; the database is the record. ``PUT /items`` writes the database, then the
-        set, so the set can fall behind when Redis loses data. The set is WATCHed before the database is read: an
-        admin write that commits after the read writes the set after the WATCH, the replacement is aborted and
-        taken again, so a rebuild never undoes a newer (de)activation.
-        """
-        key = self.keys.inactive
-        for _ in range(attempts):
-            with self.r.pipeline(transaction=True) as pipe:
-                try:
-                    pipe.watch(key)
-                    ids = [str(int(i)) for i in read_inactive()]
-                    pipe.multi()
-                    pipe.delete(key)
-                    for i in range(0, len(ids), 10_000):
-                        pipe.sadd(key, *ids[i:i + 10_000])
-                    pipe.execute()
-                    return len(ids)
-                except redis.WatchError:
-                    continue
-        raise redis.WatchError(f"{key} kept changing during {attempts} rebuilds")
+        """Make the live state's inactive set exactly ``read_inactive()`` (the database's view), and return its
+        size. The database is the record; the set is what serving reads, and can fall behind it when Redis loses
+        data (``live.LiveState.replace_inactive``: never undoes a newer (de)activation)."""
+        return LiveState(self.r, self.keys).replace_inactive(read_inactive, attempts)
 
     def publish_popular(self, global_ids: np.ndarray, by_category: dict[int, np.ndarray]) -> None:
         """Popular item ids for the fallback feed, one int64 array per list (``by_category``: real category id →

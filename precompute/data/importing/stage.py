@@ -2,6 +2,11 @@
 staging table a chunk is loaded into at driver speed (``executemany`` on SQLite, ``COPY`` on PostgreSQL, as
 ``bulk.py`` loads a generated marketplace) so that deduplication, user creation and the insert itself run as
 set-based SQL over the chunk instead of one statement per row.
+
+On PostgreSQL nothing outlives a transaction: the staging table is created in the chunk's transaction and
+dropped at its commit, and ``synchronous_commit`` is set for that transaction only, so the import runs unchanged
+behind PgBouncer in transaction mode, where consecutive transactions of one connection may reach different server
+connections.
 """
 
 from __future__ import annotations
@@ -24,13 +29,17 @@ def postgres(conn: Connection) -> bool:
 
 
 def create_stage(conn: Connection) -> None:
-    """The connection's staging table (temporary: private to it, gone with it). PostgreSQL empties it at every
-    commit; SQLite has no such clause, so ``load`` empties it first."""
-    kinds = _SQL_TYPES["postgresql" if postgres(conn) else "sqlite"]
-    cols = ", ".join(f"{name} {kind}" for name, kind in zip(COLUMNS, kinds))
-    tail = " ON COMMIT DELETE ROWS" if postgres(conn) else ""
-    conn.exec_driver_sql(f"CREATE TEMPORARY TABLE IF NOT EXISTS {STAGE} ({cols}){tail}")
-    conn.commit()
+    """SQLite: the connection's staging table (temporary: private to it, gone with it), emptied by each ``load``.
+    PostgreSQL: nothing; ``load`` creates the table in the chunk's transaction."""
+    if not postgres(conn):
+        conn.exec_driver_sql(_create("sqlite"))
+        conn.commit()
+
+
+def _create(dialect: str) -> str:
+    cols = ", ".join(f"{name} {kind}" for name, kind in zip(COLUMNS, _SQL_TYPES[dialect]))
+    tail = " ON COMMIT DROP" if dialect == "postgresql" else ""
+    return f"CREATE TEMPORARY TABLE IF NOT EXISTS {STAGE} ({cols}){tail}"
 
 
 @contextlib.contextmanager
@@ -69,6 +78,7 @@ def load(conn: Connection, user_id: np.ndarray, item_id: np.ndarray, type_: np.n
     cur = conn.connection.driver_connection.cursor()
     cols = ", ".join(COLUMNS)
     if postgres(conn):
+        cur.execute(_create("postgresql"))      # IF NOT EXISTS: a second load in one transaction reuses it
         cur.execute(f"DELETE FROM {STAGE}")
         with cur.copy(f"COPY {STAGE} ({cols}) FROM STDIN") as copy:
             for row in rows:

@@ -1,0 +1,84 @@
+"""GET /dashboard: the operator's page, behind the admin token (``auth.check_dashboard``). Server-rendered (Jinja,
+``templates/dashboard.html``): the status snapshot (``jobs.status``, as ``manage.py status`` prints it), a chart of
+feed age over time, and a user lookup (``?user=ID``): the page that user is served now, with scores, boosts, the
+items the live rules dropped and why, the feed's stamps, and their newest events. GET /dashboard/status.json: the
+snapshot as JSON."""
+
+from __future__ import annotations
+
+import numpy as np
+from flask import Blueprint, current_app, render_template, request
+
+from jobs.status import age_text, snapshot, utc_text
+from precompute.data import users
+from precompute.errors import InvalidInput
+
+from . import chart
+from .auth import dashboard_required
+from .errors import json_response
+from .feed import fallback
+from .parse import query_int
+
+bp = Blueprint("dashboard", __name__)
+
+RECENT_EVENTS = 20
+
+
+@bp.get("/dashboard")
+@dashboard_required
+def dashboard():
+    ctx = current_app.extensions["prefeed"]
+    settings = ctx["settings"]
+    raw = request.args.get("user", "").strip()
+    uid = _user_id(raw) if raw else None
+    limit = query_int("limit", settings.page_limit_default, 1, settings.page_limit_max)
+    status = snapshot(settings, ctx["engine"], ctx["queue_redis"], ctx["redis"])
+    html = render_template("dashboard.html", s=status, chart=chart.freshness(status["freshness"]),
+                           lookup=None if uid is None else lookup(ctx, uid, limit), user=raw, limit=limit,
+                           rq_prefix="/dashboard/rq/", when=utc_text, age=age_text)
+    return current_app.response_class(html, mimetype="text/html", headers={"Cache-Control": "no-store"})
+
+
+@bp.get("/dashboard/status.json")
+@dashboard_required
+def status_json():
+    ctx = current_app.extensions["prefeed"]
+    return json_response(snapshot(ctx["settings"], ctx["engine"], ctx["queue_redis"], ctx["redis"]))
+
+
+def lookup(ctx, uid: int, limit: int) -> dict:
+    """What ``GET /feed/<uid>?limit=<limit>`` serves now, and why: the same live page code (``LiveFeeds.explain``;
+    the fallback as the API builds it, without scheduling a recompute)."""
+    settings = ctx["settings"]
+    live = ctx["live"]
+    found = live.explain(uid, limit, 0)
+    if found is None:
+        page, dropped, ranks = fallback(ctx, uid, limit, 0, notify=False), [], []
+    else:
+        page, dropped, ranks = found
+    ids = [i for i, _, _ in page.items]
+    weights = live.live.weights(np.array(ids, dtype=np.int64)).tolist()
+    items = [{"item_id": i, "score": round(s, 6), "boosted": b, "weight": w if b else None,
+              "rank": ranks[k] if k < len(ranks) else None}
+             for k, ((i, s, b), w) in enumerate(zip(page.items, weights))]
+    h = page.header
+    version = users.history_version(ctx["engine"], uid)
+    return {
+        "user_id": uid,
+        "known": version is not None,
+        "history_version_db": version,
+        "source": page.source,
+        "items": items,
+        "dropped": [d.__dict__ for d in dropped],
+        "history_version": h.history_version if h else None,
+        "model_version": h.model_version if h else None,
+        "computed_at": h.computed_at if h else None,
+        "feed_length": h.count if h else None,
+        "events": users.recent_events(ctx["engine"], uid, RECENT_EVENTS, settings),
+    }
+
+
+def _user_id(raw: str) -> int:
+    if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= 2**63 - 1:
+        raise InvalidInput("user must be an integer from 1 to 2^63 - 1")
+    return int(raw)

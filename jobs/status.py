@@ -1,0 +1,130 @@
+"""One snapshot of prefeed's state, for ``manage.py status`` and the dashboard: the queue and its registries, the
+workers alive, the current model, feed coverage and age over a sample of users, the dirty set's oldest user, and
+the feed-age history.
+
+It lives on the job side because it reads RQ's own records (queue, registries, workers) through RQ's classes; the
+API imports it, and ``jobs.queues``, and nothing else of ``jobs/`` (``tests/test_settings.py``). Every value is a plain
+number, string or None, so the snapshot is its own JSON; no URL is shown with its password and no token at all.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import redis
+from rq import Worker
+
+from precompute.data import users
+from precompute.errors import BundleError
+from precompute.feeds import freshness
+from precompute.feeds.keys import Keys
+from precompute.ranking import bundle
+from precompute.settings import Settings
+from precompute.urls import redact_url
+
+from .queues import make_queue
+
+
+def snapshot(settings: Settings, engine, queue_redis: redis.Redis, feed_redis: redis.Redis,
+             sample: int | None = None, now: float | None = None, record: bool = True) -> dict:
+    """The state of the deployment ``settings`` describes. ``sample``: users whose feed headers are read (default
+    ``PREFEED_STATUS_SAMPLE``); ``record``: append this snapshot's feed age to the history (at most once a
+    minute)."""
+    now = time.time() if now is None else now
+    keys = Keys(settings.key_prefix)
+    model = model_status(settings.model_dir)
+    total, versions = users.with_history(engine, sample or settings.status_sample)
+    headers = freshness.read_headers(feed_redis, keys, [u for u, _ in versions])
+    feeds = {"users_with_history": total, "sampled_all": len(versions) == total,
+             **freshness.summarize(versions, headers, model.get("version"), now)}
+    status = {
+        "at": now,
+        "redis": {"queue": redact_url(settings.queue_url or ""), "feeds": redact_url(settings.feed_url or "")},
+        "database": redact_url(settings.database_url),
+        **queue_status(settings, queue_redis, now),
+        "dirty": dirty_status(queue_redis, keys, now),
+        "model": model,
+        "feeds": feeds,
+    }
+    if record and feeds["age_p50_s"] is not None:
+        freshness.record(queue_redis, keys, {"p50": feeds["age_p50_s"], "p99": feeds["age_p99_s"],
+                                             "coverage": feeds["coverage"]}, settings.freshness_points, now)
+    status["freshness"] = freshness.history(queue_redis, keys, settings.freshness_points)
+    return status
+
+
+def queue_status(settings: Settings, r: redis.Redis, now: float) -> dict:
+    """prefeed's queue (``PREFEED_QUEUE``) with the size of each of its registries, and the workers listening to it
+    (a worker is alive while its key exists: RQ lets it expire ``worker_ttl`` after the last heartbeat)."""
+    queue = make_queue(settings, r)
+    scheduled = queue.scheduled_job_registry
+    first = r.zrange(scheduled.key, 0, 0, withscores=True)
+    workers = []
+    for w in sorted(Worker.all(queue=queue), key=lambda w: w.name):
+        beat = w.last_heartbeat.timestamp() if w.last_heartbeat else None
+        workers.append({"name": w.name, "hostname": w.hostname, "pid": w.pid, "state": str(w.get_state()),
+                        "current_job": w.get_current_job_id(),
+                        "last_heartbeat_age_s": None if beat is None else round(max(0.0, now - beat), 1),
+                        "successful_jobs": w.successful_job_count, "failed_jobs": w.failed_job_count})
+    return {
+        "queues": [{"name": queue.name, "queued": queue.count, "started": queue.started_job_registry.count,
+                    "scheduled": scheduled.count, "deferred": queue.deferred_job_registry.count,
+                    "failed": queue.failed_job_registry.count, "finished": queue.finished_job_registry.count,
+                    "next_scheduled_in_s": round(first[0][1] - now, 1) if first else None}],
+        "workers": workers,
+    }
+
+
+def dirty_status(r: redis.Redis, keys: Keys, now: float) -> dict:
+    """Users waiting for a recompute. A user's score is the time from which a drain may claim them (an event sets
+    it to then, or the end of their recompute interval; a claim pushes it a lease ahead), so the oldest due user's
+    age is how long the drain has kept someone waiting since their last event."""
+    pending = int(r.zcard(keys.dirty))
+    due = int(r.zcount(keys.dirty, "-inf", now * 1000))
+    first = r.zrange(keys.dirty, 0, 0, withscores=True)
+    oldest = max(0.0, now - first[0][1] / 1000) if first and first[0][1] <= now * 1000 else None
+    return {"users": pending, "due": due, "leased_or_waiting": pending - due,
+            "oldest_due_age_s": None if oldest is None else round(oldest, 3)}
+
+
+def model_status(model_dir: Path) -> dict:
+    """The current bundle's version, training time and validation NDCG@10 against the best baseline, from its
+    ``meta.json`` (the checksums are not recomputed here: ``models list`` checks them); ``error`` when there is
+    no current bundle or its metadata cannot be read."""
+    try:
+        version = bundle.current_version(model_dir)
+    except BundleError as exc:
+        return {"version": None, "error": str(exc)}
+    if version is None:
+        return {"version": None, "error": f"no current bundle in {model_dir}; run `manage.py train`"}
+    try:
+        meta = json.loads((Path(model_dir) / str(version) / "meta.json").read_text())
+    except (OSError, ValueError) as exc:
+        return {"version": version, "error": f"bundle {version}: meta.json cannot be read ({type(exc).__name__})"}
+    m = meta.get("metrics") if isinstance(meta.get("metrics"), dict) else {}
+    ndcg, base = m.get("ndcg10"), m.get("baseline_ndcg10")
+    return {"version": version, "trained_at": meta.get("created_at"), "data_clock": m.get("data_clock"),
+            "ndcg10": ndcg, "baseline": m.get("baseline"), "baseline_ndcg10": base,
+            "beats_baseline": None if ndcg is None or base is None else ndcg > base,
+            "trees": m.get("trees", m.get("iterations")), "error": None}
+
+
+def utc_text(ts) -> str:
+    """Epoch seconds as a UTC time for people; an em dash when missing."""
+    return "—" if not isinstance(ts, (int, float)) else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
+
+
+def age_text(seconds) -> str:
+    """A duration for people: 42s, 3m 20s, 5h 02m, 2d 03h; an em dash when missing."""
+    if seconds is None:
+        return "—"
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h {s % 3600 // 60:02d}m"
+    return f"{s // 86400}d {s % 86400 // 3600:02d}h"

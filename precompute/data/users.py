@@ -1,0 +1,39 @@
+"""Users as operations see them: how many have a history, a sample of them with their versions (feed coverage and
+feed age are judged on it), and one user's version and newest events (the dashboard's user lookup)."""
+
+from __future__ import annotations
+
+from sqlalchemy import Engine, func, select
+
+from .event_types import EventTypes
+from .models import Event, User
+from ..settings import Settings
+
+
+def with_history(engine: Engine, sample: int) -> tuple[int, list[tuple[int, int]]]:
+    """The number of users with at least one event, and ``(user_id, history_version)`` of all of them when there
+    are at most ``sample``, else of ``sample`` drawn at random (``ORDER BY random()``: one scan of the users
+    table, without reading their packed values)."""
+    has_history = User.history_version > 0
+    with engine.connect() as conn:
+        total = int(conn.execute(select(func.count()).select_from(User).where(has_history)).scalar() or 0)
+        query = select(User.id, User.history_version).where(has_history)
+        query = query.order_by(User.id) if total <= sample else query.order_by(func.random()).limit(sample)
+        return total, [(int(u), int(v)) for u, v in conn.execute(query)]
+
+
+def history_version(engine: Engine, user_id: int) -> int | None:
+    """The user's history version, None for a user the database does not know."""
+    with engine.connect() as conn:
+        return conn.execute(select(User.history_version).where(User.id == user_id)).scalar()
+
+
+def recent_events(engine: Engine, user_id: int, n: int, settings: Settings) -> list[dict]:
+    """The user's newest ``n`` events, newest first, as plain values (type by its declared name)."""
+    names = EventTypes.of(settings).names
+    with engine.connect() as conn:
+        rows = conn.execute(select(Event.ts, Event.item_id, Event.type, Event.value)
+                            .where(Event.user_id == user_id)
+                            .order_by(Event.ts.desc(), Event.id.desc()).limit(n)).all()
+    return [{"ts": float(ts), "item_id": int(item), "value": value,
+             "type": names[code - 1] if 1 <= code <= len(names) else str(code)} for ts, item, code, value in rows]

