@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import faulthandler
 import logging
+import signal
 
 import click
 from sqlalchemy import select
@@ -80,6 +82,8 @@ def precompute(obj, all_users: bool, stale: bool, user_ids: tuple[int, ...], inl
 def worker(obj, workers: int, burst: bool) -> None:
     """Run RQ workers. Mappers, model bundle and item matrices load once here, before any fork; with
     PREFEED_WORKER_METRICS_PORT, this process serves every worker process's metrics."""
+    # `kill -USR1 <pid>` prints every thread's stack to stderr: where a worker that will not stop is stuck
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     settings = ensure_redis(obj.settings)
     port = settings.worker_metrics_port
     if port:

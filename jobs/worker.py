@@ -43,6 +43,8 @@ RQ_SCHEDULER_POLL = 1      # the scheduler enqueues due jobs this often
 # A job's process died under it; neither message comes from code that ran the job.
 _DEATHS = ("Work-horse terminated unexpectedly", "Job was stuck in intermediate queue")
 
+REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
+
 
 class PrefeedWorker(Worker):
     def __init__(self, *args, **kwargs) -> None:
@@ -68,8 +70,21 @@ class PrefeedWorker(Worker):
         started, t0 = time.time(), time.perf_counter()
         try:
             return super().execute_job(job, queue)
+        except REDIS_DOWN as exc:
+            # Redis went away while this worker prepared or watched the job. The horse, if forked, finishes or
+            # fails on its own; once Redis is back, RQ's maintenance finds the job abandoned and retries it.
+            self.log.warning("Redis unavailable while running job %s (%s): it will be retried", job.id, exc)
+            self._reap_horse()
         finally:
             metrics.record_job(job, started, time.perf_counter() - t0)
+
+    def _reap_horse(self) -> None:
+        if self._horse_pid:
+            try:
+                os.waitpid(self._horse_pid, 0)
+            except ChildProcessError:
+                pass
+            self._horse_pid = 0
 
     def main_work_horse(self, job, queue):
         context.after_fork()
@@ -104,19 +119,47 @@ class PrefeedWorker(Worker):
             job.retries_left = 1
         self.connection.lrem(queue.intermediate_queue_key, 1, job.id)
 
+    # A Redis outage must not end the worker wherever it lands. RQ's loop quits on any error outside its dequeue,
+    # and its dequeue waits out a refused connection but quits on a timeout (a hung server or a lost network).
+    # Everything that talks to Redis between two jobs, or while a horse runs, leaves the waiting to the dequeue,
+    # which waits out both (tests/test_faults.py stops and hangs the server at each point).
+
+    def dequeue_job_and_maintain_ttl(self, timeout, max_idle_time=None):
+        wait = 1.0
+        while True:
+            try:
+                return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+            except REDIS_DOWN as exc:      # RQ's own wait covers its blocking pop, not the calls around it
+                self.log.warning("Redis unavailable (%s): retrying in %.0f s", exc, wait)
+                time.sleep(wait)
+                wait = min(wait * self.exponential_backoff_factor, self.max_connection_wait_time)
+
     def check_for_suspension(self, burst: bool) -> None:
-        # RQ's loop quits on any error here; only its dequeue waits for Redis to come back. A Redis outage that
-        # lands between two dequeues would stop the worker: let the dequeue wait instead.
         try:
             super().check_for_suspension(burst)
-        except redis.ConnectionError as exc:
+        except REDIS_DOWN as exc:
             self.log.warning("Redis unavailable (%s): waiting for it in the dequeue", exc)
 
     def run_maintenance_tasks(self):
         try:
             super().run_maintenance_tasks()
-        except redis.ConnectionError as exc:
+        except REDIS_DOWN as exc:
             self.log.warning("Redis unavailable during maintenance (%s): waiting for it in the dequeue", exc)
+
+    def heartbeat(self, timeout=None, pipeline=None):
+        if pipeline is not None:            # queued on a pipeline: its caller executes it
+            return super().heartbeat(timeout, pipeline)
+        try:
+            super().heartbeat(timeout)
+        except REDIS_DOWN as exc:
+            self.log.warning("Redis unavailable for a heartbeat (%s)", exc)
+
+    def maintain_heartbeats(self, job):
+        # while a horse runs: keep watching it whatever Redis does
+        try:
+            super().maintain_heartbeats(job)
+        except REDIS_DOWN as exc:
+            self.log.warning("Redis unavailable for job %s's heartbeat (%s)", job.id, exc)
 
     def clean_registries(self):
         # RQ's cleaning lock lasts 899 s: a worker killed while holding it (a pass takes milliseconds) would keep

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -37,9 +38,31 @@ def fail_first(key: str, times: int) -> int:
 
 
 def spawn_worker(settings, *args: str, log=None) -> subprocess.Popen:
-    """``manage.py worker`` in a child process; its stderr (logged warnings and errors) goes to ``log``, a file."""
-    return subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "worker", *args], env=settings.child_env(),
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log or subprocess.DEVNULL)
+    """``manage.py worker`` in a child process; its stderr (logged warnings and errors) goes to ``log``, a file,
+    or to an anonymous temporary file that ``stop_worker`` shows if the worker does not stop."""
+    log = log or tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "worker", *args], env=settings.child_env(),
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
+    proc.log = log
+    return proc
+
+
+def stop_worker(proc: subprocess.Popen, timeout: float = 60) -> None:
+    """SIGTERM (RQ's warm shutdown: the running job finishes first), then wait. A worker still running after
+    ``timeout`` has its threads' stacks dumped (SIGUSR1, ``manage.py worker`` registers faulthandler on it), is
+    killed, and the test fails with the end of its log."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+        return
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(1)
+        proc.kill()
+        proc.wait()
+    log = getattr(proc, "log", None)
+    text = open(f"/proc/self/fd/{log.fileno()}").read() if log and not log.closed else "(no log)"
+    raise AssertionError(f"the worker did not stop within {timeout} s of SIGTERM; its log ends:\n{text[-6000:]}")
 
 
 class Supervised:

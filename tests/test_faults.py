@@ -25,7 +25,7 @@ from precompute.feeds.codec import CorruptFeed, decode
 from precompute.feeds.keys import Keys
 from precompute.feeds.store import FeedStore
 from tests.conftest import manage
-from tests.faults import Proxy, Supervised, spawn_worker, wait_until
+from tests.faults import Proxy, Supervised, spawn_worker, stop_worker, wait_until
 
 
 def _assert_all_fresh(r, settings, engine, users):
@@ -207,8 +207,7 @@ def test_racing_events_end_with_the_newest_feed_and_every_event_once(app, settin
                    and StartedJobRegistry(queue=queue).count == 0, 120, "the queue to drain")
     finally:
         for w in workers:
-            w.terminate()
-            w.wait(timeout=30)
+            stop_worker(w)
     with world.engine.connect() as conn:
         stored = conn.execute(select(func.count()).select_from(Event)
                               .where(Event.client_event_id.like("race-%"))).scalar()
@@ -292,8 +291,7 @@ def test_redis_going_away_gives_503s_and_everything_recovers(own_redis, settings
                    and FeedStore(r, s).read(311).header.history_version == version, 90,
                    "the running worker to recompute after the outage")
     finally:
-        worker.terminate()
-        worker.wait(timeout=30)
+        stop_worker(worker)
 
 
 @pytest.mark.timeout(300)
@@ -382,3 +380,42 @@ def test_job_payloads_are_json_not_pickle(settings, r):
     for job_id in queue.job_ids:
         data = r.hget(f"rq:job:{job_id}", "data")
         assert orjson.loads(__import__("zlib").decompress(data))[0] == "jobs.tasks.recompute_users"
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("outage", ["stopped while a job runs", "hung while idle"])
+def test_a_worker_outlives_a_redis_outage_wherever_it_lands_in_its_loop(own_redis, settings, world, tmp_path,
+                                                                       outage):
+    from precompute.feeds.client import redis_client
+
+    server, port = own_redis
+    s = dataclasses.replace(settings, redis_url=f"redis://127.0.0.1:{port}/0")
+    r = redis_client(s.redis_url)
+    queue = make_queue(s, r)
+    log = tmp_path / "worker.log"
+    worker = spawn_worker(s, log=log.open("w"))
+    try:
+        wait_until(lambda: __import__("rq").Worker.count(connection=r) >= 1, 60, "the worker")
+        if outage == "stopped while a job runs":
+            # given a job running in a horse, watched by its worker (the worker heartbeats it every beat)
+            queue.enqueue("time.sleep", 4)
+            wait_until(lambda: StartedJobRegistry(queue=queue).count == 1, 30, "the job to start")
+            # when the server stops under it for longer than the job takes
+            server.stop()
+            time.sleep(s.worker_interval + 5)
+            assert worker.poll() is None, "the worker survives the outage:\n" + log.read_text()[-3000:]
+            server.start()
+        else:
+            # given an idle worker blocked in its dequeue; when the server hangs past every socket timeout
+            os.kill(server._process.pid, signal.SIGSTOP)
+            try:
+                time.sleep(2 * s.worker_interval + 12)
+                assert worker.poll() is None, "the worker survives the hang:\n" + log.read_text()[-3000:]
+            finally:
+                os.kill(server._process.pid, signal.SIGCONT)
+        # then, once the server answers again, the same worker runs the next job
+        job = queue.enqueue("time.sleep", 0)
+        wait_until(lambda: job.get_status(refresh=True) == "finished", 60, "a job after the outage")
+        assert worker.poll() is None
+    finally:
+        stop_worker(worker)

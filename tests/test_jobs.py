@@ -18,7 +18,7 @@ from precompute.feeds.dirty import DirtyUsers
 from precompute.feeds.store import FeedStore
 from precompute.ranking import bundle
 from tests.conftest import ROOT, manage
-from tests.faults import spawn_worker, wait_until
+from tests.faults import spawn_worker, stop_worker, wait_until
 
 
 def _results(r, queue):
@@ -166,8 +166,7 @@ def test_a_running_worker_switches_to_a_promoted_bundle_and_keeps_it_when_a_brok
             assert _run_one(queue, r, users)["process"]["bundle_version"] == new
     finally:
         bundle.promote(settings.model_dir, world.version)
-        worker.terminate()
-        worker.wait(timeout=30)
+        stop_worker(worker)
     # and it logged the refusal once (the broken version is checked once, not before every job)
     refusals = [line for line in (tmp_path / "worker.log").read_text().splitlines()
                 if f"keeping bundle {new}: model bundle {broken}: model.cbm is truncated" in line]
@@ -235,8 +234,7 @@ def test_users_leased_by_a_dead_drain_job_are_recomputed_by_a_scheduled_drain(se
     try:
         wait_until(lambda: store.read(user_id) is not None, 60, "the leased user's feed")
     finally:
-        worker.terminate()
-        worker.wait(timeout=30)
+        stop_worker(worker)
     with pipeline.engine.connect() as conn:
         version = conn.execute(select(User.history_version).where(User.id == user_id)).scalar()
     assert store.read(user_id).header.history_version == version > 0
@@ -281,8 +279,7 @@ def test_a_dead_workers_job_is_retried_past_its_retries_and_rqs_cleaning_lock(se
     try:
         wait_until(lambda: job.get_status(refresh=True) in ("finished", "failed"), 60, "the job to end")
     finally:
-        worker.terminate()
-        worker.wait(timeout=30)
+        stop_worker(worker)
     # then its maintenance found the job within a few beats and ran it again
     assert job.get_status() == "finished", job.latest_result().exc_string
     assert r.zcard(queue.started_job_registry.key) == 0 and queue.failed_job_registry.count == 0

@@ -22,7 +22,7 @@ from precompute.feeds.keys import Keys
 from precompute.feeds.store import FeedStore
 from precompute.ranking import bundle
 from tests.conftest import ROOT, users_with_history
-from tests.faults import spawn_worker, wait_until
+from tests.faults import spawn_worker, stop_worker, wait_until
 
 
 def samples(text: str) -> dict[tuple[str, tuple], float]:
@@ -170,8 +170,7 @@ def test_a_worker_serves_the_metrics_of_the_jobs_it_ran(settings, r, world, tmp_
         pids = {p.stem.rsplit("_", 1)[-1] for p in (Path(s.var_dir) / "metrics" / f"worker-{port}").glob("*.db")}
         assert len(pids) <= workers + (1 if workers > 1 else 0)
     finally:
-        worker.terminate()
-        worker.wait(timeout=30)
+        stop_worker(worker)
     # and each job was one JSON line: its id, outcome, users and stage times
     lines = [json.loads(x) for x in (tmp_path / "worker.log").read_text().splitlines() if x.startswith("{")]
     jobs = sorted((x["function"], x["outcome"], x["users"]) for x in lines if x.get("msg") == "job")
