@@ -29,13 +29,21 @@ def check_url(env: str, url: str | None) -> None:
     if rest.count("@") > 1 or rest.count("@") != authority.count("@"):
         raise ConfigError(f"{env} cannot be read: an '@', '/', '?' or '#' in its user name or password must be "
                           "percent-encoded (%40, %2F, %3F, %23)")
-    # A cluster URL may name several nodes, comma-separated: each is checked as a URL of its own.
-    hosts = authority.rpartition("@")[2].split(",") if scheme.endswith("+cluster") else [None]
-    for host in hosts:
-        try:
-            urlsplit(url if host is None else f"redis://{host}").port
-        except ValueError:
-            raise ConfigError(f"{env} cannot be read: its port is not a number") from None
+    try:
+        cluster_nodes(url) if scheme.endswith("+cluster") else urlsplit(url).port
+    except ValueError:
+        raise ConfigError(f"{env} cannot be read: its port is not a number") from None
+
+
+def cluster_nodes(url: str) -> list[tuple[str, int]]:
+    """The ``host:port`` nodes a cluster URL names, comma-separated (``redis+cluster://a:7000,b:7001``); a node
+    without host or port means 127.0.0.1 / 6379. ``ValueError`` for a port that is not a number."""
+    netloc = re.split(r"[/?#]", url.partition("://")[2], maxsplit=1)[0]
+    nodes = []
+    for hostport in netloc.rpartition("@")[2].split(","):
+        split = urlsplit(f"redis://{hostport}")
+        nodes.append((split.hostname or "127.0.0.1", split.port or 6379))
+    return nodes
 
 
 def redact_url(url: str) -> str:

@@ -18,6 +18,7 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 
 from ..errors import Unavailable, first_line
+from ..urls import cluster_nodes
 
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 _OPTIONS: dict[str, Any] = dict(socket_connect_timeout=2, socket_timeout=5, health_check_interval=30)
@@ -33,10 +34,7 @@ def redis_client(url: str) -> redis.Redis | RedisCluster:
 
 def cluster_client(url: str) -> RedisCluster:
     parts = urlsplit(url)
-    nodes = []
-    for hostport in parts.netloc.rpartition("@")[2].split(","):
-        host, _, port = hostport.rpartition(":")
-        nodes.append(ClusterNode(host or "127.0.0.1", int(port or 6379)))
+    nodes = [ClusterNode(host, port) for host, port in cluster_nodes(url)]
     auth = parts.netloc.rpartition("@")[0]
     user, _, password = auth.partition(":") if auth else ("", "", "")
     return RedisCluster(startup_nodes=nodes, username=unquote(user) or None, password=unquote(password) or None,
