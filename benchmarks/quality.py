@@ -18,8 +18,10 @@ from pathlib import Path
 import numpy as np
 
 from precompute.data import bulk, engine as db, synthetic
-from precompute.evaluation import report
-from precompute.evaluation.run import evaluate
+from precompute.data import log as event_log
+from precompute.evaluation import lists, metrics, report
+from precompute.evaluation.run import LIST_LENGTH, evaluate, scene
+from precompute.evaluation.split import cut_time
 from precompute.settings import Settings
 
 from .common import RESULTS, table, write_result
@@ -36,13 +38,14 @@ def run(quick: bool = False) -> dict:
                             item_attributes=synthetic.ATTRIBUTES)
         engine = db.make_engine(settings.database_url, settings)
         db.init_db(engine, settings)
-        bulk.load(engine, synthetic.generate(cfg["users"], cfg["items"], cfg["events"], seed=0, now=time.time()),
-                  settings)
+        market = synthetic.generate(cfg["users"], cfg["items"], cfg["events"], seed=0, now=time.time())
+        bulk.load(engine, market, settings)
         runs = []
         for seed in cfg["seeds"]:
             t0 = time.perf_counter()
             ev = evaluate(engine, settings, seed=seed, iterations=cfg["iterations"])
             runs.append((seed, ev, time.perf_counter() - t0))
+        ceiling = oracle(engine, settings, market.latent)
         engine.dispose()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -59,6 +62,10 @@ def run(quick: bool = False) -> dict:
                 ["method", "NDCG@10", "Recall@10", "Recall@100", "MAP@10", "coverage", "non-empty", "cand. recall"],
                 [[name, m["ndcg"], m["recall"], m["recall100"], m["map"], m["coverage"], m["non_empty"],
                   m["candidate_recall"]] for name, m in mean.items()]))
+    print(f"ceiling: ranking by the generator's own probabilities (no method can see them) reaches NDCG@10 "
+          f"{ceiling['ndcg']:.4f}, Recall@100 {ceiling['recall100']:.4f}; the ranker is at "
+          f"{mean['ranker']['ndcg'] / ceiling['ndcg']:.2f} of it, the best baseline at "
+          f"{mean[best]['ndcg'] / ceiling['ndcg']:.2f}")
     shown = "n/a (the best baseline scores 0)" if averaged.ratio is None else f"{averaged.ratio:.2f}×"
     print(f"ranker / best baseline ({best}) = {shown} (mean NDCG); per seed: "
           + ", ".join(f"{r:.2f}×" for r in ratios)
@@ -67,9 +74,25 @@ def run(quick: bool = False) -> dict:
     RESULTS.mkdir(parents=True, exist_ok=True)
     report.write_chart(averaged, chart)
     data = dict(config={k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()}, users_judged=first.users,
-                methods=mean, best_baseline=best, ratio=averaged.ratio, ratios=ratios,
+                methods=mean, best_baseline=best, ratio=averaged.ratio, ratios=ratios, oracle=ceiling,
                 runs=[dict(seed=seed, seconds=s, ratio=ev.ratio, best_baseline=ev.best_baseline, train=ev.train,
                            methods=ev.methods) for seed, ev, s in runs], chart=chart.name)
     out = write_result("quality", data, quick)
     print(f"wrote {out} and {chart}")
     return data
+
+
+def oracle(engine, settings: Settings, latent: synthetic.Latent, cut_quantile: float = 0.8, k: int = 10) -> dict:
+    """Metrics of the ranking an all-knowing recommender makes at ``evaluate``'s cut and for its judged users: each
+    user's items by the generator's expected gain (``Latent.expected_events``), seen and inactive items left out
+    as for every method. The ceiling the ranker / best-baseline ratio is to be read against."""
+    log = event_log.load_events(engine)
+    at = scene(engine, settings, (log.user, log.item, log.type, log.ts), cut_time(log.ts, cut_quantile))
+    split, items = at.split, at.items
+    generator_index = items.ids - 1          # the generator's item ids are 1..n in its own order
+    out = lists.Collector()
+    for a in range(0, len(split.users), 200):
+        b = min(a + 200, len(split.users))
+        gain = latent.expected_events(split.users[a:b] - 1)[:, generator_index]
+        lists.from_dense(split, gain + 1e-12, items.active.copy(), a, b, max(k, LIST_LENGTH), out=out)
+    return metrics.summarize(split.truth, out.ranked(), k, int(items.active.sum()))

@@ -40,6 +40,8 @@ class Marketplace:
     event_ts: np.ndarray
     #: A second category for about one item in ten (-1: none), as real catalogues list items in several.
     item_second_category: np.ndarray | None = None
+    #: What the generator drew its events from (``Latent``): the ceiling a recommender could reach.
+    latent: Latent | None = None
 
     def categories(self) -> tuple[np.ndarray, np.ndarray]:
         """Every (item id, category) pair of the catalogue."""
@@ -48,6 +50,67 @@ class Marketplace:
             return self.item_id, self.item_category
         extra = second >= 0
         return np.r_[self.item_id, self.item_id[extra]], np.r_[self.item_category, second[extra]]
+
+
+@dataclasses.dataclass
+class Latent:
+    """The hidden state the events were drawn from, which no method sees: each user's interests (category per
+    slot, slot weights), favourite cluster per slot and price level; each item's cluster, appeal and purchase
+    propensity. ``expected_events`` turns it into the ranking an all-knowing recommender would make."""
+
+    item_category: np.ndarray      # primary category (the one sessions draw from)
+    item_cluster: np.ndarray
+    appeal: np.ndarray
+    quality: np.ndarray
+    log_price: np.ndarray
+    category_popularity: np.ndarray   # the probability an exploring session picks each category
+    category_log_price: np.ndarray
+    interests: np.ndarray          # (users, 3) category per slot
+    slot_weight: np.ndarray        # (users, 3) probability a session uses each slot (0.6/0.3/0.1 folded into
+                                   # the user's last slot when they have fewer than three interests)
+    favourite_cluster: np.ndarray  # (users, 3)
+    price_offset: np.ndarray
+
+    def expected_events(self, users: np.ndarray, type_weights: tuple[float, ...] | None = (1, 2, 4, 6)
+                        ) -> np.ndarray:
+        """``(len(users), items)``: the share of a user's next events that go to each item (rows sum to 1),
+        times the expected gain ``2^weight − 1`` of such an event given the weights of the four types the
+        generator writes (view, click, contact, purchase; ``None``: the shares alone), by the generator's own
+        rules; ``users`` and items are 0-based indexes. Ranking by it is the best any method can do in
+        expectation."""
+        cat, clu, appeal = self.item_category, self.item_cluster, self.appeal
+        in_category = appeal / np.bincount(cat, weights=appeal)[cat]
+        _, cluster_index = np.unique(clu, return_inverse=True)
+        in_cluster = appeal / np.bincount(cluster_index, weights=appeal)[cluster_index]
+        out = np.empty((len(users), len(cat)))
+        for row, u in enumerate(users):
+            # A session explores (0.1: a category by popularity) or takes one of the user's slots; in a slot,
+            # half the sessions stay in the favourite cluster and half draw one (which averages to the
+            # category); an event stays in the session's cluster 3 times in 4, else draws from its category.
+            p = 0.1 * self.category_popularity[cat] * in_category
+            for slot in range(3):
+                w = 0.9 * self.slot_weight[u, slot]
+                if w:
+                    p += w * (0.625 * in_category * (cat == self.interests[u, slot])
+                              + 0.375 * in_cluster * (clu == self.favourite_cluster[u, slot]))
+            if type_weights is not None:
+                strength = _strength(self.log_price, self.category_log_price[cat], self.price_offset[u],
+                                     self.quality)
+                purchase = np.minimum(1, 0.025 * strength)
+                contact = np.minimum(1, 0.08 * strength) - purchase
+                click = np.minimum(1, 0.22 * strength) - purchase - contact
+                gain = np.exp2(np.asarray(type_weights, dtype=np.float64)) - 1
+                p *= (gain[0] * (1 - purchase - contact - click) + gain[1] * click + gain[2] * contact
+                      + gain[3] * purchase)
+            out[row] = p
+        return out
+
+
+def _strength(log_price, category_log_price, price_offset, quality):
+    """How likely an event on an item becomes a click, contact or purchase: the price fits the user and the
+    listing is good."""
+    fit = np.exp(-((log_price - category_log_price - price_offset) ** 2) / 0.5)
+    return fit * (0.3 + quality)
 
 
 class _Sampler:
@@ -125,8 +188,8 @@ def generate(n_users: int, n_items: int, n_events: int, seed: int = 0, now: floa
     ev_item[~stay] = by_cat.draw(s_cat[sess[~stay]], rng)
     ev_user = s_user[sess]
 
-    fit = np.exp(-((log_price[ev_item] - cat_log_price[item_cat[ev_item]] - price_offset[ev_user]) ** 2) / 0.5)
-    strength = fit * (0.3 + quality[ev_item])
+    strength = _strength(log_price[ev_item], cat_log_price[item_cat[ev_item]], price_offset[ev_user],
+                         quality[ev_item])
     r = rng.random(n_events)
     ev_type = np.ones(n_events, dtype=np.int64)
     ev_type[r < 0.22 * strength] = 2
@@ -161,4 +224,16 @@ def generate(n_users: int, n_items: int, n_events: int, seed: int = 0, now: floa
         event_type=ev_type[order],
         event_ts=np.round(ev_ts[order], 3),
         item_second_category=second,
+        latent=Latent(item_category=item_cat, item_cluster=cluster, appeal=appeal, quality=quality,
+                      log_price=log_price, category_popularity=cat_pop, category_log_price=cat_log_price,
+                      interests=interests, slot_weight=_slot_weights(n_interest), favourite_cluster=fav_cluster,
+                      price_offset=price_offset),
     )
+
+
+def _slot_weights(n_interest: np.ndarray) -> np.ndarray:
+    """A session's slot is drawn 0.6/0.3/0.1 and clipped to the user's last interest (``generate``)."""
+    w = np.zeros((len(n_interest), 3))
+    for slot, share in enumerate((0.6, 0.3, 0.1)):
+        np.add.at(w, (np.arange(len(n_interest)), np.minimum(slot, n_interest - 1)), share)
+    return w
