@@ -42,26 +42,30 @@ def lift_boosts(ids: np.ndarray, scores: np.ndarray, weights: np.ndarray, need: 
         if need > 0 and not complete and (last < need or last - 1 + lookahead >= n):
             return None
         return [(id_list[k], score_list[k], False) for k in range(last)]
-    boosted = boosted.tolist()
+    # The loop runs once per served slot: Python numbers and locals only (it was the page's largest Python cost).
+    is_boosted, weight = boosted.tolist(), weights.tolist()
+    n_b = len(b_pos)
+    push, pop = heapq.heappush, heapq.heappop
     out: list[tuple[int, float, bool]] = []
+    append = out.append
     waiting: list[tuple[float, int]] = []          # (-weight, position) of boosted items that may be lifted
     bi = organic = n_boosted = 0
-    while len(out) < need:
-        s = len(out)
-        while organic < n and boosted[organic]:
+    for s in range(need):
+        while organic < n and is_boosted[organic]:
             organic += 1
         if not complete and (s + lookahead >= n or organic >= n):
             return None                              # the decision depends on items past the prefix
         horizon = s + lookahead if organic < n else n        # organic items ran out: every boost may wait
-        while bi < len(b_pos) and b_pos[bi] <= horizon:
-            heapq.heappush(waiting, (-float(weights[b_pos[bi]]), b_pos[bi]))
+        while bi < n_b and b_pos[bi] <= horizon:
+            p = b_pos[bi]
+            push(waiting, (-weight[p], p))
             bi += 1
-        if waiting and n_boosted < s // every + 1:
-            _, p = heapq.heappop(waiting)
-            out.append((id_list[p], score_list[p], True))
+        if waiting and n_boosted <= s // every:
+            p = pop(waiting)[1]
+            append((id_list[p], score_list[p], True))
             n_boosted += 1
         elif organic < n:
-            out.append((id_list[organic], score_list[organic], False))
+            append((id_list[organic], score_list[organic], False))
             organic += 1
         else:
             break                                    # nothing organic left, and no boost slot for what waits
