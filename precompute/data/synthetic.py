@@ -17,6 +17,13 @@ import dataclasses
 import numpy as np
 
 DAY = 86400.0
+# The generator's rules, named once: ``generate`` draws with them and ``Latent.expected_events`` computes from them.
+SLOT_SHARES = (0.6, 0.3, 0.1)   # a session's interest slot (clipped to the user's last interest)
+EXPLORE = 0.1                    # a session explores a category drawn by popularity instead of using a slot
+FAVOURITE = 0.5                  # a slot's session stays in the slot's favourite cluster (else draws a cluster)
+STAY = 0.75                      # an event stays in its session's cluster (else draws from the category)
+#: An event's type is at least click / contact / purchase with these probabilities × its strength.
+TYPE_THRESHOLDS = (0.22, 0.08, 0.025)
 #: The item attributes the generator writes (``Settings.item_attributes`` declares them to use them as features).
 ATTRIBUTES = ("quality", "photos", "seller_rating")
 
@@ -82,24 +89,28 @@ class Latent:
         in_category = appeal / np.bincount(cat, weights=appeal)[cat]
         _, cluster_index = np.unique(clu, return_inverse=True)
         in_cluster = appeal / np.bincount(cluster_index, weights=appeal)[cluster_index]
+        by_cluster = FAVOURITE * STAY                  # 0.375
+        by_category = 1 - by_cluster                   # a drawn cluster averages to the category: 0.625
+        if type_weights is not None:
+            gain = np.exp2(np.asarray(type_weights, dtype=np.float64)) - 1
         out = np.empty((len(users), len(cat)))
         for row, u in enumerate(users):
             # A session explores (0.1: a category by popularity) or takes one of the user's slots; in a slot,
             # half the sessions stay in the favourite cluster and half draw one (which averages to the
             # category); an event stays in the session's cluster 3 times in 4, else draws from its category.
-            p = 0.1 * self.category_popularity[cat] * in_category
+            p = EXPLORE * self.category_popularity[cat] * in_category
             for slot in range(3):
-                w = 0.9 * self.slot_weight[u, slot]
+                w = (1 - EXPLORE) * self.slot_weight[u, slot]
                 if w:
-                    p += w * (0.625 * in_category * (cat == self.interests[u, slot])
-                              + 0.375 * in_cluster * (clu == self.favourite_cluster[u, slot]))
+                    p += w * (by_category * in_category * (cat == self.interests[u, slot])
+                              + by_cluster * in_cluster * (clu == self.favourite_cluster[u, slot]))
             if type_weights is not None:
                 strength = _strength(self.log_price, self.category_log_price[cat], self.price_offset[u],
                                      self.quality)
-                purchase = np.minimum(1, 0.025 * strength)
-                contact = np.minimum(1, 0.08 * strength) - purchase
-                click = np.minimum(1, 0.22 * strength) - purchase - contact
-                gain = np.exp2(np.asarray(type_weights, dtype=np.float64)) - 1
+                at_least = [np.minimum(1, t * strength) for t in TYPE_THRESHOLDS]
+                purchase = at_least[2]
+                contact = at_least[1] - purchase
+                click = at_least[0] - purchase - contact
                 p *= (gain[0] * (1 - purchase - contact - click) + gain[1] * click + gain[2] * contact
                       + gain[3] * purchase)
             out[row] = p
@@ -168,21 +179,21 @@ def generate(n_users: int, n_items: int, n_events: int, seed: int = 0, now: floa
     lengths = lengths[:n_sessions].copy()
     lengths[-1] -= ends[n_sessions - 1] - n_events
     s_user = rng.choice(n_users, n_sessions, p=activity / activity.sum())
-    slot_w = np.array([0.6, 0.3, 0.1])
+    slot_w = np.array(SLOT_SHARES)
     u = rng.random(n_sessions)
     slot = np.where(u < slot_w[0], 0, np.where(u < slot_w[:2].sum(), 1, 2))
     slot = np.minimum(slot, n_interest[s_user] - 1)
-    explore = rng.random(n_sessions) < 0.1
+    explore = rng.random(n_sessions) < EXPLORE
     s_cat = np.where(explore, rng.choice(n_cat, n_sessions, p=cat_pop), interests[s_user, slot])
     s_cluster = np.where(
-        (~explore) & (rng.random(n_sessions) < 0.5),
+        (~explore) & (rng.random(n_sessions) < FAVOURITE),
         fav_cluster[s_user, slot],
         cluster[by_cat.draw(s_cat, rng)],
     )
     s_start = now - rng.uniform(0, 30 * DAY, n_sessions)
 
     sess = np.repeat(np.arange(n_sessions), lengths)
-    stay = rng.random(n_events) < 0.75
+    stay = rng.random(n_events) < STAY
     ev_item = np.empty(n_events, dtype=np.int64)
     ev_item[stay] = by_cluster.draw(s_cluster[sess[stay]], rng)
     ev_item[~stay] = by_cat.draw(s_cat[sess[~stay]], rng)
@@ -192,9 +203,8 @@ def generate(n_users: int, n_items: int, n_events: int, seed: int = 0, now: floa
                          quality[ev_item])
     r = rng.random(n_events)
     ev_type = np.ones(n_events, dtype=np.int64)
-    ev_type[r < 0.22 * strength] = 2
-    ev_type[r < 0.08 * strength] = 3
-    ev_type[r < 0.025 * strength] = 4
+    for code, threshold in enumerate(TYPE_THRESHOLDS, start=2):
+        ev_type[r < threshold * strength] = code
 
     gaps = rng.exponential(45.0, n_events)
     first = np.r_[0, np.cumsum(lengths)[:-1]]
@@ -234,6 +244,6 @@ def generate(n_users: int, n_items: int, n_events: int, seed: int = 0, now: floa
 def _slot_weights(n_interest: np.ndarray) -> np.ndarray:
     """A session's slot is drawn 0.6/0.3/0.1 and clipped to the user's last interest (``generate``)."""
     w = np.zeros((len(n_interest), 3))
-    for slot, share in enumerate((0.6, 0.3, 0.1)):
+    for slot, share in enumerate(SLOT_SHARES):
         np.add.at(w, (np.arange(len(n_interest)), np.minimum(slot, n_interest - 1)), share)
     return w
