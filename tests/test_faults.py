@@ -395,7 +395,10 @@ def test_a_worker_outlives_a_redis_outage_wherever_it_lands_in_its_loop(own_redi
     log = tmp_path / "worker.log"
     worker = spawn_worker(s, log=log.open("w"))
     try:
-        wait_until(lambda: __import__("rq").Worker.count(connection=r) >= 1, 60, "the worker")
+        # in its loop, not still starting (registered, then its scheduler started: an outage there ends the worker
+        # with one line, exit 4, for its supervisor to restart)
+        wait_until(lambda: any(w.get_state() == "idle" for w in __import__("rq").Worker.all(connection=r)), 60,
+                   "the worker to wait for jobs")
         if outage == "stopped while a job runs":
             # given a job running in a horse, watched by its worker (the worker heartbeats it every beat)
             queue.enqueue("time.sleep", 4)
