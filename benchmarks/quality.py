@@ -75,8 +75,9 @@ def run(quick: bool = False) -> dict:
     report.write_chart(averaged, chart)
     data = dict(config={k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()}, users_judged=first.users,
                 methods=mean, best_baseline=best, ratio=averaged.ratio, ratios=ratios, oracle=ceiling,
-                runs=[dict(seed=seed, seconds=s, ratio=ev.ratio, best_baseline=ev.best_baseline, train=ev.train,
-                           methods=ev.methods) for seed, ev, s in runs], chart=chart.name)
+                runs=[dict(seed=seed, seconds=s, ratio=ev.ratio, ratio_interval=ev.ratio_interval,
+                          best_baseline=ev.best_baseline, train=ev.train, methods=ev.methods)
+                      for seed, ev, s in runs], chart=chart.name)
     out = write_result("quality", data, quick)
     print(f"wrote {out} and {chart}")
     return data

@@ -61,6 +61,28 @@ def test_metrics_match_a_hand_computed_example():
     assert m["candidate_recall"] == pytest.approx((1 / 2 + 0 + 1) / 3)
 
 
+def test_the_ratio_interval_is_a_paired_bootstrap_over_users():
+    # given per-user NDCG of two methods on the same users
+    rng = np.random.default_rng(5)
+    theirs = rng.gamma(0.5, 0.3, 1600)
+    ours = theirs * rng.lognormal(0.1, 0.5, 1600)
+    # then a method equal to, or a constant multiple of, the other has a point interval (resamples are paired)
+    assert metrics.ratio_interval(theirs, theirs) == pytest.approx((1.0, 1.0))
+    assert metrics.ratio_interval(1.25 * theirs, theirs) == pytest.approx((1.25, 1.25))
+    # and a noisy one an interval around the ratio of means that narrows with more users (~ 1 / sqrt(users))
+    wide = metrics.ratio_interval(ours[:100], theirs[:100])
+    narrow = metrics.ratio_interval(ours, theirs)
+    assert narrow[0] < ours.mean() / theirs.mean() < narrow[1]
+    assert wide[0] < ours[:100].mean() / theirs[:100].mean() < wide[1]
+    assert 2.5 < (wide[1] - wide[0]) / (narrow[1] - narrow[0]) < 6
+    # and the same seed gives the same interval
+    assert metrics.ratio_interval(ours, theirs, seed=3) == metrics.ratio_interval(ours, theirs, seed=3)
+    # and a baseline that scores 0 for every user of a resample leaves the ratio undefined
+    assert metrics.ratio_interval(ours[:3], np.zeros(3)) is None
+    with pytest.raises(ValueError):
+        metrics.ratio_interval(ours[:3], theirs[:4])
+
+
 def test_popular_is_perfect_when_everyone_buys_the_most_popular_film(own, tmp_path):
     # given MovieLens files: film 1 is rated by 40 users, films 2-6 by 8 each; ten users each rated one film of
     # 7-11 before the cut and, a day later, give film 1 five stars
@@ -158,13 +180,16 @@ def test_evaluate_command_prints_the_table_and_writes_json_and_chart(settings, t
     lines = done.stdout.splitlines()
     head = next(i for i, line in enumerate(lines) if line.startswith("method"))
     assert [line.split()[0] for line in lines[head + 1:head + 7]] == [*baselines.BASELINES, "ranker"]
-    assert lines[head + 7].startswith("ranker / best baseline (") and lines[head + 7].endswith("×")
+    assert lines[head + 7].startswith("ranker / best baseline (")
+    assert lines[head + 7].endswith("×)") and "95% interval over the 40 judged users" in lines[head + 7]
     # and the JSON holds the protocol and every method's metrics; the chart is a PNG
     got = json.loads(out.read_text())
     assert got["users"] == 40 and got["k"] == 10 and got["events_before"] > got["events_after"] > 0
     assert list(got["methods"]) == [*baselines.BASELINES, "ranker"]
     assert got["ratio"] == pytest.approx(got["methods"]["ranker"]["ndcg"]
                                          / got["methods"][got["best_baseline"]]["ndcg"])
+    low, high = got["ratio_interval"]
+    assert low <= got["ratio"] <= high
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

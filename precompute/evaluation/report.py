@@ -30,6 +30,9 @@ def table(ev: Evaluation) -> str:
     for name, m in ev.methods.items():
         lines.append(name.ljust(width) + "  ".join(f"{m[key]:12.4f}" for key, _ in COLUMNS))
     ratio = "n/a (the best baseline scores 0)" if ev.ratio is None else f"{ev.ratio:.2f}×"
+    if ev.ratio is not None and ev.ratio_interval is not None:
+        lo, hi = ev.ratio_interval
+        ratio += f" (95% interval over the {ev.users} judged users: {lo:.2f}×–{hi:.2f}×)"
     lines.append(f"ranker / best baseline ({ev.best_baseline}) = {ratio}")
     return "\n".join(lines)
 

@@ -43,6 +43,8 @@ class Evaluation:
     methods: dict[str, dict[str, float]]     # metrics by method, baselines first, "ranker" last
     best_baseline: str
     ratio: float | None                 # ranker NDCG@k / best baseline's; None when the baseline scores 0
+    #: 95 % bootstrap interval of ``ratio`` over the judged users (``metrics.ratio_interval``); None with ``ratio``
+    ratio_interval: tuple[float, float] | None
     train: dict                         # the ranker's own training metrics (inner split of the pre-cut log)
     seconds: float
 
@@ -82,17 +84,22 @@ def scene(engine: Engine, settings: Settings, events: Events, cut: float, *, use
     return Scene(split=split, items=items, cov=covisit.index_for(items, pairs))
 
 
-def judge(at: Scene, settings: Settings, ranker_model, *, k: int = 10, recent_days: float = 7.0,
-          progress: Callable[[str], None] = lambda msg: None) -> tuple[dict[str, dict[str, float]], str]:
+def judge(at: Scene, settings: Settings, ranker_model, *, k: int = 10, recent_days: float = 7.0, seed: int = 0,
+          progress: Callable[[str], None] = lambda msg: None
+          ) -> tuple[dict[str, dict[str, float]], str, tuple[float, float] | None]:
     """Every baseline and ``ranker_model`` (a CatBoost ranker trained on the log before the cut) ranked at the
-    cut and summarized; returns the metrics by method ("ranker" last) and the best baseline's name."""
+    cut and summarized; returns the metrics by method ("ranker" last), the best baseline's name and the 95 %
+    bootstrap interval of the ranker / best baseline NDCG@k ratio over the judged users (None when undefined)."""
     n = max(k, LIST_LENGTH)
     ranked = baselines.rank_all(at.split, at.items, at.cov, settings, n, recent_days=recent_days, progress=progress)
     progress(f"ranking {len(at.split.users)} users with the ranker")
     ranked["ranker"] = model.rank(ranker_model, at.split, at.items, at.cov, settings, n)
     n_active = int(at.items.active.sum())
     summary = {name: metrics.summarize(at.split.truth, r, k, n_active) for name, r in ranked.items()}
-    return summary, max(baselines.BASELINES, key=lambda name: summary[name]["ndcg"])
+    best = max(baselines.BASELINES, key=lambda name: summary[name]["ndcg"])
+    interval = metrics.ratio_interval(metrics.ndcg_per_user(at.split.truth, ranked["ranker"], k),
+                                      metrics.ndcg_per_user(at.split.truth, ranked[best], k), seed=seed)
+    return summary, best, interval
 
 
 def evaluate(engine: Engine, settings: Settings, *, cut_quantile: float = 0.8, k: int = 10, recent_days: float = 7.0,
@@ -112,12 +119,14 @@ def evaluate(engine: Engine, settings: Settings, *, cut_quantile: float = 0.8, k
     progress("training the ranker on the pre-cut log")
     result = model.train(engine, settings, at.split, iterations=iterations, seed=seed,
                          progress=lambda m: progress(f"  {m}"))
-    summary, best = judge(at, settings, result.model, k=k, recent_days=recent_days, progress=progress)
+    summary, best, interval = judge(at, settings, result.model, k=k, recent_days=recent_days, seed=seed,
+                                    progress=progress)
     base = summary[best]["ndcg"]
     split = at.split
     return Evaluation(cut=split.cut, cut_quantile=cut_quantile, k=k, users=len(split.users),
                       events_before=split.n_before, events_after=split.n_after, methods=summary, best_baseline=best,
                       ratio=summary["ranker"]["ndcg"] / base if base > 0 else None,
+                      ratio_interval=interval if base > 0 else None,
                       train={key: v for key, v in result.metrics.items() if np.isscalar(v)},
                       seconds=time.perf_counter() - t0)
 
@@ -151,7 +160,7 @@ def validate(engine: Engine, settings: Settings, events: Events, result: ranker.
     except InvalidInput:                 # a log so small that every judged user also chose the tree count
         at = scene(engine, settings, events, cut, users=users, seed=seed, known=result.validation,
                    progress=progress)
-    summary, best = judge(at, settings, result.model, k=10, progress=progress)
+    summary, best, _ = judge(at, settings, result.model, k=10, seed=seed, progress=progress)
     return dict(ndcg10=summary["ranker"]["ndcg"], baseline=best, baseline_ndcg10=summary[best]["ndcg"],
                 baselines={name: m["ndcg"] for name, m in summary.items() if name != "ranker"},
                 candidate_recall=summary["ranker"]["candidate_recall"], valid_users=len(at.split.users))
