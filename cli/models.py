@@ -41,8 +41,10 @@ def train(obj, iterations: int | None, depth: int | None, users: int | None, see
     result = train_checked(engine, settings, iterations=iterations, depth=depth, users=users, seed=seed_,
                            progress=lambda m: click.echo(f"  {m}"))
     m = result.metrics
+    interval = m.get("ratio_interval")
+    spread = f"; ratio 95% interval {interval[0]:.2f}×–{interval[1]:.2f}×" if interval else ""
     click.echo(f"validation NDCG@10: model {m['ndcg10']:.4f}, best baseline ({m['baseline']}) "
-               f"{m['baseline_ndcg10']:.4f} ({m['valid_users']} users judged after the validation cut)")
+               f"{m['baseline_ndcg10']:.4f} ({m['valid_users']} users judged after the validation cut{spread})")
     version = bundle.write(settings.model_dir, result.model, result.pairs, {"metrics": m})
     seconds = time.perf_counter() - t0
     how = "train"

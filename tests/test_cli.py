@@ -2,6 +2,7 @@
 do (precompute --inline and --stale, init-db, seed, train, requeue-failed, demo)."""
 
 import dataclasses
+import json
 import struct
 import time
 
@@ -173,6 +174,11 @@ def test_seed_train_and_requeue_on_a_fresh_database(settings, tmp_path):
     assert done.returncode == 0, done.stderr
     assert "validation NDCG@10: model" in done.stdout and "best baseline (" in done.stdout
     assert "is current" in done.stdout
+    # and the check's ratio interval is printed and kept with the bundle's metrics, around the ratio
+    meta = json.loads(next((tmp_path / "models").glob("*/meta.json")).read_text())["metrics"]
+    low, high = meta["ratio_interval"]
+    assert low <= meta["ndcg10"] / meta["baseline_ndcg10"] <= high
+    assert f"ratio 95% interval {low:.2f}×–{high:.2f}×" in done.stdout
     done = manage(fresh, "requeue-failed")
     assert done.returncode == 0 and "requeued 0 failed jobs" in done.stdout
 

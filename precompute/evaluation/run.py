@@ -152,7 +152,8 @@ def validate(engine: Engine, settings: Settings, events: Events, result: ranker.
     (``valid_cut``: the model learned from the log before it), every baseline on the same users and truth. Users
     whose validation examples chose the tree count are not judged (their period is no longer unseen), unless
     nobody else could be. Returns the training metrics' keys that ``models list`` and promotion read: ``ndcg10``,
-    ``baseline``, ``baseline_ndcg10``, ``baselines``, ``candidate_recall``, ``valid_users``."""
+    ``baseline``, ``baseline_ndcg10``, ``ratio_interval`` (``judge``'s, or None), ``baselines``, ``candidate_recall``,
+    ``valid_users``."""
     cut = result.metrics["valid_cut"]
     try:
         at = scene(engine, settings, events, cut, users=users, seed=seed, exclude=result.stopping_users,
@@ -160,8 +161,9 @@ def validate(engine: Engine, settings: Settings, events: Events, result: ranker.
     except InvalidInput:                 # a log so small that every judged user also chose the tree count
         at = scene(engine, settings, events, cut, users=users, seed=seed, known=result.validation,
                    progress=progress)
-    summary, best, _ = judge(at, settings, result.model, k=10, seed=seed, progress=progress)
+    summary, best, interval = judge(at, settings, result.model, k=10, seed=seed, progress=progress)
     return dict(ndcg10=summary["ranker"]["ndcg"], baseline=best, baseline_ndcg10=summary[best]["ndcg"],
+                ratio_interval=list(interval) if interval is not None and summary[best]["ndcg"] > 0 else None,
                 baselines={name: m["ndcg"] for name, m in summary.items() if name != "ranker"},
                 candidate_recall=summary["ranker"]["candidate_recall"], valid_users=len(at.split.users))
 
