@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings as hsettings, strategies as 
 
 from precompute.feeds.codec import encode
 from precompute.feeds.keys import Keys
-from precompute.feeds.live import LiveState
+from precompute.feeds.live import LiveState, LiveView
 from precompute.feeds.page import LiveFeeds
 
 USER = 77
@@ -121,3 +121,19 @@ def test_the_served_path_reads_further_when_many_items_were_dropped(r, settings)
     # given a long feed whose first 300 items are all inactive, with a boost below them
     ids = list(range(1, 1001))
     _check(r, settings, ids, {ids[400]: 3.0}, set(ids[:300]), set(ids[300:320]), 10, 4, 100)
+
+
+def test_boosts_are_in_force_until_they_expire_whichever_way_the_clock_moves(r, settings):
+    # given two boosts ending at t0 + 10 s and t0 + 20 s, in a process's copy of the live state
+    keys = Keys(settings.key_prefix)
+    t0 = time.time()
+    state = LiveState(r, keys)
+    state.boost(1, 2.0, t0 + 10)
+    state.boost(2, 3.0, t0 + 20)
+    view = LiveView(r, keys, 250)
+    view.refresh(force=True)
+    # then at each instant exactly the boosts not yet ended are in force, also when the clock goes back
+    for at, expected in [(0, {1: 2.0, 2: 3.0}), (15, {2: 3.0}), (10, {2: 3.0}), (9.9, {1: 2.0, 2: 3.0}),
+                         (25, {}), (20, {}), (12, {2: 3.0}), (5, {1: 2.0, 2: 3.0})]:
+        assert view.live_boosts(t0 + at) == expected, at
+        assert view.weights([1, 2, 3], t0 + at) == [expected.get(1, 0.0), expected.get(2, 0.0), 0.0]

@@ -10,10 +10,12 @@ process's in-memory copy of the live state (``live.LiveView``), refreshed at mos
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Callable
 
 import numpy as np
 import redis
+from redis.exceptions import NoScriptError
 
 from ..settings import Settings
 from .boosts import lift_boosts
@@ -55,7 +57,7 @@ class LiveFeeds:
         self.every = settings.boost_every
         self.lookahead = settings.boost_lookahead
         self.live = LiveView(r, self.keys, settings.live_refresh_ms)
-        self._page = r.register_script(_PAGE)
+        self._sha = hashlib.sha1(_PAGE.encode()).hexdigest()      # loaded on first use by ``_read``
 
     def page(self, user_id: int, limit: int, offset: int) -> Page | None:
         """The live page of ``user_id``'s precomputed feed, or None when the user has no feed."""
@@ -70,22 +72,33 @@ class LiveFeeds:
         if found is None:
             return None
         page, ids, scores, inactive, seen_since = found
-        place = {int(i): k for k, i in enumerate(ids.tolist())}
+        place = {i: k for k, i in enumerate(ids)}
         ranks = [place.get(i, -1) for i, _, _ in page.items]
         deepest = max(ranks, default=-1)
-        dropped = [Dropped(int(ids[k]), k, float(scores[k]), "inactive" if inactive[k] else "seen since")
-                   for k in np.flatnonzero(inactive | seen_since) if k <= deepest or not page.items]
+        dropped = [Dropped(ids[k], k, scores[k], "inactive" if inactive[k] else "seen since")
+                   for k in range(len(ids)) if (inactive[k] or seen_since[k]) and (k <= deepest or not page.items)]
         return page, dropped, ranks
 
+    def _read(self, keys: list[str], n_bytes: int) -> list:
+        """The page script's reply, by its digest (one round trip); loaded first on a server that lacks it."""
+        try:
+            return self.r.execute_command("EVALSHA", self._sha, 2, *keys, n_bytes)
+        except NoScriptError:
+            self._sha = self.r.script_load(_PAGE)
+            return self.r.execute_command("EVALSHA", self._sha, 2, *keys, n_bytes)
+
     def _live(self, user_id: int, limit: int, offset: int):
-        """The page and what it was made from: the feed prefix read (ids, scores) and masks of its items dropped
-        as inactive and as seen since; None when there is no readable feed."""
+        """The page and what it was made from: the feed prefix read (ids, scores) and flags of its items dropped
+        as inactive and as seen since, as lists; None when there is no readable feed.
+
+        Past the read, a page works on Python lists: it looks at ~150 items, where each numpy call costs more than
+        a list comprehension over them (one binary search over the inactive items is the exception)."""
         self.live.refresh()
         need = offset + limit
         n_read = need + self.lookahead + limit
         keys = [self.keys.feed(user_id), self.keys.seen(user_id)]
         while True:
-            reply = self._page(keys=keys, args=[HEADER_SIZE + n_read * RECORD_SIZE])
+            reply = self._read(keys, HEADER_SIZE + n_read * RECORD_SIZE)
             if len(reply) < 2:
                 return None                      # no feed (or a value too short to be one)
             blob, seen = reply
@@ -93,17 +106,22 @@ class LiveFeeds:
                 feed = decode(blob)
             except CorruptFeed:
                 return None                      # treated as missing: served from fallback and recomputed
-            ids, scores = feed.items, feed.scores
             # The whole value was read when it has no more records than were returned (or fewer than asked for).
-            complete = len(ids) >= feed.header.count or len(ids) < n_read
-            inactive = ~self.live.active_mask(ids)
-            seen_since = np.isin(ids, np.array(seen, dtype=np.int64)) if seen else np.zeros(len(ids), dtype=bool)
-            keep = ~(inactive | seen_since)
-            out = lift_boosts(ids[keep], scores[keep], self.live.weights(ids[keep]), need, self.every,
-                              self.lookahead, complete)
+            complete = len(feed.items) >= feed.header.count or len(feed.items) < n_read
+            inactive = self.live.inactive_flags(feed.items)
+            ids, scores = feed.items.tolist(), feed.scores.tolist()
+            seen_ids = {int(i) for i in seen}
+            seen_since = [not off and i in seen_ids for i, off in zip(ids, inactive)] if seen else [False] * len(ids)
+            if seen_ids or any(inactive):
+                keep = [k for k, (off, again) in enumerate(zip(inactive, seen_since)) if not (off or again)]
+                kept_ids, kept_scores = [ids[k] for k in keep], [scores[k] for k in keep]
+            else:
+                kept_ids, kept_scores = ids, scores         # nothing dropped (most pages)
+            out = lift_boosts(kept_ids, kept_scores, self.live.live_boosts(), need, self.every, self.lookahead,
+                              complete)
             if out is not None:
                 page = Page(items=out[offset:need], source="precomputed", header=feed.header)
-                return page, ids, scores, inactive, seen_since & ~inactive
+                return page, ids, scores, inactive, seen_since
             n_read *= 2                          # the rule needs more of the feed (many items dropped): read on
 
     def filter_live(self, ids: np.ndarray, seen_since: np.ndarray) -> np.ndarray:
