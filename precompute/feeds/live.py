@@ -188,8 +188,7 @@ class LiveView:
 def _member(sorted_ids: np.ndarray, ids: np.ndarray) -> np.ndarray:
     if not len(sorted_ids) or not len(ids):
         return np.zeros(len(ids), dtype=bool)
-    at = np.minimum(np.searchsorted(sorted_ids, ids), len(sorted_ids) - 1)
-    return sorted_ids[at] == ids
+    return sorted_ids.take(np.searchsorted(sorted_ids, ids), mode="clip") == ids
 
 
 def _pairs(rows: Iterable[tuple[bytes, float]]) -> tuple[np.ndarray, np.ndarray]:
