@@ -92,9 +92,9 @@ def run(quick: bool = False) -> dict:
                     f"{cfg['http_workers']}, load by {out['generator']}", ["endpoint", "rps", "p50 ms", "p99 ms",
                                                                           "errors"],
                     [[name, x["rps"], x["p50_ms"], x["p99_ms"], x["errors"]] for name, x in runs.items()]))
-        print(f"feed/floor = {out['ratio_feed_over_floor']:.2f} (median of the pairs: "
-              f"{', '.join(f'{x:.2f}' for x in out['ratio_feed_over_floor_per_pair'])})   feed/bare = {out['ratio_feed_over_bare']:.2f}   "
-              f"feed/realtime = {out['ratio_feed_over_realtime']:.1f}x")
+        each = ", ".join(f"{x:.2f}" for x in out["ratio_feed_over_floor_per_pair"])
+        print(f"feed/floor = {out['ratio_feed_over_floor']:.2f} (median of the pairs: {each})   "
+              f"feed/bare = {out['ratio_feed_over_bare']:.2f}   feed/realtime = {out['ratio_feed_over_realtime']:.1f}x")
         print(table("\nin-process cost per request (no HTTP server), median microseconds",
                     ["one Redis round trip (PING)", "GET /livez", "GET /floor (limit 20)", "GET /feed (limit 20)",
                      "floor/feed (interleaved)"],
@@ -132,7 +132,7 @@ def _in_process(settings, n_users: int, n: int = 3000) -> dict:
         return {name: median(x) * 1e6 for name, x in times.items()}
 
     out = per_call(dict(redis_ping_us=lambda k: r.ping(), livez_us=lambda k: client.get("/livez")))
-    out.update(per_call({name: lambda k, p=path: client.get(p.format(k % n_users + 1)) for name, p in paths.items()}))
+    out.update(per_call({name: lambda k, p=p: client.get(p.format(k % n_users + 1)) for name, p in paths.items()}))
     return {**out, "floor_over_feed": out["floor_us"] / out["feed_us"]}
 
 
