@@ -35,7 +35,8 @@ def lift_boosts(ids: Sequence[int], scores: Sequence[float], weights: Mapping[in
     more than the loop it would replace.
     """
     n = len(ids)
-    b_pos = [k for k, i in enumerate(ids) if i in weights]
+    # Most prefixes hold no boosted item: ``isdisjoint`` finds out in C before a Python pass over the ids.
+    b_pos = [] if weights.keys().isdisjoint(ids) else [k for k, i in enumerate(ids) if i in weights]
     if not b_pos:
         # Nothing boosted in what was read: the organic order, unless a boost past the prefix could still reach
         # one of the first ``need`` slots (or the prefix is shorter than the page).
