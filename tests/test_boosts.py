@@ -1,4 +1,4 @@
-"""The boost rule on every page: the served path (Lua page read, live drops, re-reads, the rule) against a plain
+"""The boost rule on every page: the served path (the page read, live drops, re-reads, the rule) against a plain
 statement of the rule, for generated feeds, boosts, weights, drops, page sizes and rule settings."""
 
 import dataclasses
@@ -47,6 +47,10 @@ def _store(r, keys: Keys, ids, boosts: dict[int, float], inactive: set[int], see
     live.set_active(dict.fromkeys(inactive, False))
     if seen:
         r.zadd(keys.seen(USER), {str(i): VERSION + 1 for i in seen})
+    # items seen before the feed was computed (at its version or earlier) are not dropped: the feed accounted them
+    before = {i: VERSION - i % 2 for i in ids if i % 3 == 0 and i not in seen}
+    if before:
+        r.zadd(keys.seen(USER), {str(i): v for i, v in before.items()})
 
 
 def _pages(live: LiveFeeds, size: int, until: int) -> list[tuple[int, bool]]:
