@@ -69,24 +69,25 @@ class LiveFeeds:
                    for k in range(len(ids)) if (inactive[k] or seen_since[k]) and (k <= deepest or not page.items)]
         return page, dropped, ranks
 
-    def _read(self, keys: list[str], n_bytes: int) -> tuple[bytes, list[tuple[bytes, float]]]:
-        """The feed's first ``n_bytes`` bytes and its user's ``SEEN_TAIL`` newest seen items with their history
-        versions, oldest first, in one round trip: two plain reads pipelined on the user's slot. (A Lua script
-        doing both cost Valkey ~15 us a page, and the client more than the pipeline does.)"""
+    def _read(self, keys: list[str], n_bytes: int) -> tuple[bytes, list]:
+        """The feed's first ``n_bytes`` bytes and its user's ``SEEN_TAIL`` newest seen items as (item, history
+        version) pairs, oldest first, in one round trip: two plain reads pipelined on the user's slot. (A Lua
+        script doing both cost Valkey 15-35 us a page; the pipeline's two reads ~2 us.)"""
         pipe = self.r.pipeline(transaction=False)
-        pipe.getrange(keys[0], 0, n_bytes - 1)
-        pipe.zrange(keys[1], -SEEN_TAIL, -1, withscores=True)
+        pipe.execute_command("GETRANGE", keys[0], 0, n_bytes - 1)
+        pipe.execute_command("ZRANGE", keys[1], -SEEN_TAIL, -1, "WITHSCORES")    # raw: ~10 us less than zrange()
         blob, tail = pipe.execute()
-        return blob, tail
+        # RESP2 answers [item, version, item, version, ...], RESP3 [[item, version], ...]
+        return blob, tail if not tail or isinstance(tail[0], list) else list(zip(tail[::2], tail[1::2]))
 
-    def _seen_since(self, key: str, version: int, tail: list[tuple[bytes, float]]) -> set[int]:
+    def _seen_since(self, key: str, version: int, tail: list) -> set[int]:
         """The items seen with a history version above ``version`` (the feed's): found in ``tail`` (the newest
         seen, oldest first) when it reaches back to one not above it or holds every seen item, else read (a second
         round trip, when more than ``SEEN_TAIL`` items were seen since the feed was computed). The two reads of a
         page are not one atomic step; an item seen between them is seen since the feed, and dropped."""
         found = set()
         for item, seen_at in reversed(tail):
-            if seen_at <= version:
+            if float(seen_at) <= version:
                 return found
             found.add(int(item))
         if len(tail) < SEEN_TAIL:
