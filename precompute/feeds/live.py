@@ -116,9 +116,8 @@ class LiveView:
         self.checked = float("-inf")
         self.inactive = np.empty(0, dtype=np.int64)          # sorted: 8 bytes per deactivated item
         self.boosts: dict[int, tuple[float, float]] = {}     # item id -> (weight, expires_at epoch s)
-        # The boosts in force (item id -> weight) and the span [start, until) of epoch s over which that holds.
-        self._live_boosts: dict[int, float] = {}
-        self._live_span = (float("inf"), float("-inf"))
+        # The span [start, until) of epoch s over which the boosts in force do not change, and them (id -> weight).
+        self._in_force: tuple[float, float, dict[int, float]] = (float("inf"), float("-inf"), {})
 
     def refresh(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -155,7 +154,7 @@ class LiveView:
         base = np.empty(0, dtype=np.int64) if whole else self.inactive
         self.inactive = np.union1d(np.setdiff1d(base, newly_on), newly_off)
         self.boosts = {int(i): (float(w), float(e)) for i, (w, e) in ((i, v.split()) for i, v in boosts.items())}
-        self._live_span = (float("inf"), float("-inf"))     # the live boosts are taken again at the next page
+        self._in_force = (float("inf"), float("-inf"), {})  # taken again at the next page
         self.seq, self.epoch = int(seq or 0), int(epoch or 0)
 
     def active_mask(self, ids: np.ndarray) -> np.ndarray:
@@ -171,13 +170,13 @@ class LiveView:
         Taken again only when ``now`` leaves the span the previous answer holds for (a boost expired, or the clock
         went back), so a page pays one dict lookup per item."""
         now = time.time() if now is None else now
-        start, until = self._live_span
+        start, until, weights = self._in_force
         if not start <= now < until:
-            self._live_boosts = {i: w for i, (w, e) in self.boosts.items() if e > now and w > 0}
+            weights = {i: w for i, (w, e) in self.boosts.items() if e > now and w > 0}
             ends = [e for _, e in self.boosts.values()]
-            self._live_span = (max((e for e in ends if e <= now), default=float("-inf")),
-                               min((e for e in ends if e > now), default=float("inf")))
-        return self._live_boosts
+            self._in_force = (max((e for e in ends if e <= now), default=float("-inf")),
+                              min((e for e in ends if e > now), default=float("inf")), weights)
+        return weights
 
     def weights(self, ids: Iterable[int], now: float | None = None) -> list[float]:
         """Boost weight of each id, 0 where unboosted or expired."""
