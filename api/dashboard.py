@@ -6,7 +6,6 @@ snapshot as JSON."""
 
 from __future__ import annotations
 
-import numpy as np
 from flask import Blueprint, current_app, render_template, request
 
 from jobs.status import age_text, snapshot, utc_text
@@ -57,7 +56,7 @@ def lookup(ctx, uid: int, limit: int) -> dict:
     else:
         page, dropped, ranks = found
     ids = [i for i, _, _ in page.items]
-    weights = live.live.weights(np.array(ids, dtype=np.int64)).tolist()
+    weights = live.live.weights(ids)
     items = [{"item_id": i, "score": round(s, 6), "boosted": b, "weight": w if b else None,
               "rank": ranks[k] if k < len(ranks) else None}
              for k, ((i, s, b), w) in enumerate(zip(page.items, weights))]

@@ -66,12 +66,18 @@ def test_boosted_items_are_lifted_with_capped_density(client, pipeline, user_id,
     assert _feed(client, user_id, limit=20)["items"][0]["item_id"] != boosted[-1]
 
 
-def test_expired_boosts_are_ignored(client, pipeline, user_id, r, settings):
+def test_expired_boosts_are_ignored(client, pipeline, user_id, admin):
+    # given a one-second boost on an item ranked 26th in the user's feed
     pipeline.recompute([user_id])
-    item = pipeline.store.read(user_id).items[25]
-    r.set(f"{settings.key_prefix}boost:{item}", "5.0", px=1)
-    time.sleep(0.01)                                                     # expired
-    assert not any(x["boosted"] for x in _feed(client, user_id, limit=30)["items"])
+    item = int(pipeline.store.read(user_id).items[25])
+    assert client.put(f"/boosts/{item}", json={"weight": 5.0, "ttl_seconds": 1}, headers=admin).status_code == 200
+    # then it is lifted to the first slot while it lasts
+    assert _feed(client, user_id, limit=30)["items"][0] == {**_feed(client, user_id, limit=30)["items"][0],
+                                                            "item_id": item, "boosted": True}
+    # and once it has expired nothing is boosted and the item is back in its organic place, with no new write
+    time.sleep(1.05)
+    items = _feed(client, user_id, limit=30)["items"]
+    assert not any(x["boosted"] for x in items) and items[25]["item_id"] == item
 
 
 def test_deactivated_items_disappear_from_served_feeds_at_once(client, pipeline, user_id, admin, world):

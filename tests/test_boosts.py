@@ -1,4 +1,4 @@
-"""The boost rule on every page: the served path (Lua page read, live drops, re-reads, the rule) against a plain
+"""The boost rule on every page: the served path (the page read, live drops, re-reads, the rule) against a plain
 statement of the rule, for generated feeds, boosts, weights, drops, page sizes and rule settings."""
 
 import dataclasses
@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings as hsettings, strategies as 
 
 from precompute.feeds.codec import encode
 from precompute.feeds.keys import Keys
-from precompute.feeds.live import LiveState
+from precompute.feeds.live import LiveState, LiveView
 from precompute.feeds.page import LiveFeeds
 
 USER = 77
@@ -47,6 +47,10 @@ def _store(r, keys: Keys, ids, boosts: dict[int, float], inactive: set[int], see
     live.set_active(dict.fromkeys(inactive, False))
     if seen:
         r.zadd(keys.seen(USER), {str(i): VERSION + 1 for i in seen})
+    # items seen before the feed was computed (at its version or earlier) are not dropped: the feed accounted them
+    before = {i: VERSION - i % 2 for i in ids if i % 3 == 0 and i not in seen}
+    if before:
+        r.zadd(keys.seen(USER), {str(i): v for i, v in before.items()})
 
 
 def _pages(live: LiveFeeds, size: int, until: int) -> list[tuple[int, bool]]:
@@ -121,3 +125,19 @@ def test_the_served_path_reads_further_when_many_items_were_dropped(r, settings)
     # given a long feed whose first 300 items are all inactive, with a boost below them
     ids = list(range(1, 1001))
     _check(r, settings, ids, {ids[400]: 3.0}, set(ids[:300]), set(ids[300:320]), 10, 4, 100)
+
+
+def test_boosts_are_in_force_until_they_expire_whichever_way_the_clock_moves(r, settings):
+    # given two boosts ending at t0 + 10 s and t0 + 20 s, in a process's copy of the live state
+    keys = Keys(settings.key_prefix)
+    t0 = time.time()
+    state = LiveState(r, keys)
+    state.boost(1, 2.0, t0 + 10)
+    state.boost(2, 3.0, t0 + 20)
+    view = LiveView(r, keys, 250)
+    view.refresh(force=True)
+    # then at each instant exactly the boosts not yet ended are in force, also when the clock goes back
+    for at, expected in [(0, {1: 2.0, 2: 3.0}), (15, {2: 3.0}), (10, {2: 3.0}), (9.9, {1: 2.0, 2: 3.0}),
+                         (25, {}), (20, {}), (12, {2: 3.0}), (5, {1: 2.0, 2: 3.0})]:
+        assert view.live_boosts(t0 + at) == expected, at
+        assert view.weights([1, 2, 3], t0 + at) == [expected.get(1, 0.0), expected.get(2, 0.0), 0.0]

@@ -114,10 +114,10 @@ class LiveView:
         self.refresh_s = refresh_ms / 1000.0
         self.seq = self.epoch = -1
         self.checked = float("-inf")
-        self.inactive = np.empty(0, dtype=np.int64)          # sorted
-        self.boost_ids = np.empty(0, dtype=np.int64)         # sorted
-        self.boost_weights = np.empty(0)
-        self.boost_expires = np.empty(0)
+        self.inactive = np.empty(0, dtype=np.int64)          # sorted: 8 bytes per deactivated item
+        self.boosts: dict[int, tuple[float, float]] = {}     # item id -> (weight, expires_at epoch s)
+        # The span [start, until) of epoch s over which the boosts in force do not change, and them (id -> weight).
+        self._in_force: tuple[float, float, dict[int, float]] = (float("inf"), float("-inf"), {})
 
     def refresh(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -153,32 +153,41 @@ class LiveView:
         newly_on = np.setdiff1d(on_ids, newly_off)
         base = np.empty(0, dtype=np.int64) if whole else self.inactive
         self.inactive = np.union1d(np.setdiff1d(base, newly_on), newly_off)
-        ids = np.array([int(i) for i in boosts], dtype=np.int64)
-        values = [v.split() for v in boosts.values()]
-        order = np.argsort(ids)
-        self.boost_ids = ids[order]
-        self.boost_weights = np.array([float(v[0]) for v in values])[order] if values else np.empty(0)
-        self.boost_expires = np.array([float(v[1]) for v in values])[order] if values else np.empty(0)
+        self.boosts = {int(i): (float(w), float(e)) for i, (w, e) in ((i, v.split()) for i, v in boosts.items())}
+        self._in_force = (float("inf"), float("-inf"), {})  # taken again at the next page
         self.seq, self.epoch = int(seq or 0), int(epoch or 0)
 
     def active_mask(self, ids: np.ndarray) -> np.ndarray:
         """True where the item is not deactivated."""
         return ~_member(self.inactive, ids)
 
-    def weights(self, ids: np.ndarray, now: float | None = None) -> np.ndarray:
+    def inactive_flags(self, ids: np.ndarray) -> list[bool]:
+        """True where the item is deactivated, as a list (what the page's loops read)."""
+        return _member(self.inactive, ids).tolist()
+
+    def live_boosts(self, now: float | None = None) -> dict[int, float]:
+        """Item id -> weight of the boosts in force at ``now`` (default: the wall clock): not expired, weight > 0.
+        Taken again only when ``now`` leaves the span the previous answer holds for (a boost expired, or the clock
+        went back), so a page pays one dict lookup per item."""
+        now = time.time() if now is None else now
+        start, until, weights = self._in_force
+        if not start <= now < until:
+            weights = {i: w for i, (w, e) in self.boosts.items() if e > now and w > 0}
+            ends = [e for _, e in self.boosts.values()]
+            self._in_force = (max((e for e in ends if e <= now), default=float("-inf")),
+                              min((e for e in ends if e > now), default=float("inf")), weights)
+        return weights
+
+    def weights(self, ids: Iterable[int], now: float | None = None) -> list[float]:
         """Boost weight of each id, 0 where unboosted or expired."""
-        if not len(self.boost_ids) or not len(ids):
-            return np.zeros(len(ids))
-        at = np.minimum(np.searchsorted(self.boost_ids, ids), len(self.boost_ids) - 1)
-        live = (self.boost_ids[at] == ids) & (self.boost_expires[at] > (time.time() if now is None else now))
-        return np.where(live, self.boost_weights[at], 0.0)
+        get = self.live_boosts(now).get
+        return [get(int(i), 0.0) for i in ids]
 
 
 def _member(sorted_ids: np.ndarray, ids: np.ndarray) -> np.ndarray:
     if not len(sorted_ids) or not len(ids):
         return np.zeros(len(ids), dtype=bool)
-    at = np.minimum(np.searchsorted(sorted_ids, ids), len(sorted_ids) - 1)
-    return sorted_ids[at] == ids
+    return sorted_ids.take(np.searchsorted(sorted_ids, ids), mode="clip") == ids
 
 
 def _pairs(rows: Iterable[tuple[bytes, float]]) -> tuple[np.ndarray, np.ndarray]:
