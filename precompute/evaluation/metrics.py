@@ -32,10 +32,13 @@ def grades(truth: Truth, ranked: Ranked) -> np.ndarray:
 
 def ndcg_per_user(truth: Truth, ranked: Ranked, k: int) -> np.ndarray:
     """NDCG@k of each judged user (0 for a user whose truth has no positive grade)."""
+    owner = np.repeat(np.arange(len(truth.offsets) - 1), np.diff(ranked.offsets))
+    return _ndcg(truth, owner, np.arange(len(owner)) - ranked.offsets[owner], grades(truth, ranked), k)
+
+
+def _ndcg(truth: Truth, owner: np.ndarray, place: np.ndarray, rel: np.ndarray, k: int) -> np.ndarray:
+    """Per-user NDCG@k of listed items given by their user, place in the list and truth grade."""
     n_users = len(truth.offsets) - 1
-    owner = np.repeat(np.arange(n_users), np.diff(ranked.offsets))
-    place = np.arange(len(owner)) - ranked.offsets[owner]
-    rel = grades(truth, ranked)
     top = place < k
     dcg = np.bincount(owner[top], weights=(2.0 ** rel[top] - 1) / np.log2(place[top] + 2), minlength=n_users)
     t_owner = truth.owner
@@ -88,7 +91,7 @@ def summarize(truth: Truth, ranked: Ranked, k: int, n_active: int) -> dict[str, 
     hits_before = np.cumsum(hit) - np.r_[0, np.cumsum(hit)][ranked.offsets[owner]]   # hits at places ≤ p
     ap = np.bincount(owner[top & hit], weights=hits_before[top & hit] / (place[top & hit] + 1), minlength=n_users)
     return {
-        "ndcg": float(np.mean(ndcg_per_user(truth, ranked, k))),
+        "ndcg": float(np.mean(_ndcg(truth, owner, place, rel, k))),
         "recall": float(np.mean(np.bincount(owner[top & hit], minlength=n_users) / n_truth)),
         "recall100": float(np.mean(np.bincount(owner[(place < 100) & hit], minlength=n_users) / n_truth)),
         "map": float(np.mean(ap / np.minimum(n_truth, k))),

@@ -43,7 +43,8 @@ class Evaluation:
     methods: dict[str, dict[str, float]]     # metrics by method, baselines first, "ranker" last
     best_baseline: str
     ratio: float | None                 # ranker NDCG@k / best baseline's; None when the baseline scores 0
-    #: 95 % bootstrap interval of ``ratio`` over the judged users (``metrics.ratio_interval``); None with ``ratio``
+    #: 95 % bootstrap interval of ``ratio`` over the judged users (``metrics.ratio_interval``); None when the best
+    #: baseline scores 0 for every user of a resample (and so with ``ratio``)
     ratio_interval: tuple[float, float] | None
     train: dict                         # the ranker's own training metrics (inner split of the pre-cut log)
     seconds: float
@@ -126,7 +127,7 @@ def evaluate(engine: Engine, settings: Settings, *, cut_quantile: float = 0.8, k
     return Evaluation(cut=split.cut, cut_quantile=cut_quantile, k=k, users=len(split.users),
                       events_before=split.n_before, events_after=split.n_after, methods=summary, best_baseline=best,
                       ratio=summary["ranker"]["ndcg"] / base if base > 0 else None,
-                      ratio_interval=interval if base > 0 else None,
+                      ratio_interval=interval,
                       train={key: v for key, v in result.metrics.items() if np.isscalar(v)},
                       seconds=time.perf_counter() - t0)
 
@@ -163,7 +164,7 @@ def validate(engine: Engine, settings: Settings, events: Events, result: ranker.
                    progress=progress)
     summary, best, interval = judge(at, settings, result.model, k=10, seed=seed, progress=progress)
     return dict(ndcg10=summary["ranker"]["ndcg"], baseline=best, baseline_ndcg10=summary[best]["ndcg"],
-                ratio_interval=list(interval) if interval is not None and summary[best]["ndcg"] > 0 else None,
+                ratio_interval=None if interval is None else list(interval),
                 baselines={name: m["ndcg"] for name, m in summary.items() if name != "ranker"},
                 candidate_recall=summary["ranker"]["candidate_recall"], valid_users=len(at.split.users))
 
