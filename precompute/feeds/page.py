@@ -114,7 +114,7 @@ class LiveFeeds:
             complete = len(feed.items) >= feed.header.count or len(feed.items) < n_read
             inactive = self.live.inactive_flags(feed.items)
             ids, scores = feed.items.tolist(), feed.scores.tolist()
-            seen_ids = self._seen_since(keys[1], feed.header.history_version, tail) if tail else set()
+            seen_ids = self._seen_since(keys[1], feed.header.history_version, tail)
             seen_since = [not off and i in seen_ids for i, off in zip(ids, inactive)] if seen_ids else \
                 [False] * len(ids)
             if seen_ids or any(inactive):
