@@ -195,17 +195,18 @@ class Settings:
                                    unit="items")
     train_cut_quantile: float = setting(0.7, "PREFEED_TRAIN_CUT_QUANTILE", "the training cut: share of events "
                                         "before it; training examples take features from the log up to it and "
-                                        "labels from the events between it and the validation cut", minimum=0.01,
+                                        "labels from the events between it and the validation cut (the last of "
+                                        "`PREFEED_TRAIN_PERIODS` cuts)", minimum=0.01,
                                         maximum=0.99)
-    train_valid_quantile: float = setting(0.85, "PREFEED_TRAIN_VALID_QUANTILE", "the validation cut: share of "
+    train_valid_quantile: float = setting(0.8, "PREFEED_TRAIN_VALID_QUANTILE", "the validation cut: share of "
                                           "events before it (above the training cut); the model is judged and "
                                           "stopped early on features from the log up to it and labels after it",
                                           minimum=0.01, maximum=0.99)
-    train_periods: int = setting(1, "PREFEED_TRAIN_PERIODS", "training periods: examples are built at this many "
-                                 "cuts, the last at the training cut and each earlier one a validation period's "
-                                 "share of events before the next, each labelled by the events up to the next cut "
-                                 "(more users to learn from on a log where users are active briefly)",
-                                 unit="periods")
+    train_periods: int = setting(5, "PREFEED_TRAIN_PERIODS", "training periods: examples are built at this many "
+                                 "cuts, the last at the training cut and each earlier one the validation cut's "
+                                 "distance from it (as a share of events) before the next, each labelled by all "
+                                 "events after it up to the validation cut (more users to learn from, and labels "
+                                 "as far ahead as the log allows)", unit="periods")
     train_loss: str = setting("Logloss", "PREFEED_TRAIN_LOSS", "CatBoost objective: `Logloss` (pointwise: how "
                               "likely a candidate is interacted with, each positive weighted by its grade) or "
                               "`YetiRank` (pairwise, within each user's sampled candidates)")

@@ -103,7 +103,8 @@ def training_cuts(ev_ts: np.ndarray, settings: Settings) -> list[float]:
     """The cuts training makes (epoch s), ascending: ``train_periods`` training cuts, the last at
     ``train_cut_quantile`` and each earlier one the validation period's share of events before the next (cuts
     below 5 % of the log or at the same instant as the next are left out), then the validation cut at
-    ``train_valid_quantile``. Training period ``p`` is labelled by the events up to the next cut."""
+    ``train_valid_quantile``. Every training period is labelled by the events after its cut up to the validation
+    cut."""
     step = settings.train_valid_quantile - settings.train_cut_quantile
     qs = [settings.train_cut_quantile - k * step for k in range(settings.train_periods - 1, 0, -1)]
     qs = [q for q in qs if q >= 0.05] + [settings.train_cut_quantile, settings.train_valid_quantile]

@@ -5,8 +5,9 @@ training examples are built at the first (features from the log up to it, labels
 cuts), validation examples at the second (features, item table and co-visitation from the log up to it, labels
 after it), so the model learns from one period and is stopped early on the next, as in production.
 ``PREFEED_TRAIN_PERIODS`` > 1 adds earlier training cuts, each with its own item table and co-visitation and labelled
-by the events up to the next cut (``periods.training_cuts``): on a log where most users are active briefly, one cut
-sees few users with history before it and labels after it. CatBoost stops adding trees once NDCG@10 on the
+by all events after it up to the validation cut (``periods.training_cuts``): on a log where most users are active
+briefly, one cut sees few users with history before it and labels after it, and a label window as long as the
+known future matches what a feed is judged on (everything the user does next, not only the next few days). CatBoost stops adding trees once NDCG@10 on the
 validation examples has not improved for ``PREFEED_TRAIN_EARLY_STOPPING`` trees and keeps the best count
 (``train_iterations`` is the maximum).
 
@@ -122,13 +123,14 @@ def _periods(engine: Engine, settings: Settings, events: periods.Events, bounds:
              n: int, rng: np.random.Generator, progress: Callable[[str], None]
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Training examples of every training period: period ``p`` knows the log up to ``bounds[p]`` (its own item
-    table and co-visitation) and is labelled by the events up to ``bounds[p + 1]``; up to ``n / periods`` of its
-    eligible users each. One period is held in memory at a time. Group ids are distinct per (user, period).
+    table and co-visitation) and is labelled by all events after it up to the validation cut ``bounds[-1]``; up
+    to ``n / periods`` of its eligible users each. One period is held in memory at a time. Group ids are distinct
+    per (user, period).
     Returns the rows, grades, group ids and the number of (user, period) groups sampled."""
     n_periods = len(bounds) - 1
     Xs, ys, gs, sampled = [], [], [], 0
     for p in range(n_periods):
-        learn = periods.period(engine, settings, events, bounds[p], bounds[p + 1], everyone)
+        learn = periods.period(engine, settings, events, bounds[p], bounds[-1], everyone)
         eligible = learn.eligible()
         if len(eligible) < 5 and p < n_periods - 1:
             continue            # an early period with too few users to learn from: the later ones still count
