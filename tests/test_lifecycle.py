@@ -187,8 +187,8 @@ def _popularity_is_the_future(now: float) -> Marketplace:
     (and fewer each P2..P5) first; then 30 users with three items of their own view P1 (the training period's
     labels), and after that 50 other users with items of their own view P1 (the validation period). Popularity
     ranks P1 first for every validation user (NDCG@10 = 1), so no model can do strictly better. The first two
-    phases each share one time stamp, so training's cuts (quantiles 0.7 and 0.85 of event time, 440 of 520 events
-    in the first phase, 30 in the second) fall exactly on them."""
+    phases each share one time stamp, so training's cuts (quantiles 0.7 and 0.85 of event time, which the test sets:
+    440 of 520 events in the first phase, 30 in the second) fall exactly on them."""
     n_items, fillers, learners, judged = 60, 60, 30, 50
     f = np.arange(fillers)
     filler_items = [(u, p) for p, n in zip(range(1, 6), (60, 50, 40, 30, 20)) for u in f[:n]]
@@ -214,7 +214,9 @@ def _popularity_is_the_future(now: float) -> Marketplace:
 
 def test_train_refuses_a_model_that_does_not_beat_the_baseline_unless_forced(own, tmp_path):
     s, _, _ = own
-    s = dataclasses.replace(s, database_url=f"sqlite:///{tmp_path / 'popular.db'}", model_dir=tmp_path / "models")
+    # (one training cut at 0.7 and the validation cut at 0.85, which the log's phases are built around)
+    s = dataclasses.replace(s, database_url=f"sqlite:///{tmp_path / 'popular.db'}", model_dir=tmp_path / "models",
+                            train_periods=1, train_cut_quantile=0.7, train_valid_quantile=0.85)
     engine = db.make_engine(s.database_url)
     db.init_db(engine, s)
     bulk.load(engine, _popularity_is_the_future(time.time()), s)
