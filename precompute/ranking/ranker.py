@@ -7,9 +7,9 @@ after it), so the model learns from one period and is stopped early on the next,
 ``PREFEED_TRAIN_PERIODS`` > 1 adds earlier training cuts, each with its own item table and co-visitation and labelled
 by all events after it up to the validation cut (``periods.training_cuts``): on a log where most users are active
 briefly, one cut sees few users with history before it and labels after it, and a label window as long as the
-known future matches what a feed is judged on (everything the user does next, not only the next few days). CatBoost stops adding trees once NDCG@10 on the
-validation examples has not improved for ``PREFEED_TRAIN_EARLY_STOPPING`` trees and keeps the best count
-(``train_iterations`` is the maximum).
+known future matches what a feed is judged on (everything the user does next, not only the next few days).
+CatBoost stops adding trees once NDCG@10 on the validation examples has not improved for
+``PREFEED_TRAIN_EARLY_STOPPING`` trees and keeps the best count (``train_iterations`` is the maximum).
 
 Labels: a candidate is relevant if the user interacted with it in the period after its cut, graded by the weight of
 the strongest interaction (``PREFEED_EVENT_TYPES``: view 1 … purchase 6 by default). Judging the trained model
