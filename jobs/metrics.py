@@ -18,6 +18,7 @@ import logging
 import os
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server, values
+from rq.exceptions import StopRequested
 from rq.job import Job
 from rq.results import Result
 
@@ -82,6 +83,10 @@ def record_job(job: Job, started: float, seconds: float) -> None:
     function = job.func_name.rsplit(".", 1)[-1]
     try:
         result = job.latest_result()
+    except StopRequested:
+        # RQ's SIGTERM handler raises this wherever an idle worker is, and here the worker is idle again (the job
+        # is over): swallowed, the warm stop would be lost and the worker would go on taking jobs
+        raise
     except Exception as exc:        # never let metrics take a worker down
         log.warning("no result for job %s: %s", job.id, exc)
         result = None

@@ -3,14 +3,18 @@ coalescing, drains scheduled for leased users, pre-fork initialisation, and pick
 broken one) without a restart."""
 
 import dataclasses
+import os
 import shutil
+import signal
 import time
 
 import pytest
+from rq.exceptions import StopRequested
 from rq.job import Job
 from rq.serializers import JSONSerializer
 from sqlalchemy import select
 
+from jobs import metrics
 from jobs.queues import enqueue_batches, make_queue, notify_changed, retry
 from precompute.data.models import User
 from precompute.errors import BundleError
@@ -283,3 +287,29 @@ def test_a_dead_workers_job_is_retried_past_its_retries_and_rqs_cleaning_lock(se
     # then its maintenance found the job within a few beats and ran it again
     assert job.get_status() == "finished", job.latest_result().exc_string
     assert r.zcard(queue.started_job_registry.key) == 0 and queue.failed_job_registry.count == 0
+
+
+def test_a_warm_stop_landing_while_a_finished_job_is_recorded_stops_the_worker(settings, r, monkeypatch):
+    # given a job, and RQ's SIGTERM handler as it behaves once the worker is idle again: it raises StopRequested
+    # wherever the worker is (here: reading the job's result for its metrics, right after the horse exited)
+    job = make_queue(settings, r).create_job("tests.faults.fail_first", args=(f"{settings.key_prefix}stop", 0))
+    job.save()
+
+    def stop(signum, frame):
+        raise StopRequested()
+
+    real = Job.latest_result
+
+    def read_while_stopped(self, *args, **kwargs):
+        os.kill(os.getpid(), signal.SIGUSR2)        # the stop signal arrives during the read
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Job, "latest_result", read_while_stopped)
+    previous = signal.signal(signal.SIGUSR2, stop)
+    try:
+        # when the worker records the job, then the stop request reaches RQ's loop instead of being logged as a
+        # missing result and lost (the worker would go on taking jobs after SIGTERM)
+        with pytest.raises(StopRequested):
+            metrics.record_job(job, time.time(), 0.01)
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
