@@ -85,7 +85,7 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
                            "periods; collect a longer log")
     everyone = np.unique(ev_user)
     progress(f"{len(bounds) - 1} training period(s): features at {', '.join(f'{c:.0f}' for c in bounds[:-1])}, "
-             f"each labelled to the next; validation: features at {valid_cut:.0f}, labels after")
+             f"each labelled up to the validation cut; validation: features at {valid_cut:.0f}, labels after")
     judge = periods.period(engine, settings, events, valid_cut, users=everyone)
     rng = np.random.default_rng(seed)
     # Early stopping takes at most half of the users eligible at the validation cut: the promotion check judges the
