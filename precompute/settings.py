@@ -124,6 +124,12 @@ class Settings:
                                        "contribute popular items", unit="categories")
     category_popular: int = setting(1200, "PREFEED_CATEGORY_POPULAR", "popular items taken from each of those "
                                     "categories", unit="items")
+    recent_popular_1h: int = setting(50, "PREFEED_RECENT_POPULAR_1H", "items most interacted with in the hour "
+                                     "before the user's clock added to their candidates (0: none)", unit="items",
+                                     minimum=0)
+    recent_popular_1d: int = setting(200, "PREFEED_RECENT_POPULAR_1D", "items most interacted with in the day "
+                                     "before the user's clock added to their candidates (0: none)", unit="items",
+                                     minimum=0)
     global_popular: int = setting(1000, "PREFEED_GLOBAL_POPULAR", "globally popular items added to every user's "
                                   "candidates", unit="items")
 

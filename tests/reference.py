@@ -4,10 +4,9 @@ of ``precompute/ranking``. Tests compare the vectorized stages against these, us
 
 from __future__ import annotations
 
-import bisect
 import math
 
-from precompute.ranking import candidates, features
+from precompute.ranking import candidates, features, popularity as live
 
 DAY = 86400.0
 NAN = float("nan")
@@ -24,26 +23,36 @@ def weight_of(items, t) -> float:
 
 
 def candidates_of(settings, items, cov, rows, types, seen: set[int]) -> dict[int, tuple[float, int, int]]:
-    """``{item row: (co-visitation score, co-visitation count, source bits)}`` of one user, uncapped; ``seen``:
+    """``{item row: (co-visitation score, count, score from the newest item, source bits)}`` of one user, uncapped; ``seen``:
     the rows of the items they interacted with inside the seen window, which are left out."""
     known = [int(r) for r in rows if r >= 0]
     recent = []
     for r in reversed(known):
         if r not in recent:
             recent.append(r)
-    score, count, flags = {}, {}, {}
+    score, count, last, flags = {}, {}, {}, {}
     for i, r in enumerate(recent[: settings.covisit_recent_items]):
         for j in range(cov.indptr[r], cov.indptr[r + 1]):
             n = int(cov.nbr[j])
             score[n] = score.get(n, 0.0) + cov.weight[j] * settings.recency_decay ** i
             count[n] = count.get(n, 0) + 1
+            if i == 0:
+                last[n] = last.get(n, 0.0) + cov.weight[j]
             flags[n] = flags.get(n, 0) | candidates.FROM_COVISIT
+    # the items with the most type-weighted interactions in the last hour and day, positive only, ties by row
+    names = [w for w, _ in live.WINDOWS]
+    for (window, bit), k in zip(live.SOURCES, candidates.recent_lengths(settings)):
+        col = names.index(window)
+        hot = sorted((r for r in range(len(items)) if items.active[r] and items.windowed[r, col] > 0),
+                     key=lambda r: (-items.windowed[r, col], r))[:k]
+        for n in hot:
+            flags[n] = flags.get(n, 0) | bit
     for c in top_categories(settings, items, rows, types):
         for n in items.category_popular[c]:
             flags[int(n)] = flags.get(int(n), 0) | candidates.FROM_CATEGORY
     for n in items.global_popular:
         flags[int(n)] = flags.get(int(n), 0) | candidates.FROM_GLOBAL
-    return {n: (score.get(n, 0.0), count.get(n, 0), f) for n, f in flags.items()
+    return {n: (score.get(n, 0.0), count.get(n, 0), last.get(n, 0.0), f) for n, f in flags.items()
             if n not in seen and items.active[n]}
 
 
@@ -63,9 +72,9 @@ def top_categories(settings, items, rows, types) -> list[int]:
 
 
 def popularity(items) -> list[float]:
-    """Each row's interactions weighted by their type, plus a tenth of its events of the last week."""
+    """Each row's interactions weighted by their type, plus a tenth of its weighted interactions of the last week."""
     return [sum(weight_of(items, t) * items.counts[r, t] for t in range(1, items.counts.shape[1]))
-            + 0.1 * items.recent[r] for r in range(len(items))]
+            + 0.1 * items.windowed[r, 3] for r in range(len(items))]
 
 
 def rate_prior(code: int) -> float:
@@ -85,11 +94,13 @@ def item_features(items, now: float) -> list[dict[str, float]]:
             cat_rank[(r, c)] = len(members.setdefault(c, []))
             members[c].append(r)
     total = sum(pop)
-    # last week's type-weighted popularity against all time: its rank (items strictly ahead) and its log share ratio
-    week = [float(items.recent_weighted[r, 2]) for r in range(n)]
+    # popularity at the table's clock: type-weighted interactions per window (1h 1d 3d 7d 30d) and of all time,
+    # as log counts and log shares of the window's total; last week's share against all time's
+    windows = [w for w, _ in live.WINDOWS]
+    win = [[float(items.windowed[r, k]) for k in range(len(windows))] for r in range(n)]
+    win_total = [sum(win[r][k] for r in range(n)) for k in range(len(windows))]
     ever = [sum(weight_of(items, t) * items.counts[r, t] for t in range(1, items.counts.shape[1])) for r in range(n)]
-    week_total, ever_total = sum(week), sum(ever)
-    week_sorted = sorted(week)
+    ever_total = sum(ever)
 
     def mean_log_price(c):
         prices = [math.log1p(items.price[m]) for m in members[c] if not math.isnan(items.price[m])]
@@ -111,12 +122,10 @@ def item_features(items, now: float) -> list[dict[str, float]]:
             **{f"item_log_{name}": math.log1p(counts[t]) for t, name in enumerate(types, start=1)},
             **{f"item_{name}_rate": (counts[t] + rate_prior(t)) / (counts[1] + 10)
                for t, name in enumerate(types, start=1) if t > 1},
-            "item_log_recent_events": math.log1p(items.recent[r]),
-            "item_log_weighted_1d": math.log1p(items.recent_weighted[r, 0]),
-            "item_log_weighted_3d": math.log1p(items.recent_weighted[r, 1]),
-            "item_log_weighted_7d": math.log1p(week[r]),
-            "item_log_recent_rank": math.log1p(n - bisect.bisect_right(week_sorted, week[r])),
-            "item_recent_trend": math.log((week[r] + 1) / (week_total + n))
+            **{f"item_log_weighted_{w}": math.log1p(win[r][k]) for k, w in enumerate(windows)},
+            "item_log_weighted_all": math.log1p(ever[r]),
+            **{f"item_log_share_{w}": math.log((win[r][k] + 1) / (win_total[k] + n)) for k, w in enumerate(windows)},
+            "item_recent_trend": math.log((win[r][3] + 1) / (win_total[3] + n))
             - math.log((ever[r] + 1) / (ever_total + n)),
             "item_log_pop_rank": math.log1p(pop_rank[r]),
             "item_log_category_rank": math.log1p(min(cat_rank[(r, c)] for c in cats)) if cats else NAN,
@@ -160,26 +169,28 @@ def feature_rows(settings, items, cov, rows, types, ts, now: float, per_item,
     strongest = [c for c in order if weight.get(c, 0.0) > 0]
     total = sum(weight.values())
     last = list(rows)[-features.LAST_EVENTS:]            # the user's last events, any item
-    # the mean all-time and last-week popularity rank (log) of the items of the user's events; NaN without
+    # the mean all-time popularity rank (log) of the items of the user's events; NaN without
     pop = [per_item[r]["item_log_pop_rank"] for r, _, _ in known]
-    trend = [per_item[r]["item_log_recent_rank"] for r, _, _ in known]
-    pop_mean, trend_mean = (sum(v) / len(v) if v else NAN for v in (pop, trend))
+    pop_mean = sum(pop) / len(pop) if pop else NAN
+    history = {r for r, _, _ in known}
     cand = candidates_of(settings, items, cov, rows, types, seen)
-    best = max((s for s, _, _ in cand.values()), default=0.0)
+    best = max((s for s, _, _, _ in cand.values()), default=0.0)
     out = {}
-    for r, (score, count, flags) in cand.items():
+    for r, (score, count, last_score, flags) in cand.items():
         cats = categories(items, r)
         diff = math.log1p(items.price[r]) - mean
         row = {
             **per_item[r], **user,
             "ux_price_diff": diff, "ux_price_z": abs(diff) / (std + 0.1), "ux_price_ratio": math.exp(diff),
             "ux_covisit_score": score, "ux_log_covisit_score": math.log1p(score), "ux_covisit_count": count,
-            "ux_covisit_norm": score / max(best, 1e-9),
+            "ux_covisit_norm": score / max(best, 1e-9), "ux_covisit_last": last_score,
             "ux_popularity_vs_user": per_item[r]["item_log_pop_rank"] - pop_mean,
-            "ux_recent_rank_vs_user": per_item[r]["item_log_recent_rank"] - trend_mean,
+            "ux_seen_before": r in history,
             "ux_from_covisit": bool(flags & candidates.FROM_COVISIT),
             "ux_from_category": bool(flags & candidates.FROM_CATEGORY),
-            "ux_from_global": bool(flags & candidates.FROM_GLOBAL), "ux_n_sources": bin(flags).count("1"),
+            "ux_from_global": bool(flags & candidates.FROM_GLOBAL),
+            "ux_from_recent_1h": bool(flags & live.FROM_RECENT_1H),
+            "ux_from_recent_1d": bool(flags & live.FROM_RECENT_1D), "ux_n_sources": bin(flags).count("1"),
         }
         if cats:
             # the item's strongest category for this user: first of its categories in the user's order

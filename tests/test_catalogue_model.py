@@ -57,7 +57,8 @@ def batch(items, settings, events, users):
 def test_an_item_in_two_categories_is_on_both_lists_and_a_candidate_through_either(settings, own_url):
     # given item 1 listed in categories 10 and BIG, items 2-3 in 10 only, 4-5 in BIG only, and item 6 in none,
     # globally the most popular; item 1 is the most popular of either category
-    s = dataclasses.replace(settings, database_url=own_url, global_popular=1, category_popular=2)
+    s = dataclasses.replace(settings, database_url=own_url, global_popular=1, category_popular=2,
+                            recent_popular_1h=0, recent_popular_1d=0)
     items = [(1, [10, BIG], 5.0, NOW), (2, [10], 5.0, NOW), (3, [10], 5.0, NOW), (4, [BIG], 5.0, NOW),
              (5, [BIG], 5.0, NOW), (6, [], 5.0, NOW)]
     crowd = [(900, 6, 1, NOW - 10)] * 9 + [(900, 1, 1, NOW - 10)] * 5 + [(900, i, 1, NOW - 10) for i in (2, 3, 4, 5)]

@@ -36,9 +36,11 @@ def test_last_weeks_standing_and_time_since_first_event_follow_the_clock(setting
     # when a user's candidates are described at the clock
     hist, cand = batch(table, s, [(8, 4, 1, NOW - 60 * DAY)], [8])
     X = features.build(table, hist, cand, NOW)
-    # then the week's most popular item has rank 0 (nobody ahead), the next log(2), the weekless ones share log(3)
-    rank = column(table, X, cand, "item_log_recent_rank")
-    assert rank[2] == 0 and rank[3] == pytest.approx(np.log(2)) and rank[1] == pytest.approx(np.log(3))
+    # then the week's shares order the items by the week's interactions (smoothed: 6 + 1 of 8 + 4 for item 2), the
+    # weekless ones share the floor
+    share = column(table, X, cand, "item_log_share_7d")
+    assert share[2] == pytest.approx(np.log(7 / 12)) and share[2] > share[3] > share[1] == share[4]
+    assert column(table, X, cand, "item_log_share_1d")[2] == pytest.approx(np.log(1 / 4))
     # and the trend is its share of the week over its share of all time: up for 2 and 3, down for 1
     trend = column(table, X, cand, "item_recent_trend")
     assert trend[2] > 0 and trend[3] > 0 and trend[1] < 0

@@ -51,7 +51,7 @@ def test_candidates_exclude_seen_and_inactive_items(pipeline, world, user_id):
     assert not np.isin(cand.rows, list(seen)).any()
     assert pipeline.items.active[cand.rows].all()
     assert len(cand.rows) <= pipeline.settings.max_candidates
-    assert set(np.unique(cand.flags)) <= set(range(1, 8))
+    assert set(np.unique(cand.flags)) <= set(range(1, candidates.ALL_SOURCES + 1))
 
 
 def test_popular_lists_are_each_categorys_most_popular_active_items(pipeline):
@@ -82,23 +82,29 @@ def test_candidates_match_a_plain_python_reference(pipeline, world, user_id):
         want = reference.candidates_of(pipeline.settings, pipeline.items, pipeline.cov, hist.item_rows[a:b],
                                        hist.types[a:b], seen_in_window(pipeline, batch[k]))
         lo, hi = cand.offsets[k], cand.offsets[k + 1]
-        got = {int(r): (s, c, f) for r, s, c, f in zip(cand.rows[lo:hi], cand.cov_score[lo:hi],
-                                                        cand.cov_count[lo:hi], cand.flags[lo:hi])}
+        got = {int(r): (s, c, s0, f) for r, s, c, s0, f in zip(cand.rows[lo:hi], cand.cov_score[lo:hi],
+                                                                cand.cov_count[lo:hi], cand.cov_last[lo:hi],
+                                                                cand.flags[lo:hi])}
         # then each user gets exactly the reference's items, once each, with its scores and source bits
         assert hi - lo == len(got) == len(want)
         assert got.keys() == want.keys()
-        for n, (s, c, f) in want.items():
-            assert got[n][0] == pytest.approx(s) and got[n][1:] == (c, f), n
-    # and with a cap, every co-visited item is kept, then the most popular of the others
+        for n, (s, c, s0, f) in want.items():
+            assert got[n][0] == pytest.approx(s) and got[n][2] == pytest.approx(s0), n
+            assert (got[n][1], got[n][3]) == (c, f), n
+    # and with a cap, every co-visited item is kept, then every recently popular one, then the most popular of
+    # the others
     full = cand.rows[: cand.offsets[1]]
     covisited = set(full[cand.cov_score[: cand.offsets[1]] > 0].tolist())
-    cap = len(covisited) + 100
+    recent = candidates.FROM_RECENT_1H | candidates.FROM_RECENT_1D
+    hot = set(full[(cand.flags[: cand.offsets[1]] & recent) > 0].tolist()) - covisited
+    assert hot, "the test world has items interacted with in the last day"
+    cap = len(covisited) + len(hot) + 100
     capped = candidates.for_batch(pipeline.items, pipeline.cov, hist.slice(0, 1),
                                   dataclasses.replace(pipeline.settings, max_candidates=cap))
     kept = set(capped.rows.tolist())
-    assert len(kept) == len(capped.rows) == cap and covisited < kept < set(full.tolist())
+    assert len(kept) == len(capped.rows) == cap and covisited | hot < kept < set(full.tolist())
     rank = pipeline.items.pop_rank
-    assert max(rank[n] for n in kept - covisited) < min(rank[n] for n in set(full.tolist()) - kept)
+    assert max(rank[n] for n in kept - covisited - hot) < min(rank[n] for n in set(full.tolist()) - kept)
 
 
 def test_every_feature_column_matches_a_plain_python_reference(pipeline, world, user_id):

@@ -1,5 +1,6 @@
-"""Candidate generation for a batch of users: co-visitation neighbours of recent items, popular items of the
-user's top categories, and global popular; union, dedupe, drop seen and inactive items, cap.
+"""Candidate generation for a batch of users: co-visitation neighbours of recent items, the items most popular in the
+last hour and day at the user's clock (``popularity.py``), popular items of the user's top categories, and global
+popular; union, dedupe, drop seen and inactive items, cap.
 
 Work is whole-array numpy: per-user quantities that need the whole batch (category weights) are computed once per
 batch, the rest is a couple of dozen array ops per user, never a Python loop over items. Nothing is ranked:
@@ -17,9 +18,12 @@ from ..data.history import Histories
 from ..settings import Settings
 from .covisit import CoVisit
 from .item_table import POPULAR_CATEGORY, POPULAR_GLOBAL, ItemTable
+from .popularity import FROM_RECENT_1D, FROM_RECENT_1H, SOURCES, Live
 
 FROM_COVISIT = 1
 FROM_CATEGORY, FROM_GLOBAL = POPULAR_CATEGORY, POPULAR_GLOBAL
+#: Every source bit (``FROM_*``) set: flags are below ``ALL_SOURCES + 1``.
+ALL_SOURCES = FROM_COVISIT | FROM_CATEGORY | FROM_GLOBAL | FROM_RECENT_1H | FROM_RECENT_1D
 
 
 @dataclasses.dataclass
@@ -30,6 +34,7 @@ class Candidates:
     rows: np.ndarray         # item rows
     cov_score: np.ndarray    # summed co-visitation weight from the user's recent items
     cov_count: np.ndarray    # how many recent items list it as a neighbour
+    cov_last: np.ndarray     # co-visitation weight from the user's most recent item alone
     flags: np.ndarray        # FROM_* bits
     #: ``(B, n_categories)`` type-weighted interactions of each user per (dense) category and each row's categories
     #: from strongest to weakest (stable): computed once here, reused by the features.
@@ -89,13 +94,14 @@ def recent_items(hist: Histories, k: int) -> tuple[np.ndarray, np.ndarray, np.nd
     return rows[latest[keep]], o[keep], rank[keep]
 
 
-def for_user(items: ItemTable, seen: np.ndarray, cov_rows: np.ndarray, cov_w: np.ndarray, top_cats: np.ndarray,
-             max_candidates: int) -> tuple[np.ndarray, ...]:
-    """Candidates for one user from their co-visited neighbours and strongest categories, leaving out the
-    ``seen`` item rows (every item interacted with inside the seen window, ``Histories.seen``).
+def for_user(items: ItemTable, seen: np.ndarray, cov_rows: np.ndarray, cov_w: np.ndarray, cov_w0: np.ndarray,
+             top_cats: np.ndarray, recent: list[np.ndarray], max_candidates: int) -> tuple[np.ndarray, ...]:
+    """Candidates for one user from their co-visited neighbours, the recent-popularity lists at their clock
+    (``recent``, one per ``popularity.SOURCES``) and strongest categories, leaving out the ``seen`` item rows (every
+    item interacted with inside the seen window, ``Histories.seen``).
 
-    Every co-visited item is kept (the strongest ``max_candidates`` if there are more), then the most popular of
-    the popular lists' items fill the rest. Item rows are in popularity order and the popular lists are ascending
+    Every co-visited item is kept (the strongest ``max_candidates`` if there are more), then every recently popular
+    one (as many as the cap leaves), then the most popular of the popular lists' items fill the rest. Item rows are in popularity order and the popular lists are ascending
     runs of rows, so one stable sort (a linear merge of presorted runs) ranks their union, and the cap is a
     prefix of it: nothing is partitioned or ranked per user.
     """
@@ -119,6 +125,7 @@ def for_user(items: ItemTable, seen: np.ndarray, cov_rows: np.ndarray, cov_w: np
     slot[cov] = np.arange(len(cov))
     at = slot[cov_rows]
     cov_score = np.bincount(at, weights=cov_w, minlength=len(cov))
+    cov_last = np.bincount(at, weights=cov_w0, minlength=len(cov))
     cov_count = np.bincount(at, minlength=len(cov))
     # Drop seen and inactive items (O(k) membership through the all-False ``_mark`` scratch); popular lists hold
     # active items only. Co-visited items are marked too, so the popular fill skips them.
@@ -128,22 +135,41 @@ def for_user(items: ItemTable, seen: np.ndarray, cov_rows: np.ndarray, cov_w: np
     if len(keep) > max_candidates:
         keep = keep[np.argpartition(-cov_score[keep], max_candidates - 1)[:max_candidates]]
     mark[cov] = True
-    fill = popular[~mark[popular]][: max_candidates - len(keep)]
+    # The recent lists: their rows are marked with their bit; those not co-visited, not seen, active, join next.
+    lists = [rows_ for rows_ in recent if len(rows_)]
+    for rows_, (_, bit) in zip(recent, SOURCES):
+        bits[rows_] |= bit
+    hot = _distinct(slot, np.concatenate(lists)) if lists else np.empty(0, dtype=np.int64)
+    hot = hot[items.active[hot] & ~mark[hot]][: max(max_candidates - len(keep), 0)]
+    mark[hot] = True
+    fill = popular[~mark[popular]][: max(max_candidates - len(keep) - len(hot), 0)]
     mark[seen] = False
     mark[cov] = False
+    mark[hot] = False
 
-    rows = np.concatenate([cov[keep], fill])
-    zeros = np.zeros(len(fill))
-    # Source bits: the popular lists a row is on (the category bit only for lists of the user's top categories).
+    rows = np.concatenate([cov[keep], hot, fill])
+    zeros = np.zeros(len(hot) + len(fill))
+    # Source bits: the lists a row is on (the category bit only for lists of the user's top categories).
     flags = bits[rows]
     bits[popular] = 0
+    for rows_ in lists:
+        bits[rows_] = 0
     flags[: len(keep)] |= FROM_COVISIT
-    return rows, np.concatenate([cov_score[keep], zeros]), np.concatenate([cov_count[keep], zeros]), flags
+    return (rows, np.concatenate([cov_score[keep], zeros]), np.concatenate([cov_count[keep], zeros]),
+            np.concatenate([cov_last[keep], zeros]), flags)
 
 
-def for_batch(items: ItemTable, cov: CoVisit, hist: Histories, settings: Settings) -> Candidates:
-    """Candidates of every user of ``hist``; list lengths, weights and the cap from ``settings``."""
+def recent_lengths(settings: Settings) -> tuple[int, ...]:
+    """The recent-popularity lists' lengths, in ``popularity.SOURCES`` order."""
+    return settings.recent_popular_1h, settings.recent_popular_1d
+
+
+def for_batch(items: ItemTable, cov: CoVisit, hist: Histories, settings: Settings,
+              live: Live | None = None) -> Candidates:
+    """Candidates of every user of ``hist``; list lengths, weights and the cap from ``settings``; popularity at each
+    user's clock from ``live`` (default: the item table's, at its ``as_of``, as in serving)."""
     n_users = len(hist)
+    live = live if live is not None else Live.of_table(items, n_users, recent_lengths(settings))
     max_candidates = settings.max_candidates
     weight = category_weights(items, hist)
     order = np.argsort(-weight, axis=1, kind="stable")
@@ -152,12 +178,13 @@ def for_batch(items: ItemTable, cov: CoVisit, hist: Histories, settings: Setting
     recent, recent_owner, recent_rank = recent_items(hist, settings.covisit_recent_items)
     cov_rows, cov_w, per_recent = cov.gather(recent, settings.recency_decay ** recent_rank)
     cov_at = np.r_[0, np.cumsum(np.bincount(recent_owner, weights=per_recent, minlength=n_users))].astype(np.int64)
+    cov_w0 = np.where(np.repeat(recent_rank, per_recent) == 0, cov_w, 0.0)     # from the most recent item alone
     parts = []
     for u in range(n_users):
         lo, hi = cov_at[u], cov_at[u + 1]
         top = order[u, :k]
-        parts.append(for_user(items, hist.seen(u), cov_rows[lo:hi], cov_w[lo:hi], top[weight[u, top] > 0],
-                              max_candidates))
+        parts.append(for_user(items, hist.seen(u), cov_rows[lo:hi], cov_w[lo:hi], cov_w0[lo:hi],
+                              top[weight[u, top] > 0], live.lists[live.which[u]], max_candidates))
     sizes = [len(p[0]) for p in parts]
     cat = (lambda i, dt: np.concatenate([p[i] for p in parts]).astype(dt, copy=False) if parts
            else np.empty(0, dt))
@@ -166,7 +193,8 @@ def for_batch(items: ItemTable, cov: CoVisit, hist: Histories, settings: Setting
         rows=cat(0, np.int64),
         cov_score=cat(1, np.float64),
         cov_count=cat(2, np.float64),
-        flags=cat(3, np.int64),
+        cov_last=cat(3, np.float64),
+        flags=cat(4, np.int64),
         category_weight=weight,
         category_order=order,
     )

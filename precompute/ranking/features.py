@@ -13,48 +13,62 @@ import numpy as np
 
 from ..data.history import Histories
 from .arrays import unique_sorted
-from .candidates import FROM_CATEGORY, FROM_COVISIT, FROM_GLOBAL, Candidates
+from .candidates import ALL_SOURCES, FROM_CATEGORY, FROM_COVISIT, FROM_GLOBAL, Candidates
 from .item_table import ItemTable, rates
 from .layout import FeatureLayout
+from .popularity import FROM_RECENT_1D, FROM_RECENT_1H, Live
 
 DAY = 86400.0
 #: The user's last events whose category shares ``ux_category_share_recent`` gives: what the user does now.
 LAST_EVENTS = 10
 #: The "user_item" group, computed in place column by column in ``build`` (in this order, by name).
 _USER_ITEM = ("ux_price_diff", "ux_price_z", "ux_price_ratio", "ux_covisit_score", "ux_log_covisit_score",
-              "ux_covisit_count", "ux_covisit_norm", "ux_popularity_vs_user", "ux_recent_rank_vs_user")
+              "ux_covisit_count", "ux_covisit_norm", "ux_covisit_last", "ux_popularity_vs_user", "ux_seen_before")
 #: The source group's columns by candidate flags (index = the FROM_* bits), looked up per candidate.
+_BITS = range(ALL_SOURCES + 1)
 _FLAGS = {
-    "ux_from_covisit": [(f & FROM_COVISIT) > 0 for f in range(8)],
-    "ux_from_category": [(f & FROM_CATEGORY) > 0 for f in range(8)],
-    "ux_from_global": [(f & FROM_GLOBAL) > 0 for f in range(8)],
-    "ux_n_sources": [bin(f).count("1") for f in range(8)],
+    "ux_from_covisit": [(f & FROM_COVISIT) > 0 for f in _BITS],
+    "ux_from_category": [(f & FROM_CATEGORY) > 0 for f in _BITS],
+    "ux_from_global": [(f & FROM_GLOBAL) > 0 for f in _BITS],
+    "ux_from_recent_1h": [(f & FROM_RECENT_1H) > 0 for f in _BITS],
+    "ux_from_recent_1d": [(f & FROM_RECENT_1D) > 0 for f in _BITS],
+    "ux_n_sources": [bin(f).count("1") for f in _BITS],
 }
 
 
-def build(items: ItemTable, hist: Histories, cand: Candidates, now: float) -> np.ndarray:
+def build(items: ItemTable, hist: Histories, cand: Candidates, now: float | np.ndarray,
+          live: Live | None = None) -> np.ndarray:
     """The feature matrix of ``cand``, columns as ``items.layout`` declares them (the settings' attributes and
     event types). Missing values (an item without price, creation time or categories, a user without priced
-    events) are NaN, which CatBoost handles, never a made-up number."""
+    events) are NaN, which CatBoost handles, never a made-up number.
+
+    ``now``: the clock of the batch (serving), or each user's (``(B,)``: replayed steps, each at its own instant);
+    ``live``: popularity at each user's clock (default: the item table's, as in serving)."""
     layout = items.layout
     if set(_USER_ITEM) != set(layout.group("user_item")):     # a column declared but never written is garbage
         raise RuntimeError("features.build computes a different user_item group than the layout declares")
     r = cand.rows
-    n_users, n_cat = len(hist), items.n_categories
+    n_cat = items.n_categories
     # Column-major: each feature is written as one contiguous column, and CatBoost builds its Pool from a
     # Fortran-ordered float32 matrix without copying (C order costs it a transposing copy larger than the predict).
     out = np.empty((len(r), len(layout)), dtype=layout.dtype, order="F")
 
+    sizes = np.diff(cand.offsets)
+    n_users = len(hist)
+    scalar = np.ndim(now) == 0
+    now_u = np.full(n_users, float(now)) if scalar else np.asarray(now, dtype=np.float64)
     # ---- item: one gather from the table's precomputed block, plus the clock-dependent age -----------------
     _gather(out, layout.start("item_static"), items.static_features(), r)
+    now_day = np.float32(now / DAY) if scalar else np.repeat((now_u / DAY).astype(np.float32), sizes)
     age = out[:, layout.index("item_age_days")]
     np.take(items.created_day32, r, out=age, mode="clip")
-    np.subtract(np.float32(now / DAY), age, out=age)
+    np.subtract(now_day, age, out=age)
     # Time on the platform by its first event: the age of an item whose catalogue gives no creation time.
     since_first = out[:, layout.index("item_days_since_first_event")]
     np.take(items.first_day32, r, out=since_first, mode="clip")
-    np.subtract(np.float32(now / DAY), since_first, out=since_first)
-    sizes = np.diff(cand.offsets)
+    np.subtract(now_day, since_first, out=since_first)
+    live = live if live is not None else Live.of_table(items, n_users, (0, 0))
+    live.gather(r, cand.owner if len(live.blocks) > 1 else r, out, layout.start("item_live"))
 
     # ---- user (length n_users, broadcast over each user's block) -----------------------------------------
     h_owner = hist.owner
@@ -78,10 +92,11 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float) -> np
     last_ts = np.where(has, hist.ts[np.maximum(hist.offsets[1:] - 1, 0)] if len(hist.ts) else 0.0, -np.inf)
     first_ts = np.where(has, hist.ts[np.minimum(hist.offsets[:-1], max(len(hist.ts) - 1, 0))]
                         if len(hist.ts) else 0.0, np.inf)
-    days_last = np.where(has, (now - last_ts) / DAY, 365.0)
-    days_first = np.where(has, (now - first_ts) / DAY, 0.0)
-    ev24 = np.bincount(h_owner[hist.ts >= now - DAY], minlength=n_users)
-    ev7 = np.bincount(h_owner[hist.ts >= now - 7 * DAY], minlength=n_users)
+    days_last = np.where(has, (now_u - last_ts) / DAY, 365.0)
+    days_first = np.where(has, (now_u - first_ts) / DAY, 0.0)
+    ev_now = now_u[h_owner]
+    ev24 = np.bincount(h_owner[hist.ts >= ev_now - DAY], minlength=n_users)
+    ev7 = np.bincount(h_owner[hist.ts >= ev_now - 7 * DAY], minlength=n_users)
     # Price level of the user's priced events only; NaN for a user with none (no price information at all).
     h_lp = items.log_price[h_rows]
     priced = known & np.isfinite(h_lp)
@@ -116,14 +131,14 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float) -> np
     rank = np.where(uc > 0, order_rank, n_cat)
     uc_last = np.full(n_users * n_cat, -np.inf)
     np.maximum.at(uc_last, uc_key, hist.ts[ev_at])
-    uc_week = np.bincount(uc_key[hist.ts[ev_at] >= now - 7 * DAY], minlength=n_users * n_cat)
+    uc_week = np.bincount(uc_key[hist.ts[ev_at] >= ev_now[ev_at] - 7 * DAY], minlength=n_users * n_cat)
     # The last LAST_EVENTS events of each user (histories are oldest first): their share in each category.
     tail = np.arange(len(h_owner)) >= hist.offsets[1:][h_owner] - LAST_EVENTS
     uc_tail = np.bincount(uc_key[tail[ev_at]], minlength=n_users * n_cat) \
         / np.repeat(np.maximum(np.minimum(n_events, LAST_EVENTS), 1.0), n_cat)
     uc_table = layout.stack("user_category", {
         "ux_category_share": share.ravel(), "ux_category_rank": rank.ravel(),
-        "ux_days_since_category": np.where(np.isfinite(uc_last), (now - uc_last) / DAY, 365.0),
+        "ux_days_since_category": np.where(np.isfinite(uc_last), (np.repeat(now_u, n_cat) - uc_last) / DAY, 365.0),
         "ux_log_category_weight": np.log1p(uc.ravel()), "ux_category_events_7d": uc_week,
         "ux_category_share_recent": uc_tail,
     })
@@ -142,8 +157,8 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float) -> np
                                                                              dtype=uc_table.dtype)]), cell)
     # Price and co-visitation columns, computed in place in float32. Per-user factors are repeated over the user's
     # candidates (grouped by user); NaN where the item or the user has no price.
-    diff, z, ratio, cov, log_cov, cov_count, cov_norm, pop_vs, recent_vs = (out[:, layout.index(name)]
-                                                                            for name in _USER_ITEM)
+    diff, z, ratio, cov, log_cov, cov_count, cov_norm, cov_last, pop_vs, seen_before = (
+        out[:, layout.index(name)] for name in _USER_ITEM)
     np.take(items.log_price32, r, out=diff, mode="clip")
     diff -= np.repeat(u_mean.astype(np.float32), sizes)
     np.abs(diff, out=z)
@@ -152,21 +167,26 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float) -> np
     cov[:] = cand.cov_score
     np.log1p(cov, out=log_cov)
     cov_count[:] = cand.cov_count
+    cov_last[:] = cand.cov_last
     top = np.zeros(n_users)
     if len(r):
         # Candidates are grouped by user: a segment max (reduceat) instead of the much slower maximum.at.
         nonempty = sizes > 0
         top[nonempty] = np.maximum.reduceat(cand.cov_score, cand.offsets[:-1][nonempty])
     np.multiply(cov, np.repeat((1.0 / np.maximum(top, 1e-9)).astype(np.float32), sizes), out=cov_norm)
-    # The candidate's all-time and last-week popularity ranks (log) against the mean of the items the user
-    # interacted with (each event counts): mainstream or niche, on the trend or not, for this user; NaN without.
+    # The candidate's all-time popularity rank (log) against the mean of the items the user interacted with (each
+    # event counts): mainstream or niche for this user; NaN without.
     static = items.static_features()
-    for col, name in ((pop_vs, "item_log_pop_rank"), (recent_vs, "item_log_recent_rank")):
-        k = layout.index(name)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            of_user = np.bincount(h_owner[known], weights=static[h_rows[known], k - layout.start("item_static")],
-                                  minlength=n_users) / np.bincount(h_owner[known], minlength=n_users)
-        np.subtract(out[:, k], np.repeat(of_user.astype(np.float32), sizes), out=col)
+    k = layout.index("item_log_pop_rank")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        of_user = np.bincount(h_owner[known], weights=static[h_rows[known], k - layout.start("item_static")],
+                              minlength=n_users) / np.bincount(h_owner[known], minlength=n_users)
+    np.subtract(out[:, k], np.repeat(of_user.astype(np.float32), sizes), out=pop_vs)
+    # The user interacted with the candidate before the seen window (it is in the kept history, not seen): a
+    # repeat, which a feed of things new to the user ranks differently.
+    code = np.repeat(np.arange(n_users) * len(items), sizes) + r
+    at = np.minimum(np.searchsorted(pair, code), max(len(pair) - 1, 0))
+    seen_before[:] = (pair[at] == code) if len(pair) else 0
     _gather(out, layout.start("source"), _flag_table(layout), cand.flags)   # source bits and their count
     return out
 

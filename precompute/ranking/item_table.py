@@ -27,12 +27,12 @@ from ..data.rows import table
 from ..data.models import Event, Item, ItemAttribute, ItemCategory
 from ..settings import Settings
 from .layout import FeatureLayout, for_settings
+from .popularity import WINDOWS
 
 DAY = 86400.0
 #: Bits of the candidate sources for popular lists (``candidates.FROM_CATEGORY``/``FROM_GLOBAL``).
 POPULAR_CATEGORY, POPULAR_GLOBAL = 2, 4
-#: Windows (days before ``as_of``) of the recency-weighted popularity columns (``layout``: ``item_log_weighted_<d>d``).
-RECENT_DAYS = (1, 3, 7)
+
 
 
 @dataclasses.dataclass
@@ -43,10 +43,9 @@ class ItemTable:
     active: np.ndarray         # bool
     attributes: np.ndarray     # (n, len(layout's attributes)) float64; NaN = missing
     counts: np.ndarray         # (n, n_types + 1) interactions by type code (column 0 unused)
-    recent: np.ndarray         # events of any type in the 7 days before ``as_of``
-    #: (n, len(RECENT_DAYS)) interactions weighted by their type's weight in the last 1, 3 and 7 days before
-    #: ``as_of``: popularity at the log's clock, which moves faster than the all-time counts.
-    recent_weighted: np.ndarray
+    #: (n, len(WINDOWS)) interactions weighted by their type's weight in each window before ``as_of``: popularity at
+    #: the log's clock, which moves faster than the all-time counts.
+    windowed: np.ndarray
     first_seen: np.ndarray     # epoch s of the item's first event at or before ``as_of``; NaN = none
     member_item: np.ndarray    # (item index, category id) pairs in any order: the memberships, rows reordered
     member_category: np.ndarray
@@ -65,10 +64,10 @@ class ItemTable:
         w = np.zeros(self.counts.shape[1])
         k = min(len(w), len(self.type_weights))
         w[:k] = self.type_weights[:k]
-        popularity = self.counts @ w + 0.1 * self.recent
+        popularity = self.counts @ w + 0.1 * self.windowed[:, [name for name, _ in WINDOWS].index("7d")]
         # Reorder every per-item array so that rows follow popularity, most popular first, ties by id.
         order = np.lexsort((self.ids, -popularity))
-        for name in ("ids", "price", "created_at", "active", "attributes", "counts", "recent", "recent_weighted",
+        for name in ("ids", "price", "created_at", "active", "attributes", "counts", "windowed",
                      "first_seen"):
             setattr(self, name, getattr(self, name)[order])
         self.popularity = popularity[order]
@@ -157,28 +156,12 @@ class ItemTable:
                 **{f"item_attr_{name}": self.attributes[:, k] for k, name in enumerate(self.attribute_names)},
                 **{f"item_log_{t}": np.log1p(self.counts[:, code]) for code, t in enumerate(types, start=1)},
                 **rates("item", types, self.counts),
-                "item_log_recent_events": np.log1p(self.recent), "item_log_pop_rank": np.log1p(self.pop_rank),
-                **{f"item_log_weighted_{d}d": np.log1p(self.recent_weighted[:, k])
-                   for k, d in enumerate(RECENT_DAYS)},
-                **self._recent_standing(),
+                "item_log_pop_rank": np.log1p(self.pop_rank),
                 "item_log_category_rank": np.log1p(rank), "item_log_category_size": np.log1p(size),
                 "item_category_global_share": share,
             })
             self._static = np.asfortranarray(block)
         return self._static
-
-    def _recent_standing(self) -> dict[str, np.ndarray]:
-        """The item's last-week popularity (type-weighted, ``recent_weighted``'s 7-day column) as a rank and against
-        its all-time share. Both are free of the log's pace: raw counts at a training cut and at a later clock differ
-        with the traffic of the period, a rank and a share do not. Rank: how many items are strictly more popular
-        (ties share the best rank). Trend: log of the item's smoothed share of the week over its smoothed share of
-        all time (> 0: rising)."""
-        week = self.recent_weighted[:, RECENT_DAYS.index(7)]
-        ever = self.weighted_counts
-        ahead = len(week) - np.searchsorted(np.sort(week), week, side="right")
-        n = max(len(week), 1)
-        trend = np.log((week + 1.0) / (week.sum() + n)) - np.log((ever + 1.0) / (ever.sum() + n))
-        return {"item_log_recent_rank": np.log1p(ahead), "item_recent_trend": trend}
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -228,8 +211,8 @@ def load_item_table(engine: Engine, settings: Settings, as_of: float | None = No
                                         .where(ItemAttribute.name.in_(names))).all() if names else [],
                            item="<i8", name="O", value="<f8")
         stats = conn.execute(
-            select(Event.item_id, Event.type, func.count(), func.sum(case((Event.ts >= as_of - 7 * DAY, 1), else_=0)),
-                   *(func.sum(case((Event.ts >= as_of - d * DAY, 1), else_=0)) for d in RECENT_DAYS),
+            select(Event.item_id, Event.type, func.count(),
+                   *(func.sum(case((Event.ts >= as_of - seconds, 1), else_=0)) for _, seconds in WINDOWS),
                    func.min(Event.ts))
             .where(Event.ts <= as_of)
             .group_by(Event.item_id, Event.type)
@@ -246,25 +229,23 @@ def load_item_table(engine: Engine, settings: Settings, as_of: float | None = No
         col = np.array([names.index(a) for a in attributes["name"]], dtype=np.int64)
         attr[at[ok], col[ok]] = attributes["value"][ok]
     counts = np.zeros((n, len(types) + 1), dtype=np.float64)
-    recent = np.zeros(n, dtype=np.float64)
-    recent_weighted = np.zeros((n, len(RECENT_DAYS)), dtype=np.float64)
+    windowed = np.zeros((n, len(WINDOWS)), dtype=np.float64)
     first_seen = np.full(n, np.inf)
     if stats and n:
-        s = table(stats, item="<i8", type="<i8", count="<f8", recent="<f8", **{f"d{d}": "<f8" for d in RECENT_DAYS},
+        s = table(stats, item="<i8", type="<i8", count="<f8", **{f"w{k}": "<f8" for k in range(len(WINDOWS))},
                   first="<f8")
         known = index.get_indexer(s["item"])
         ok = (known >= 0) & (s["type"] >= 1) & (s["type"] <= len(types))    # codes past the declaration: none
         np.add.at(counts, (known[ok], s["type"][ok]), s["count"][ok])
-        np.add.at(recent, known[ok], s["recent"][ok])
         w = event_types.by_code(types.weight_by_code(), s["type"][ok])
-        for k, d in enumerate(RECENT_DAYS):
-            np.add.at(recent_weighted[:, k], known[ok], w * s[f"d{d}"][ok])
+        for k in range(len(WINDOWS)):
+            np.add.at(windowed[:, k], known[ok], w * s[f"w{k}"][ok])
         np.minimum.at(first_seen, known[known >= 0], s["first"][known >= 0])   # any type: the item was there
     m_item = index.get_indexer(members["item"])
     return ItemTable(
         ids=ids, price=items["price"], created_at=items["created"],
         active=items["active"].astype(bool) & ~(explicit & (items["created"] > as_of)),     # NaN: not after
-        attributes=attr, counts=counts, recent=recent, recent_weighted=recent_weighted,
+        attributes=attr, counts=counts, windowed=windowed,
         first_seen=np.where(np.isfinite(first_seen), first_seen, np.nan),
         member_item=m_item[m_item >= 0], member_category=members["category"][m_item >= 0],
         as_of=as_of, type_names=types.names, type_weights=types.weight_by_code(), attribute_names=names,

@@ -16,6 +16,7 @@ import functools
 import numpy as np
 
 from ..errors import BundleError, ConfigError
+from . import popularity
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,13 +98,12 @@ def for_declaration(attributes: tuple[str, ...], types: tuple[str, ...]) -> Feat
         # Per item, independent of user and clock: computed once per item table (``ItemTable.static_features``).
         ("item_static", (
             "item_log_price", "item_price_vs_category", *(f"item_attr_{a}" for a in attributes),
-            *(f"item_log_{t}" for t in types), *(f"item_{t}_rate" for t in types[1:]), "item_log_recent_events",
-            "item_log_weighted_1d", "item_log_weighted_3d", "item_log_weighted_7d", "item_log_recent_rank",
-            "item_recent_trend",
-            "item_log_pop_rank", "item_log_category_rank", "item_log_category_size",
+            *(f"item_log_{t}" for t in types), *(f"item_{t}_rate" for t in types[1:]), "item_log_pop_rank", "item_log_category_rank", "item_log_category_size",
             "item_category_global_share")),
         # Per item, at the clock of the batch.
         ("item_clock", ("item_age_days", "item_days_since_first_event")),
+        # Per item, popularity as of the user's clock (``popularity.py``): one block in serving, one per replayed step.
+        ("item_live", popularity.names()),
         # Per user, broadcast over the user's candidates.
         ("user", (
             "user_log_events", *(f"user_log_{t}" for t in types), "user_log_distinct_items",
@@ -117,7 +117,9 @@ def for_declaration(attributes: tuple[str, ...], types: tuple[str, ...]) -> Feat
         # Per (user, item): price fit and co-visitation with the user's recent items.
         ("user_item", (
             "ux_price_diff", "ux_price_z", "ux_price_ratio", "ux_covisit_score", "ux_log_covisit_score",
-            "ux_covisit_count", "ux_covisit_norm", "ux_popularity_vs_user", "ux_recent_rank_vs_user")),
+            "ux_covisit_count", "ux_covisit_norm", "ux_covisit_last", "ux_popularity_vs_user",
+            "ux_seen_before")),
         # Which candidate sources produced the item.
-        ("source", ("ux_from_covisit", "ux_from_category", "ux_from_global", "ux_n_sources")),
+        ("source", ("ux_from_covisit", "ux_from_category", "ux_from_global", "ux_from_recent_1h",
+                    "ux_from_recent_1d", "ux_n_sources")),
     ))

@@ -22,7 +22,7 @@ from ..feeds.codec import encode_many
 from ..feeds.store import FeedStore
 from ..settings import Settings
 from . import bundle as bundles
-from . import candidates, features, ranker
+from . import candidates, features, popularity, ranker
 from .arrays import top_desc_grouped
 from .covisit import CoVisit, index_for
 from .item_table import ItemTable, load_item_table
@@ -67,6 +67,7 @@ class Pipeline:
         # Warm what is built lazily (the static item feature block, CatBoost's evaluator) here, so a worker does
         # it once before forking instead of every work horse doing it on its first batch.
         items.static_features()
+        popularity.Live.of_table(items, 1, candidates.recent_lengths(self.settings))
         ranker.score(new_bundle.model, np.zeros((1, len(items.layout)), dtype=np.float32, order="F"))
         self.bundle, self.items = new_bundle, items
         self.loads += 1

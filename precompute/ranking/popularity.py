@@ -1,0 +1,142 @@
+"""Item popularity at a clock: type-weighted interactions per item over short and long windows, the feature columns
+they make (``layout`` group "item_live") and the recent-popularity candidate lists.
+
+Popularity moves fastest of everything a ranker knows: on a purchase log "what sold in the last day" beats most
+personal signals, and only when it is as fresh as the feed. ``Live`` holds it for a batch of users:
+
+- in serving (``Live.of_table``): one block for every user, from the item table's windows at its ``as_of``; workers
+  reload the table once the log's clock has moved ``PREFEED_ITEM_TABLE_MAX_AGE`` past it (``pipeline.refresh``);
+- in replay evaluation and training (``Activity``): one block per distinct clock of the batch, from the in-memory log
+  up to that clock, so each replayed step sees popularity as it was then.
+
+Both go through ``block``: a step replayed at a clock ranks with exactly the columns a worker would compute from a
+table loaded at that clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .item_table import ItemTable
+
+HOUR, DAY = 3600.0, 86400.0
+#: Windows (name, seconds before the clock) of the type-weighted popularity counts (``ItemTable.windowed``; ``layout``:
+#: ``item_log_weighted_<name>``, ``item_log_share_<name>``).
+WINDOWS = (("1h", HOUR), ("1d", DAY), ("3d", 3 * DAY), ("7d", 7 * DAY), ("30d", 30 * DAY))
+
+#: The recent-popularity candidate sources: (window name, candidate flag bit), each list's length from the settings.
+FROM_RECENT_1H, FROM_RECENT_1D = 8, 16
+SOURCES = (("1h", FROM_RECENT_1H), ("1d", FROM_RECENT_1D))
+
+
+def names() -> tuple[str, ...]:
+    """The "item_live" columns, in order."""
+    return (*(f"item_log_weighted_{w}" for w, _ in WINDOWS), "item_log_weighted_all",
+            *(f"item_log_share_{w}" for w, _ in WINDOWS), "item_recent_trend")
+
+
+def block(windowed: np.ndarray, ever: np.ndarray) -> np.ndarray:
+    """The "item_live" columns of every item (float32, column-major) from its type-weighted interactions in each of
+    ``WINDOWS`` (``(n, len(WINDOWS))``) and of all time (``(n,)``), as of one clock.
+
+    Counts say how much an item sells; shares (log of the item's smoothed share of the window's interactions) say
+    the same free of the log's pace, which differs between a training period and the time a feed is served. Trend:
+    the share of the last week over the share of all time (> 0: rising)."""
+    n = max(len(ever), 1)
+    totals = windowed.sum(axis=0)
+    share = np.log((windowed + 1.0) / (totals + n))
+    week = windowed[:, [w for w, _ in WINDOWS].index("7d")]
+    trend = np.log((week + 1.0) / (week.sum() + n)) - np.log((ever + 1.0) / (ever.sum() + n))
+    out = np.column_stack([np.log1p(windowed), np.log1p(ever), share, trend])
+    return np.asfortranarray(out, dtype=np.float32)
+
+
+def top_lists(windowed: np.ndarray, active: np.ndarray, lengths: tuple[int, ...]) -> list[np.ndarray]:
+    """For each source of ``SOURCES``: the rows of the ``lengths[k]`` active items with the most interactions in its
+    window (positive only), most first, ties by row (the more popular item of all time)."""
+    out = []
+    for (window, _), k in zip(SOURCES, lengths):
+        score = np.where(active, windowed[:, [w for w, _ in WINDOWS].index(window)], 0.0)
+        rows = np.flatnonzero(score > 0)
+        if len(rows) > 4 * k:             # only the top k and their ties at the k-th place need the sort
+            rows = rows[score[rows] >= -np.partition(-score[rows], k - 1)[k - 1]] if k > 0 else rows[:0]
+        out.append(rows[np.lexsort((rows, -score[rows]))][:max(k, 0)])
+    return out
+
+
+@dataclasses.dataclass
+class Live:
+    """Popularity blocks of a batch of users: user ``k`` is at clock ``clocks[which[k]]`` and sees ``blocks[which[k]]``
+    (``(n_items, len(names()))``) and the recent-popularity lists ``lists[which[k]]`` (one per ``SOURCES``)."""
+
+    blocks: list[np.ndarray]
+    lists: list[list[np.ndarray]]
+    which: np.ndarray
+
+    @classmethod
+    def of_table(cls, items: ItemTable, n_users: int, lengths: tuple[int, ...]) -> Live:
+        """Every user at the table's ``as_of`` (serving); the block and the lists are computed once per table."""
+        cache = items.__dict__.setdefault("_live", {})
+        if "block" not in cache:
+            cache["block"] = block(items.windowed, items.weighted_counts)
+        if lengths not in cache:
+            cache[lengths] = top_lists(items.windowed, items.active, lengths)
+        return cls([cache["block"]], [cache[lengths]], np.zeros(n_users, dtype=np.int64))
+
+    def gather(self, rows: np.ndarray, owner: np.ndarray, out: np.ndarray, start: int) -> None:
+        """``out[:, start:start+k]`` = each candidate's row of its user's block (candidates grouped by user)."""
+        k = self.blocks[0].shape[1]
+        if len(self.blocks) == 1:
+            for j in range(k):
+                np.take(self.blocks[0][:, j], rows, out=out[:, start + j], mode="clip")
+            return
+        at = self.which[owner]
+        for b, blk in enumerate(self.blocks):
+            mine = np.flatnonzero(at == b)
+            if len(mine):
+                out[mine, start:start + k] = blk[rows[mine]]
+
+
+class Activity:
+    """The log's interactions by time, to compute ``Live`` blocks at any clock (replay and training). Clocks must be
+    asked in ascending order: all-time counts are carried forward, so a replay costs one pass over the log."""
+
+    def __init__(self, items: ItemTable, ts: np.ndarray, item_ids: np.ndarray, types: np.ndarray) -> None:
+        rows = items.rows(item_ids)
+        w = items.weight_of(types)
+        ok = (rows >= 0) & (w > 0)
+        self.items = items
+        self.ts, self.rows, self.w = ts[ok], rows[ok], w[ok]
+        self._ever = np.zeros(len(items))
+        self._upto = 0            # events [0, _upto) are in _ever
+        self._last = -np.inf
+
+    def at(self, clock: float) -> tuple[np.ndarray, np.ndarray]:
+        """``(windowed, ever)`` interactions per item row as of ``clock`` (events at or before it)."""
+        if clock < self._last:
+            raise ValueError("Activity clocks must be asked in ascending order")
+        self._last = clock
+        hi = int(np.searchsorted(self.ts, clock, side="right"))
+        n = len(self.items)
+        self._ever += np.bincount(self.rows[self._upto:hi], weights=self.w[self._upto:hi], minlength=n)
+        self._upto = hi
+        windowed = np.empty((n, len(WINDOWS)))
+        for k, (_, seconds) in enumerate(WINDOWS):
+            lo = int(np.searchsorted(self.ts, clock - seconds, side="left"))
+            windowed[:, k] = np.bincount(self.rows[lo:hi], weights=self.w[lo:hi], minlength=n)
+        return windowed, self._ever.copy()
+
+    def live(self, clocks: np.ndarray, lengths: tuple[int, ...]) -> Live:
+        """``Live`` of a batch whose user ``k`` is at ``clocks[k]`` (a batch sorted by clock, later than any asked
+        before)."""
+        distinct, which = np.unique(clocks, return_inverse=True)
+        blocks, lists = [], []
+        for c in distinct.tolist():
+            windowed, ever = self.at(c)
+            blocks.append(block(windowed, ever))
+            lists.append(top_lists(windowed, self.items.active, lengths))
+        return Live(blocks, lists, which.ravel().astype(np.int64))
