@@ -23,15 +23,20 @@ from .data import ready_engine
               "[default: all].")
 @click.option("--iterations", type=click.IntRange(10, 10_000), default=None,
               help="The ranker's CatBoost trees  [default: PREFEED_TRAIN_ITERATIONS]")
+@click.option("--protocol", type=click.Choice(["static", "replay", "both"]), default="both", show_default=True,
+              help="static: histories frozen at the cut, each user judged once on everything after it; replay: "
+              "the feed before each of a user's first steps after the cut, at that step's clock.")
+@click.option("--steps", type=click.IntRange(1, 1000), default=10, show_default=True,
+              help="Replay: each user's first steps judged (a step: their events at one timestamp).")
 @click.option("--seed", "seed_", type=int, default=0, show_default=True)
 @click.pass_obj
 def evaluate(obj, cut: float, k: int, json_path: str | None, chart: str | None, recent_days: float,
-             users: int | None, iterations: int | None, seed_: int) -> None:
+             users: int | None, iterations: int | None, protocol: str, steps: int, seed_: int) -> None:
     """Judge baselines and the ranker (trained on the past) on the log after a time cut."""
     for path in (json_path, chart):
         report.check_writable(path)
     ev = run_evaluation(ready_engine(obj.settings), obj.settings, cut_quantile=cut, k=k, recent_days=recent_days,
-                        users=users, seed=seed_, iterations=iterations, progress=lambda m: click.echo(f"  {m}"))
+                        users=users, seed=seed_, iterations=iterations, protocol=protocol, steps=steps, progress=lambda m: click.echo(f"  {m}"))
     click.echo(report.table(ev))
     if json_path:
         report.write_json(ev, json_path)

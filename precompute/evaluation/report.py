@@ -23,6 +23,34 @@ def check_writable(path: str | Path | None) -> None:
 
 
 def table(ev: Evaluation) -> str:
+    """The protocols' tables: static (one row per method, the ranker last, and the ratio line), then replay."""
+    parts = []
+    if ev.methods:
+        parts.append(("static protocol (history frozen at the cut):\n" if ev.replay else "") + static_table(ev))
+    if ev.replay is not None:
+        parts.append(replay_table(ev.replay))
+    return "\n\n".join(parts)
+
+
+def replay_table(rp) -> str:
+    """The replay protocol's table: NDCG@k and HitRate@k per method, candidate recall per source, the ratio."""
+    lines = [f"replay protocol ({rp.steps} steps of {rp.users} users, each step's feed at its own clock):"]
+    width = max(len(name) for name in rp.methods) + 2
+    lines.append("method".ljust(width) + f"{'NDCG@' + str(rp.k):>12}  {'HitRate@' + str(rp.k):>12}  "
+                 f"{'cand. recall':>12}")
+    for name, m in rp.methods.items():
+        recall = f"{m['candidate_recall']:12.4f}" if "candidate_recall" in m else " " * 12
+        lines.append(name.ljust(width) + f"{m['ndcg']:12.4f}  {m['hit_rate']:12.4f}  {recall}")
+    lines.append("candidate recall by source: " + ", ".join(f"{s} {v:.3f}" for s, v in rp.sources.items()))
+    ratio = "n/a (the best baseline scores 0)" if rp.ratio is None else f"{rp.ratio:.2f}×"
+    if rp.ratio is not None and rp.ratio_interval is not None:
+        lo, hi = rp.ratio_interval
+        ratio += f" (95% interval over the {rp.users} users: {lo:.2f}×–{hi:.2f}×)"
+    lines.append(f"ranker / best baseline ({rp.best_baseline}, its window chosen on the truth) = {ratio}")
+    return "\n".join(lines)
+
+
+def static_table(ev: Evaluation) -> str:
     """One row per method (the ranker last) and the ratio line."""
     heads = [h.format(k=ev.k) for _, h in COLUMNS]
     width = max(len(name) for name in ev.methods) + 2
@@ -51,8 +79,9 @@ def write_chart(ev: Evaluation, path: str | Path) -> None:
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    names = list(ev.methods)
-    values = [ev.methods[name]["ndcg"] for name in names]
+    methods = ev.methods or ev.replay.methods
+    names = list(methods)
+    values = [methods[name]["ndcg"] for name in names]
     fig, ax = plt.subplots(figsize=(7, 3.6), dpi=120)
     bars = ax.bar(names, values, color=["#1f77b4" if name == "ranker" else "#9aa5b1" for name in names])
     ax.bar_label(bars, fmt="%.3f", fontsize=8)

@@ -21,7 +21,7 @@ from ..ranking.covisit import CoVisit
 from ..ranking.item_table import ItemTable, load_item_table
 from ..ranking.periods import Period
 from ..settings import Settings
-from . import baselines, metrics, model
+from . import baselines, metrics, model, replay
 from .split import Split, cut_time, split_log
 
 Events = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]      # (user, item, type, ts) in (ts, id) order
@@ -30,6 +30,8 @@ Events = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]      # (user, ite
 MIN_EVENTS = 100
 #: Lists are this long at least, so Recall@100 is defined whatever ``k``.
 LIST_LENGTH = 100
+#: ``evaluate``'s protocols: the frozen history (``static``), the feed as lived (``replay``), or both.
+PROTOCOLS = ("static", "replay", "both")
 
 
 @dataclasses.dataclass
@@ -48,6 +50,9 @@ class Evaluation:
     ratio_interval: tuple[float, float] | None
     train: dict                         # the ranker's own training metrics (inner split of the pre-cut log)
     seconds: float
+    protocol: str = "static"
+    #: The replay protocol's result (``replay.py``) when it ran; the static fields above are empty without it.
+    replay: replay.ReplayResult | None = None
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -104,9 +109,11 @@ def judge(at: Scene, settings: Settings, ranker_model, *, k: int = 10, recent_da
 
 
 def evaluate(engine: Engine, settings: Settings, *, cut_quantile: float = 0.8, k: int = 10, recent_days: float = 7.0,
-             users: int | None = None, seed: int = 0, iterations: int | None = None,
-             progress: Callable[[str], None] = lambda msg: None) -> Evaluation:
+             users: int | None = None, seed: int = 0, iterations: int | None = None, protocol: str = "both",
+             steps: int = 10, progress: Callable[[str], None] = lambda msg: None) -> Evaluation:
     """Evaluate every method on the database's log (up to ``settings.as_of``); see ``manage.py evaluate``."""
+    if protocol not in PROTOCOLS:
+        raise InvalidInput(f"--protocol must be one of {', '.join(PROTOCOLS)}, not {protocol!r}")
     if not 0.0 < cut_quantile < 1.0:
         raise InvalidInput(f"--cut must be strictly between 0 and 1, not {cut_quantile:g}")
     if k < 1:
@@ -120,16 +127,22 @@ def evaluate(engine: Engine, settings: Settings, *, cut_quantile: float = 0.8, k
     progress("training the ranker on the pre-cut log")
     result = model.train(engine, settings, at.split, iterations=iterations, seed=seed,
                          progress=lambda m: progress(f"  {m}"))
-    summary, best, interval = judge(at, settings, result.model, k=k, recent_days=recent_days, seed=seed,
-                                    progress=progress)
-    base = summary[best]["ndcg"]
+    summary, best, interval, ratio = {}, "", None, None
+    if protocol in ("static", "both"):
+        summary, best, interval = judge(at, settings, result.model, k=k, recent_days=recent_days, seed=seed,
+                                        progress=progress)
+        base = summary[best]["ndcg"]
+        ratio = summary["ranker"]["ndcg"] / base if base > 0 else None
+    replayed = None
+    if protocol in ("replay", "both"):
+        replayed = replay.judge(at.items, at.cov, (log.user, log.item, log.type, log.ts), at.split.cut, result.model,
+                                settings, n_steps=steps, users=users, k=k, seed=seed, progress=progress)
     split = at.split
     return Evaluation(cut=split.cut, cut_quantile=cut_quantile, k=k, users=len(split.users),
                       events_before=split.n_before, events_after=split.n_after, methods=summary, best_baseline=best,
-                      ratio=summary["ranker"]["ndcg"] / base if base > 0 else None,
-                      ratio_interval=interval,
+                      ratio=ratio, ratio_interval=interval,
                       train={key: v for key, v in result.metrics.items() if np.isscalar(v)},
-                      seconds=time.perf_counter() - t0)
+                      seconds=time.perf_counter() - t0, protocol=protocol, replay=replayed)
 
 
 def train(engine: Engine, settings: Settings, *, iterations: int | None = None, depth: int | None = None,

@@ -115,8 +115,9 @@ class Activity:
         self._upto = 0            # events [0, _upto) are in _ever
         self._last = -np.inf
 
-    def at(self, clock: float) -> tuple[np.ndarray, np.ndarray]:
-        """``(windowed, ever)`` interactions per item row as of ``clock`` (events at or before it)."""
+    def at(self, clock: float, windows: tuple[tuple[str, float], ...] = WINDOWS) -> tuple[np.ndarray, np.ndarray]:
+        """``(windowed, ever)`` interactions per item row as of ``clock`` (events at or before it), in each of
+        ``windows`` and of all time."""
         if clock < self._last:
             raise ValueError("Activity clocks must be asked in ascending order")
         self._last = clock
@@ -124,8 +125,8 @@ class Activity:
         n = len(self.items)
         self._ever += np.bincount(self.rows[self._upto:hi], weights=self.w[self._upto:hi], minlength=n)
         self._upto = hi
-        windowed = np.empty((n, len(WINDOWS)))
-        for k, (_, seconds) in enumerate(WINDOWS):
+        windowed = np.empty((n, len(windows)))
+        for k, (_, seconds) in enumerate(windows):
             lo = int(np.searchsorted(self.ts, clock - seconds, side="left"))
             windowed[:, k] = np.bincount(self.rows[lo:hi], weights=self.w[lo:hi], minlength=n)
         return windowed, self._ever.copy()

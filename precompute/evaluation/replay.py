@@ -1,0 +1,227 @@
+"""The replay protocol: every method judged on the feed it would serve before each of a user's first steps after the
+cut (``ranking/steps.py``), with the user's history and popularity as of the step and everything fitted frozen at
+the cut. What the product does: the feed is recomputed on each event, and read before the next.
+
+Methods, each ranking every step from the same information:
+
+- ``popular`` (all time) and ``recent_<w>`` for w in 1 hour, 1, 3, 7, 14, 30 days: type-weighted interactions at
+  the step's clock (live); the best window is reported with the others and is optimistic (chosen on the truth);
+- ``covisit``: co-visitation neighbours of the user's most recent items (live history), as candidate generation
+  gathers them;
+- ``item_knn``: cosine item-kNN over the binary pre-cut user × item matrix, the user's vector from their live history;
+- ``ranker``: the pipeline's own candidates, features and model at the step's clock, with the serving seen window
+  (what a worker stores); baselines leave out every item of the user's history (a stronger list on "new to the
+  user" truth than the ranker's).
+
+Metrics per step: NDCG@k (gain 2^grade − 1) and HitRate@k over the step's truth; means over steps; the ratio's 95 %
+interval by resampling users (each with all their steps).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+
+import numpy as np
+from scipy import sparse
+
+from ..ranking import candidates, features, popularity, ranker
+from ..ranking.arrays import top_desc_grouped
+from ..ranking.covisit import CoVisit
+from ..ranking.item_table import ItemTable
+from ..ranking.steps import ByUser, Steps, find
+from ..settings import Settings
+from . import metrics
+
+HOUR, DAY = 3600.0, 86400.0
+#: The live popularity baselines' windows; "popular" is all time.
+BASELINE_WINDOWS = (("1h", HOUR), ("1d", DAY), ("3d", 3 * DAY), ("7d", 7 * DAY), ("14d", 14 * DAY),
+                    ("30d", 30 * DAY))
+#: Every window the replay counts at each clock: the ranker's (``popularity.WINDOWS``) and the baselines'.
+_WINDOWS = tuple(dict(popularity.WINDOWS + BASELINE_WINDOWS).items())
+#: Steps ranked together: the dense methods hold a (batch, items) float32 matrix.
+BATCH = 128
+#: Source bits reported in the candidate-recall table.
+SOURCES = {"covisit": candidates.FROM_COVISIT, "recent_1h": popularity.FROM_RECENT_1H,
+           "recent_1d": popularity.FROM_RECENT_1D, "category": candidates.FROM_CATEGORY,
+           "global": candidates.FROM_GLOBAL}
+
+
+@dataclasses.dataclass
+class ReplayResult:
+    cut: float
+    k: int
+    steps: int                              # judged steps
+    users: int                              # judged users
+    methods: dict[str, dict[str, float]]    # ndcg, hit_rate (and the ranker's candidate_recall) by method
+    sources: dict[str, float]               # share of truth items each candidate source holds
+    best_baseline: str
+    ratio: float | None
+    ratio_interval: tuple[float, float] | None
+    seconds: float
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def baseline_names() -> tuple[str, ...]:
+    return ("popular", *(f"recent_{w}" for w, _ in BASELINE_WINDOWS), "covisit", "item_knn")
+
+
+def judge(items: ItemTable, cov: CoVisit, events, cut: float, model, settings: Settings, *, n_steps: int = 10,
+          end: float = float("inf"), users: int | None = None, exclude: np.ndarray | None = None, k: int = 10,
+          seed: int = 0, progress: Callable[[str], None] = lambda msg: None) -> ReplayResult:
+    """Replay the first ``n_steps`` steps after ``cut`` of every user with pre-cut history (a seeded sample of
+    ``users`` of them; never ``exclude``), ranking each with every method; ``items`` and ``cov`` as of the cut."""
+    t0 = time.perf_counter()
+    ev_user, ev_item, ev_type, ev_ts = events
+    steps = find(events, items, cut, end, n_steps)
+    who = steps.users()
+    if exclude is not None and len(exclude):
+        who = np.setdiff1d(who, exclude)
+    if users is not None and users < len(who):
+        who = np.sort(np.random.default_rng(seed).choice(who, size=users, replace=False))
+    steps = steps.take(np.flatnonzero(np.isin(steps.user, who)))
+    progress(f"replaying {len(steps)} steps of {len(np.unique(steps.user))} users after the cut")
+    names = (*baseline_names(), "ranker")
+    ndcg = {m: np.zeros(len(steps)) for m in names}
+    hit = {m: np.zeros(len(steps)) for m in names}
+    held = np.zeros(len(steps.rows), dtype=np.int64)            # source bits of each truth entry's candidate
+    in_cand = np.zeros(len(steps.rows), dtype=bool)
+    by_user = ByUser(events)
+    n_pre = int(np.searchsorted(ev_ts, cut, side="right"))
+    act = popularity.Activity(items, ev_ts, ev_item, ev_type)
+    knn = _Knn(items, tuple(a[:n_pre] for a in events))
+    lengths = candidates.recent_lengths(settings)
+    win_names = [w for w, _ in _WINDOWS]
+    live_cols = [win_names.index(w) for w, _ in popularity.WINDOWS]
+    base_cols = {f"recent_{w}": win_names.index(w) for w, _ in BASELINE_WINDOWS}
+    everything = float("inf")
+    for a in range(0, len(steps), BATCH):
+        part = steps.take(np.arange(a, min(a + BATCH, len(steps))))
+        hist_all = by_user.histories(part, items, settings, seen_window=everything)
+        hist = by_user.histories(part, items, settings)
+        distinct, which = np.unique(part.clock, return_inverse=True)
+        blocks, lists, scores = [], [], {m: [] for m in ("popular", *base_cols)}
+        for c in distinct.tolist():
+            windowed, ever = act.at(c, _WINDOWS)
+            live_w = windowed[:, live_cols]
+            blocks.append(popularity.block(live_w, ever))
+            lists.append(popularity.top_lists(live_w, items.active, lengths))
+            scores["popular"].append(ever)
+            for m, col in base_cols.items():
+                scores[m].append(windowed[:, col])
+        which = which.ravel()
+        dense = np.empty((len(part), len(items)), dtype=np.float32)
+        for m, per_clock in scores.items():
+            dense[:] = np.asarray(per_clock, dtype=np.float32)[which]
+            _judge_dense(m, dense, part, hist_all, items.active, k, a, ndcg, hit)
+        dense[:] = _covisit_scores(hist, cov, settings, len(items))
+        _judge_dense("covisit", dense, part, hist_all, items.active, k, a, ndcg, hit)
+        dense[:] = knn.scores(hist_all)
+        _judge_dense("item_knn", dense, part, hist_all, items.active, k, a, ndcg, hit)
+        # The ranker, as a worker computes it for these histories at these clocks.
+        for start in range(0, len(part), settings.rank_chunk_users):
+            stop = min(start + settings.rank_chunk_users, len(part))
+            sub, h = part.take(np.arange(start, stop)), hist.slice(start, stop)
+            sub_live = popularity.Live(blocks, lists, which[start:stop].astype(np.int64))
+            cand = candidates.for_batch(items, cov, h, settings, sub_live)
+            X = features.build(items, h, cand, sub.clock, sub_live)
+            s = ranker.score(model, X) if len(X) else np.empty(0, dtype=np.float32)
+            top, offsets = top_desc_grouped(s, cand.offsets, k)
+            lists_ = [cand.rows[top[offsets[j]:offsets[j + 1]]] for j in range(len(sub))]
+            _judge_lists("ranker", lists_, sub, a + start, k, ndcg, hit)
+            # Which truth entries the candidates held, and through which sources.
+            span = len(items) + 1
+            code = cand.owner * span + cand.rows
+            t_code = sub.owner * span + sub.rows
+            order = np.argsort(code)
+            at = np.minimum(np.searchsorted(code[order], t_code), max(len(code) - 1, 0))
+            found = (code[order][at] == t_code) if len(code) else np.zeros(len(t_code), dtype=bool)
+            lo = part.offsets[start] + steps.offsets[a]
+            in_cand[lo:lo + len(t_code)] = found
+            held[lo:lo + len(t_code)] = np.where(found, cand.flags[order][at] if len(code) else 0, 0)
+        progress(f"  {min(a + BATCH, len(steps))}/{len(steps)} steps")
+    # Means over steps; the interval resamples users with their steps (sums per user).
+    user_pos = np.unique(steps.user, return_inverse=True)[1].ravel()
+    n_users = int(user_pos.max()) + 1 if len(user_pos) else 0
+    summary = {m: dict(ndcg=float(ndcg[m].mean()) if len(steps) else 0.0,
+                       hit_rate=float(hit[m].mean()) if len(steps) else 0.0) for m in names}
+    summary["ranker"]["candidate_recall"] = float(in_cand.mean()) if len(in_cand) else 0.0
+    sources = {name: float(((held & bit) > 0).mean()) if len(held) else 0.0 for name, bit in SOURCES.items()}
+    best = max(baseline_names(), key=lambda m: summary[m]["ndcg"])
+    base = summary[best]["ndcg"]
+    interval = None
+    if n_users:
+        per_user = {m: np.bincount(user_pos, weights=ndcg[m], minlength=n_users) for m in ("ranker", best)}
+        interval = metrics.ratio_interval(per_user["ranker"], per_user[best], seed=seed)
+    return ReplayResult(cut=cut, k=k, steps=len(steps), users=n_users, methods=summary, sources=sources,
+                        best_baseline=best, ratio=summary["ranker"]["ndcg"] / base if base > 0 else None,
+                        ratio_interval=interval, seconds=time.perf_counter() - t0)
+
+
+def _judge_dense(name: str, scores: np.ndarray, part: Steps, hist_all, active: np.ndarray, k: int, a: int,
+                 ndcg: dict, hit: dict) -> None:
+    """Top ``k`` of each step's row of ``scores`` (positive, active, not in the user's history), judged."""
+    scores[:, ~active] = -np.inf
+    owner = np.repeat(np.arange(len(part)), np.diff(hist_all.seen_offsets))
+    scores[owner, hist_all.seen_rows] = -np.inf
+    kk = min(k, scores.shape[1])
+    top = np.argpartition(-scores, kk - 1, axis=1)[:, :kk]
+    val = np.take_along_axis(scores, top, axis=1)
+    lists = []
+    for j in range(len(part)):
+        o = np.lexsort((top[j], -val[j]))
+        o = o[val[j][o] > 0]
+        lists.append(top[j][o])
+    _judge_lists(name, lists, part, a, k, ndcg, hit)
+
+
+def _judge_lists(name: str, lists: list[np.ndarray], part: Steps, a: int, k: int, ndcg: dict, hit: dict) -> None:
+    """NDCG@k and HitRate@k of each step's list against its truth, stored at the steps' places ``a + j``."""
+    disc = 1.0 / np.log2(np.arange(k) + 2)
+    for j, rows in enumerate(lists):
+        t_rows = part.rows[part.offsets[j]:part.offsets[j + 1]]
+        t_rel = part.rel[part.offsets[j]:part.offsets[j + 1]]
+        rows = rows[:k]
+        at = np.minimum(np.searchsorted(t_rows, rows), len(t_rows) - 1)
+        rel = np.where(t_rows[at] == rows, t_rel[at], 0.0)
+        ideal = np.sort(t_rel)[::-1][:k]
+        idcg = float(((2.0 ** ideal - 1) * disc[:len(ideal)]).sum())
+        ndcg[name][a + j] = float(((2.0 ** rel - 1) * disc[:len(rel)]).sum()) / idcg if idcg > 0 else 0.0
+        hit[name][a + j] = float((rel > 0).any())
+
+
+def _covisit_scores(hist, cov: CoVisit, settings: Settings, n_items: int) -> np.ndarray:
+    """Co-visitation scores of each step's candidates from its most recent items (dense, one row per step)."""
+    recent, owner, rank = candidates.recent_items(hist, settings.covisit_recent_items)
+    rows, w, per_recent = cov.gather(recent, settings.recency_decay ** rank)
+    out = np.zeros((len(hist), n_items), dtype=np.float32)
+    np.add.at(out, (np.repeat(owner, per_recent), rows), w)
+    return out
+
+
+class _Knn:
+    """Cosine item-kNN over the binary pre-cut user × item matrix; a user's vector from any list of item rows."""
+
+    def __init__(self, items: ItemTable, pre: tuple[np.ndarray, ...]) -> None:
+        user, item, type_, _ = pre
+        rows, w = items.rows(item), items.weight_of(type_)
+        ok = (rows >= 0) & (w > 0)
+        users, pos = np.unique(user[ok], return_inverse=True)
+        x = sparse.csr_matrix((np.ones(int(ok.sum()), dtype=np.float32), (pos.ravel(), rows[ok])),
+                              shape=(len(users), len(items)))
+        x.sum_duplicates()
+        x.data[:] = 1.0
+        norms = np.sqrt(np.asarray(x.sum(axis=0)).ravel())
+        self.xn = sparse.csr_matrix(x.multiply(1.0 / np.where(norms > 0, norms, 1.0)[None, :]), dtype=np.float32)
+        self.xn_t = self.xn.T.tocsr()
+        self.n = len(items)
+
+    def scores(self, hist_all) -> np.ndarray:
+        owner = np.repeat(np.arange(len(hist_all)), np.diff(hist_all.seen_offsets))
+        mine = sparse.csr_matrix((np.ones(len(owner), dtype=np.float32), (owner, hist_all.seen_rows)),
+                                 shape=(len(hist_all), self.n))
+        overlap = self.xn @ mine.T.toarray()
+        return np.ascontiguousarray((self.xn_t @ overlap).T)

@@ -1,0 +1,160 @@
+"""Replayed steps: the feed as a user lives it, for evaluation (``evaluation/replay.py``) and for training's labels.
+
+A step is one user's events at one timestamp (a basket, a click). Before it, the product serves the feed computed
+from the user's history up to then (their own earlier post-cut events included) at the log's clock then (the newest
+event before the step), with popularity as of that clock; everything fitted (model, co-visitation, the item table's
+slow statistics) stays as it was at the cut. The step's truth is its items of positive type weight that are new to
+the user (never interacted with before the step), graded by the strongest interaction's weight.
+
+Each step becomes one row of a ``Histories`` (its "user" is the step), so the candidate and feature code rank a batch
+of steps exactly as it ranks a batch of users, each at its own clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..data.history import Histories
+from ..settings import Settings
+from .item_table import ItemTable
+
+Events = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]      # (user, item, type, ts) in (ts, id) order
+
+
+@dataclasses.dataclass
+class Steps:
+    """Steps with at least one truth item, sorted by clock. Step ``s``'s truth: ``rows[offsets[s]:offsets[s+1]]``
+    (item rows, ascending) graded ``rel``."""
+
+    user: np.ndarray        # (S,) user id
+    ts: np.ndarray          # (S,) the step's time
+    clock: np.ndarray       # (S,) the log's newest event time before the step: the clock a worker reads at
+    known: np.ndarray       # (S,) events [0, known) of the log happened before the step
+    offsets: np.ndarray
+    rows: np.ndarray
+    rel: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.user)
+
+    def take(self, at: np.ndarray) -> Steps:
+        """The steps at positions ``at`` (ascending keeps the clock order)."""
+        lo, hi = self.offsets[at], self.offsets[at + 1]
+        count = hi - lo
+        idx = np.repeat(lo - np.r_[0, np.cumsum(count)[:-1]], count) + np.arange(int(count.sum()))
+        return Steps(self.user[at], self.ts[at], self.clock[at], self.known[at],
+                     np.r_[0, np.cumsum(count)].astype(np.int64), self.rows[idx], self.rel[idx])
+
+    @property
+    def owner(self) -> np.ndarray:
+        """The step of each truth entry."""
+        return np.repeat(np.arange(len(self.user)), np.diff(self.offsets))
+
+    def users(self) -> np.ndarray:
+        return np.unique(self.user)
+
+
+def find(events: Events, items: ItemTable, cut: float, end: float, n_steps: int,
+         users: np.ndarray | None = None) -> Steps:
+    """The first ``n_steps`` steps after ``cut`` (up to ``end``) of every user with history at or before the cut
+    (only ``users``, sorted ids, when given); steps without a new item count towards ``n_steps`` but are not
+    returned (nothing to judge)."""
+    ev_user, ev_item, ev_type, ev_ts = events
+    n_cut = int(np.searchsorted(ev_ts, cut, side="right"))
+    n_end = len(ev_ts) if end == float("inf") else int(np.searchsorted(ev_ts, end, side="right"))
+    who = np.unique(ev_user[:n_cut])
+    if users is not None:
+        who = np.intersect1d(who, users)
+    idx = np.arange(n_cut, n_end)
+    idx = idx[np.isin(ev_user[idx], who)]
+    idx = idx[np.lexsort((idx, ev_user[idx]))]             # by user, then log order
+    u, t = ev_user[idx], ev_ts[idx]
+    new_step = np.r_[True, (u[1:] != u[:-1]) | (t[1:] != t[:-1])]
+    step = np.cumsum(new_step) - 1
+    new_user = np.r_[True, u[1:] != u[:-1]]
+    first_step = np.maximum.accumulate(np.where(new_user, step, 0))
+    keep = (step - first_step) < n_steps
+    idx, u, step = idx[keep], u[keep], step[keep]
+    step = np.unique(step, return_inverse=True)[1].ravel()            # dense again
+    n_s = int(step.max()) + 1 if len(step) else 0
+    # Truth: (step, row) pairs of positive weight whose (user, row) the user never touched before the step.
+    span = len(items) + 1
+    rows, w = items.rows(ev_item[idx]), items.weight_of(ev_type[idx])
+    pos = np.searchsorted(who, u)
+    code = pos * span + np.where(rows < 0, span - 1, rows)
+    pre = np.flatnonzero(np.isin(ev_user[:n_cut], who))
+    pre_rows = items.rows(ev_item[pre])
+    pre_code = np.unique(np.searchsorted(who, ev_user[pre]) * span + np.where(pre_rows < 0, span - 1, pre_rows))
+    uniq, inv = np.unique(code, return_inverse=True)
+    first_of = np.full(len(uniq), n_s)
+    np.minimum.at(first_of, inv.ravel(), step)
+    fresh = (first_of[inv.ravel()] == step) & ~np.isin(code, pre_code) & (w > 0) & (rows >= 0)
+    t_code, t_inv = np.unique(step[fresh] * span + rows[fresh], return_inverse=True)
+    rel = np.zeros(len(t_code))
+    np.maximum.at(rel, t_inv.ravel(), w[fresh])
+    t_step, t_row = t_code // span, t_code % span
+    # Per step: its user, time, the log's clock before it.
+    s_first = np.flatnonzero(np.r_[True, step[1:] != step[:-1]])
+    s_user, s_ts = u[s_first], ev_ts[idx[s_first]]
+    judged = np.unique(t_step)
+    s_user, s_ts = s_user[judged], s_ts[judged]
+    known = np.searchsorted(ev_ts, s_ts, side="left")
+    clock = ev_ts[np.maximum(known - 1, 0)]
+    order = np.lexsort((s_user, clock))
+    where = np.empty(len(judged), dtype=np.int64)
+    where[order] = np.arange(len(judged))
+    t_pos = where[np.searchsorted(judged, t_step)]
+    by = np.lexsort((t_row, t_pos))
+    return Steps(user=s_user[order], ts=s_ts[order], clock=clock[order], known=known[order],
+                 offsets=np.r_[0, np.cumsum(np.bincount(t_pos, minlength=len(judged)))].astype(np.int64),
+                 rows=t_row[by], rel=rel[by])
+
+
+class ByUser:
+    """The log's events grouped by user (log order within each), to cut each step's history out of it."""
+
+    def __init__(self, events: Events) -> None:
+        self.events = events
+        self.order = np.argsort(events[0], kind="stable")
+        self.users = np.unique(events[0])
+        pos = np.searchsorted(self.users, events[0][self.order])
+        self.key = pos * (len(events[0]) + 1) + self.order        # ascending: by user, then log position
+
+    def histories(self, steps: Steps, items: ItemTable, settings: Settings, seen_window: float | None = None
+                  ) -> Histories:
+        """One ``Histories`` row per step: the user's newest ``history_limit`` events before the step; seen items
+        those interacted with inside ``seen_window`` (default the settings') before the step's clock, ``inf``: all.
+        ``clock`` is the latest step's; each step's own is ``steps.clock``."""
+        n = len(self.events[0]) + 1
+        pos = np.searchsorted(self.users, steps.user)
+        lo = np.searchsorted(self.key, pos * n)
+        end = np.searchsorted(self.key, pos * n + steps.known)
+        start = np.maximum(lo, end - settings.history_limit)
+        at = self.order[_ranges(start, end)]
+        window = settings.seen_window if seen_window is None else seen_window
+        ev_user, ev_item, ev_type, ev_ts = self.events
+        # Seen: distinct rows of the events inside the window before each step's clock.
+        all_at = self.order[_ranges(lo, end)]
+        owner = np.repeat(np.arange(len(steps)), end - lo)
+        inside = ev_ts[all_at] >= steps.clock[owner] - window
+        s_rows = items.rows(ev_item[all_at[inside]])
+        s_owner = owner[inside]
+        ok = s_rows >= 0
+        span = len(items) + 1
+        s_code = np.unique(s_owner[ok] * span + s_rows[ok])
+        s_owner, s_rows = s_code // span, s_code % span
+        return Histories(
+            user_ids=np.arange(len(steps), dtype=np.int64), versions=np.zeros(len(steps), dtype=np.int64),
+            offsets=np.r_[0, np.cumsum(end - start)].astype(np.int64), item_rows=items.rows(ev_item[at]),
+            types=ev_type[at].astype(np.int64), ts=ev_ts[at].astype(np.float64),
+            clock=float(steps.clock.max(initial=0.0)),
+            seen_offsets=np.r_[0, np.cumsum(np.bincount(s_owner, minlength=len(steps)))].astype(np.int64),
+            seen_rows=s_rows.astype(np.int64))
+
+
+def _ranges(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """The concatenation of ``arange(start[k], end[k])`` over k."""
+    count = np.maximum(end - start, 0)
+    return np.repeat(start - np.r_[0, np.cumsum(count)[:-1]], count) + np.arange(int(count.sum()))
