@@ -23,6 +23,7 @@ DAY = 86400
 
 
 #: The CatBoost objectives training can use (``PREFEED_TRAIN_LOSS``).
+TRAIN_LABELS = ("steps", "period")
 TRAIN_LOSSES = ("Logloss", "YetiRank")
 #: The levels ``PREFEED_LOG_LEVEL`` may name.
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -197,8 +198,17 @@ class Settings:
                                          minimum=1e-6, maximum=1.0)
     train_users: int = setting(3000, "PREFEED_TRAIN_USERS", "users sampled for training and validation "
                                "(`train --users`)", unit="users")
-    train_negatives: int = setting(100, "PREFEED_TRAIN_NEGATIVES", "negative candidates sampled per training user",
+    train_negatives: int = setting(100, "PREFEED_TRAIN_NEGATIVES", "negative candidates sampled per training user "
+                                   "(`PREFEED_TRAIN_LABELS=period`) or per replayed step (`steps`: a third of it)",
                                    unit="items")
+    train_labels: str = setting("steps", "PREFEED_TRAIN_LABELS", "how training labels its examples: `steps` (as the "
+                                "replay protocol judges: each of a user's first `PREFEED_REPLAY_STEPS` steps after a "
+                                "cut, with the history and popularity as of the step, labelled by the step's new "
+                                "items) or `period` (history frozen at the cut, labelled by everything up to the "
+                                "validation cut)")
+    replay_steps: int = setting(10, "PREFEED_REPLAY_STEPS", "steps per user after a cut that training labels and "
+                                "its promotion check replays (a step: a user's events at one timestamp)",
+                                unit="steps")
     train_cut_quantile: float = setting(0.7, "PREFEED_TRAIN_CUT_QUANTILE", "the training cut: share of events "
                                         "before it; training examples take features from the log up to it and "
                                         "labels from the events between it and the validation cut (the last of "
@@ -235,7 +245,8 @@ class Settings:
             object.__setattr__(self, "model_dir", Path(self.var_dir) / "models")
         if self.page_limit_default > self.page_limit_max:
             raise ConfigError("PREFEED_PAGE_LIMIT_DEFAULT must not exceed PREFEED_PAGE_LIMIT_MAX")
-        for name, allowed in (("log_level", LOG_LEVELS), ("train_loss", TRAIN_LOSSES)):
+        for name, allowed in (("log_level", LOG_LEVELS), ("train_loss", TRAIN_LOSSES),
+                              ("train_labels", TRAIN_LABELS)):
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{_env(name)} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
 

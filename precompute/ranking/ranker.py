@@ -28,7 +28,8 @@ from sqlalchemy import Engine
 from ..data import log as event_log
 from ..errors import InvalidInput
 from ..settings import Settings
-from . import periods
+from . import candidates, features, periods, popularity
+from . import steps as replayed
 from .periods import Period, feature_rows  # noqa: F401  (feature_rows: training's feature path, used by tests)
 
 #: CatBoost's NDCG with the gain evaluation's NDCG uses (2^grade - 1), on the top 10.
@@ -88,16 +89,23 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
              f"each labelled up to the validation cut; validation: features at {valid_cut:.0f}, labels after")
     judge = periods.period(engine, settings, events, valid_cut, users=everyone)
     rng = np.random.default_rng(seed)
+    by_steps = settings.train_labels == "steps"
+    by_user = replayed.ByUser(events) if by_steps else None
+    valid_steps = replayed.find(events, judge.items, valid_cut, float("inf"), settings.replay_steps) \
+        if by_steps else None
     # Early stopping takes at most half of the users eligible at the validation cut: the promotion check judges the
     # others (``evaluation.run.validate``), whose period then is still unseen by the model's selection.
-    eligible = judge.eligible()
+    eligible = valid_steps.users() if by_steps else judge.eligible()
     n_valid = max(5, min(users // 5, len(eligible) // 2))
     valid_users = _sample(eligible, n_valid, rng, "validation")
     X_train, y_train, g_train, n_train = _periods(engine, settings, events, bounds, everyone, users - n_valid, rng,
-                                                  progress)
+                                                  progress, by_user)
     if not (y_train > 0).any():
         raise InvalidInput("no training user has a relevant candidate; the log has too little structure to learn")
-    X_eval, y_eval, g_eval = _examples(judge, valid_users, settings, rng)
+    if by_steps:
+        X_eval, y_eval, g_eval = _step_examples(judge, events, by_user, valid_steps, valid_users, settings, rng)
+    else:
+        X_eval, y_eval, g_eval = _examples(judge, valid_users, settings, rng)
     names = list(judge.items.layout.names)
     loss = settings.train_loss
     progress(f"training CatBoost {loss} on {len(y_train)} rows x {X_train.shape[1]} features, at most "
@@ -120,8 +128,8 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
 
 
 def _periods(engine: Engine, settings: Settings, events: periods.Events, bounds: list[float], everyone: np.ndarray,
-             n: int, rng: np.random.Generator, progress: Callable[[str], None]
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+             n: int, rng: np.random.Generator, progress: Callable[[str], None],
+             by_user: replayed.ByUser | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Training examples of every training period: period ``p`` knows the log up to ``bounds[p]`` (its own item
     table and co-visitation) and is labelled by all events after it up to the validation cut ``bounds[-1]``; up
     to ``n / periods`` of its eligible users each. One period is held in memory at a time. Group ids are distinct
@@ -131,16 +139,55 @@ def _periods(engine: Engine, settings: Settings, events: periods.Events, bounds:
     Xs, ys, gs, sampled = [], [], [], 0
     for p in range(n_periods):
         learn = periods.period(engine, settings, events, bounds[p], bounds[-1], everyone)
-        eligible = learn.eligible()
+        found = replayed.find(events, learn.items, bounds[p], bounds[-1], settings.replay_steps) \
+            if by_user is not None else None
+        eligible = found.users() if found is not None else learn.eligible()
         if len(eligible) < 5 and p < n_periods - 1:
             continue            # an early period with too few users to learn from: the later ones still count
         train_users = _sample(eligible, -(-n // n_periods), rng, "training")
         progress(f"building features for {len(train_users)} training users at {bounds[p]:.0f}")
-        X, y, g = _examples(learn, train_users, settings, rng)
-        Xs.append(X), ys.append(y), gs.append(np.searchsorted(everyone, g) * n_periods + p)
+        if found is not None:
+            X, y, g = _step_examples(learn, events, by_user, found, train_users, settings, rng)
+        else:
+            X, y, g = _examples(learn, train_users, settings, rng)
+            g = np.searchsorted(everyone, g)
+        Xs.append(X), ys.append(y), gs.append(g * n_periods + p)
         sampled += len(train_users)
         del learn
     return np.concatenate(Xs), np.concatenate(ys), np.concatenate(gs), sampled
+
+
+def _step_examples(at: Period, events: periods.Events, by_user: replayed.ByUser, found: replayed.Steps,
+                   user_ids: np.ndarray, settings: Settings, rng: np.random.Generator
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Feature rows, grades and group ids (one group per step) of ``user_ids``' replayed steps after ``at.cut``:
+    each step ranked as a worker would before it (history up to it, popularity at its clock; the item table and
+    co-visitation of the cut) and labelled by its new items, with ``train_negatives // 3`` random negatives per
+    step that has a positive candidate. What the replay protocol judges, so the model learns that question."""
+    mine = found.take(np.flatnonzero(np.isin(found.user, user_ids)))
+    act = popularity.Activity(at.items, events[3], events[1], events[2])
+    lengths = candidates.recent_lengths(settings)
+    negatives = max(settings.train_negatives // 3, 1)
+    span = len(at.items) + 1
+    Xs, ys, gs = [], [], []
+    for start in range(0, len(mine), 200):
+        part = mine.take(np.arange(start, min(start + 200, len(mine))))
+        hist = by_user.histories(part, at.items, settings)
+        live = act.live(part.clock, lengths)
+        cand = candidates.for_batch(at.items, at.cov, hist, settings, live)
+        X = features.build(at.items, hist, cand, part.clock, live)
+        owner = cand.owner
+        t_code = part.owner * span + part.rows
+        code = owner * span + cand.rows
+        at_ = np.minimum(np.searchsorted(t_code, code), max(len(t_code) - 1, 0))
+        rel = np.where(t_code[at_] == code, part.rel[at_], 0.0) if len(t_code) else np.zeros(len(code))
+        keep = (rel > 0) | (group_rank(owner, cand.offsets, rng.random(len(rel))) < negatives)
+        has_pos = np.bincount(owner[rel > 0], minlength=len(part)) > 0
+        keep &= has_pos[owner]
+        Xs.append(X[keep]), ys.append(rel[keep]), gs.append(start + owner[keep])
+    if not Xs:
+        return (np.empty((0, len(at.items.layout)), dtype=np.float32), np.empty(0), np.empty(0, dtype=np.int64))
+    return np.concatenate(Xs), np.concatenate(ys), np.concatenate(gs)
 
 
 def _sample(eligible: np.ndarray, n: int, rng: np.random.Generator, what: str) -> np.ndarray:
