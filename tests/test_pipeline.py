@@ -12,7 +12,7 @@ from sqlalchemy import select, text, update
 from precompute.data import history
 from precompute.data.models import Item, User
 from precompute.data.recording import NewEvent, record
-from precompute.ranking import candidates, features, ranker
+from precompute.ranking import candidates, features, popularity, ranker
 from precompute.ranking.pipeline import STAGES
 from tests import reference
 from tests.conftest import users_with_history
@@ -308,3 +308,33 @@ def test_new_items_reach_candidates_and_feeds_once_the_item_matrices_reload(sett
             conn.execute(delete(User).where(User.id == crowd))
             conn.execute(delete(ItemCategory).where(ItemCategory.item_id.in_(new)))
             conn.execute(delete(Item).where(Item.id.in_(new)))
+
+
+def test_the_item_matrices_reload_once_the_logs_clock_moves_past_their_max_age(settings, world, r, user_id):
+    from precompute.ranking.pipeline import Pipeline
+
+    # given a worker's pipeline loaded at the log's clock, reloading every 300 s (of wall time or of the log's)
+    s = dataclasses.replace(settings, item_table_max_age=300)
+    pipeline = Pipeline(s, world.engine, r)
+    pipeline.load()
+    as_of = pipeline.items.as_of
+    crowd = 1_900_000_000 + user_id
+    item = int(pipeline.items.ids[-1])                  # the least popular item: nobody bought it in the last hour
+    row = lambda: int(pipeline.items.rows(np.array([item]))[0])    # noqa: E731
+    try:
+        # when the log moves on by less than that (a replay posts a log faster than it happened), nothing reloads
+        record(world.engine, [NewEvent(crowd, item, 4, as_of + 100)], s)
+        assert pipeline.refresh() is False
+        # and once it moves on by more, the next job reloads: the hour's popularity counts the new purchases
+        record(world.engine, [NewEvent(crowd, item, 4, as_of + 301)], s)
+        assert pipeline.refresh() is True and pipeline.items.as_of == as_of + 301
+        block = popularity.Live.of_table(pipeline.items, 1, (0, 0)).blocks[0]
+        column = pipeline.items.layout.index("item_log_weighted_1h") - pipeline.items.layout.start("item_live")
+        assert block[row(), column] == pytest.approx(np.log1p(2 * pipeline.items.type_weights[4]))
+    finally:
+        from sqlalchemy import delete
+
+        from precompute.data.models import Event
+        with world.engine.begin() as conn:
+            conn.execute(delete(Event).where(Event.user_id == crowd))
+            conn.execute(delete(User).where(User.id == crowd))

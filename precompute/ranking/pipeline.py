@@ -15,7 +15,7 @@ import numpy as np
 import redis
 from sqlalchemy import Engine
 
-from ..data import catalog
+from ..data import catalog, clock
 from ..data.history import Histories, load_histories
 from ..errors import BundleError
 from ..feeds.codec import encode_many
@@ -78,8 +78,17 @@ class Pipeline:
         # Redis lost data (within ``item_table_max_age`` of a running worker).
         self.store.replace_inactive(lambda: catalog.inactive_ids(self.engine))
 
+    def stale(self) -> bool:
+        """Whether the item matrices are older than ``item_table_max_age``, in wall time or in the log's time: a log
+        replayed or imported faster than it happened moves the clock popularity is counted at (``popularity.py``)
+        faster than the wall clock, and its hourly and daily windows must follow it."""
+        if self.items is None or time.time() - self.items.loaded_at > self.settings.item_table_max_age:
+            return True
+        with self.engine.connect() as conn:
+            return clock.log_clock(conn, self.settings) - self.items.as_of > self.settings.item_table_max_age
+
     def refresh(self) -> bool:
-        """Reload if a different bundle is current or the item matrices are older than their max age.
+        """Reload if a different bundle is current or the item matrices are older than their max age (``stale``).
 
         A bundle that fails its checks is logged and skipped: the pipeline keeps serving with the one it has.
         Returns True when something was reloaded.
@@ -89,7 +98,7 @@ class Pipeline:
         except BundleError as exc:
             log.error("keeping bundle %s: %s", self.bundle and self.bundle.version, exc)
             return False
-        stale = self.items is None or time.time() - self.items.loaded_at > self.settings.item_table_max_age
+        stale = self.stale()
         current = self.bundle is not None and version in (self.bundle.version, self._refused)
         if current and not stale:
             return False
