@@ -43,8 +43,13 @@ def train(obj, iterations: int | None, depth: int | None, users: int | None, see
     m = result.metrics
     interval = m.get("ratio_interval")
     spread = f"; ratio 95% interval {interval[0]:.2f}×–{interval[1]:.2f}×" if interval else ""
-    click.echo(f"validation NDCG@10: model {m['ndcg10']:.4f}, best baseline ({m['baseline']}) "
-               f"{m['baseline_ndcg10']:.4f} ({m['valid_users']} users judged after the validation cut{spread})")
+    judged = f"{m['valid_steps']} steps of {m['valid_users']} users replayed" if "valid_steps" in m else \
+        f"{m['valid_users']} users judged"
+    click.echo(f"validation NDCG@10 ({m.get('protocol', 'static')} protocol): model {m['ndcg10']:.4f}, best baseline "
+               f"({m['baseline']}) {m['baseline_ndcg10']:.4f} ({judged} after the validation cut{spread})")
+    if m.get("protocol") == "replay":
+        click.echo(f"static protocol beside it: model {m['static_ndcg10']:.4f}, best baseline "
+                   f"({m['static_baseline']}) {m['static_baseline_ndcg10']:.4f}")
     version = bundle.write(settings.model_dir, result.model, result.pairs, {"metrics": m})
     seconds = time.perf_counter() - t0
     how = "train"

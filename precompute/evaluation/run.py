@@ -167,7 +167,8 @@ def validate(engine: Engine, settings: Settings, events: Events, result: ranker.
     whose validation examples chose the tree count are not judged (their period is no longer unseen), unless
     nobody else could be. Returns the training metrics' keys that ``models list`` and promotion read: ``ndcg10``,
     ``baseline``, ``baseline_ndcg10``, ``ratio_interval`` (``judge``'s, or None), ``baselines``, ``candidate_recall``,
-    ``valid_users``."""
+    ``valid_users``: under the replay protocol when training labels replayed steps (``PREFEED_TRAIN_LABELS``), with
+    the static protocol's beside them (``static_*``), else the static protocol's."""
     cut = result.metrics["valid_cut"]
     try:
         at = scene(engine, settings, events, cut, users=users, seed=seed, exclude=result.stopping_users,
@@ -176,10 +177,27 @@ def validate(engine: Engine, settings: Settings, events: Events, result: ranker.
         at = scene(engine, settings, events, cut, users=users, seed=seed, known=result.validation,
                    progress=progress)
     summary, best, interval = judge(at, settings, result.model, k=10, seed=seed, progress=progress)
-    return dict(ndcg10=summary["ranker"]["ndcg"], baseline=best, baseline_ndcg10=summary[best]["ndcg"],
-                ratio_interval=None if interval is None else list(interval),
-                baselines={name: m["ndcg"] for name, m in summary.items() if name != "ranker"},
-                candidate_recall=summary["ranker"]["candidate_recall"], valid_users=len(at.split.users))
+    static = dict(static_ndcg10=summary["ranker"]["ndcg"], static_baseline=best,
+                  static_baseline_ndcg10=summary[best]["ndcg"],
+                  static_ratio_interval=None if interval is None else list(interval))
+    if settings.train_labels != "steps":
+        return dict(ndcg10=summary["ranker"]["ndcg"], baseline=best, baseline_ndcg10=summary[best]["ndcg"],
+                    ratio_interval=None if interval is None else list(interval), protocol="static",
+                    baselines={name: m["ndcg"] for name, m in summary.items() if name != "ranker"},
+                    candidate_recall=summary["ranker"]["candidate_recall"], valid_users=len(at.split.users),
+                    **static)
+    # The model learned to rank steps as they are lived: promotion asks whether it beats every baseline there.
+    rp = replay.judge(at.items, at.cov, events, cut, result.model, settings, n_steps=settings.replay_steps,
+                      users=users, exclude=result.stopping_users, seed=seed, progress=progress)
+    if rp.steps == 0:
+        rp = replay.judge(at.items, at.cov, events, cut, result.model, settings, n_steps=settings.replay_steps,
+                          users=users, seed=seed, progress=progress)
+    best = rp.best_baseline
+    return dict(ndcg10=rp.methods["ranker"]["ndcg"], baseline=best, baseline_ndcg10=rp.methods[best]["ndcg"],
+                ratio_interval=None if rp.ratio_interval is None else list(rp.ratio_interval), protocol="replay",
+                baselines={name: m["ndcg"] for name, m in rp.methods.items() if name != "ranker"},
+                candidate_recall=rp.methods["ranker"]["candidate_recall"], valid_users=rp.users,
+                valid_steps=rp.steps, **static)
 
 
 def _utc(ts: float) -> str:
