@@ -45,8 +45,9 @@ def train(obj, iterations: int | None, depth: int | None, users: int | None, see
     spread = f"; ratio 95% interval {interval[0]:.2f}×–{interval[1]:.2f}×" if interval else ""
     judged = f"{m['valid_steps']} steps of {m['valid_users']} users replayed" if "valid_steps" in m else \
         f"{m['valid_users']} users judged"
-    click.echo(f"validation NDCG@10 ({m.get('protocol', 'static')} protocol): model {m['ndcg10']:.4f}, best baseline "
-               f"({m['baseline']}) {m['baseline_ndcg10']:.4f} ({judged} after the validation cut{spread})")
+    click.echo(f"validation NDCG@10: model {m['ndcg10']:.4f}, best baseline ({m['baseline']}) "
+               f"{m['baseline_ndcg10']:.4f} ({judged} after the validation cut, {m.get('protocol', 'static')} "
+               f"protocol{spread})")
     if m.get("protocol") == "replay":
         click.echo(f"static protocol beside it: model {m['static_ndcg10']:.4f}, best baseline "
                    f"({m['static_baseline']}) {m['static_baseline_ndcg10']:.4f}")

@@ -22,9 +22,8 @@ from .urls import check_url, normalize_database_url, redact_url
 DAY = 86400
 
 
-#: The CatBoost objectives training can use (``PREFEED_TRAIN_LOSS``).
-TRAIN_LABELS = ("steps", "period")
-TRAIN_LOSSES = ("Logloss", "YetiRank")
+#: How training labels examples (``PREFEED_TRAIN_LABELS``) and the CatBoost objectives it can use (``_LOSS``).
+TRAIN_LABELS, TRAIN_LOSSES = ("steps", "period"), ("Logloss", "YetiRank")
 #: The levels ``PREFEED_LOG_LEVEL`` may name.
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -125,12 +124,10 @@ class Settings:
                                        "contribute popular items", unit="categories")
     category_popular: int = setting(1200, "PREFEED_CATEGORY_POPULAR", "popular items taken from each of those "
                                     "categories", unit="items")
-    recent_popular_1h: int = setting(50, "PREFEED_RECENT_POPULAR_1H", "items most interacted with in the hour "
-                                     "before the user's clock added to their candidates (0: none)", unit="items",
-                                     minimum=0)
-    recent_popular_1d: int = setting(200, "PREFEED_RECENT_POPULAR_1D", "items most interacted with in the day "
-                                     "before the user's clock added to their candidates (0: none)", unit="items",
-                                     minimum=0)
+    recent_popular_1h: int = setting(50, "PREFEED_RECENT_POPULAR_1H", "the hour's most popular items added to "
+                                     "every user's candidates (0: none)", unit="items", minimum=0)
+    recent_popular_1d: int = setting(200, "PREFEED_RECENT_POPULAR_1D", "the day's most popular items added to "
+                                     "every user's candidates (0: none)", unit="items", minimum=0)
     global_popular: int = setting(1000, "PREFEED_GLOBAL_POPULAR", "globally popular items added to every user's "
                                   "candidates", unit="items")
 
@@ -191,44 +188,32 @@ class Settings:
                                     "chart, at most one a minute (1440: a day)", unit="samples")
     # -- training ------------------------------------------------------------------------------------------
     train_iterations: int = setting(1000, "PREFEED_TRAIN_ITERATIONS", "most CatBoost trees; early stopping "
-                                    "chooses the count (`train --iterations`)",
-                                    unit="trees")
+                                    "chooses the count (`train --iterations`)", unit="trees")
     train_depth: int = setting(6, "PREFEED_TRAIN_DEPTH", "tree depth (`train --depth`)", maximum=16)
     train_learning_rate: float = setting(0.05, "PREFEED_TRAIN_LEARNING_RATE", "CatBoost learning rate",
                                          minimum=1e-6, maximum=1.0)
-    train_users: int = setting(3000, "PREFEED_TRAIN_USERS", "users sampled for training and validation "
-                               "(`train --users`)", unit="users")
-    train_negatives: int = setting(100, "PREFEED_TRAIN_NEGATIVES", "negative candidates sampled per training user "
-                                   "(`PREFEED_TRAIN_LABELS=period`) or per replayed step (`steps`: a third of it)",
-                                   unit="items")
-    train_labels: str = setting("steps", "PREFEED_TRAIN_LABELS", "how training labels its examples: `steps` (as the "
-                                "replay protocol judges: each of a user's first `PREFEED_REPLAY_STEPS` steps after a "
-                                "cut, with the history and popularity as of the step, labelled by the step's new "
-                                "items) or `period` (history frozen at the cut, labelled by everything up to the "
-                                "validation cut)")
+    train_users: int = setting(3000, "PREFEED_TRAIN_USERS", "users sampled for training and validation",
+                               unit="users")
+    train_negatives: int = setting(100, "PREFEED_TRAIN_NEGATIVES", "negatives sampled per training user (labels "
+                                   "`period`) or a third of it per replayed step (`steps`)", unit="items")
+    train_labels: str = setting("steps", "PREFEED_TRAIN_LABELS", "`steps`: label each of a user's first replayed "
+                                "steps after a cut by its new items, history and popularity as of the step (what "
+                                "the replay protocol judges); `period`: history frozen at the cut, labels up to "
+                                "the validation cut")
     replay_steps: int = setting(10, "PREFEED_REPLAY_STEPS", "steps per user after a cut that training labels and "
-                                "its promotion check replays (a step: a user's events at one timestamp)",
-                                unit="steps")
-    train_cut_quantile: float = setting(0.7, "PREFEED_TRAIN_CUT_QUANTILE", "the training cut: share of events "
-                                        "before it; training examples take features from the log up to it and "
-                                        "labels from the events between it and the validation cut (the last of "
-                                        "`PREFEED_TRAIN_PERIODS` cuts)", minimum=0.01,
-                                        maximum=0.99)
-    train_valid_quantile: float = setting(0.8, "PREFEED_TRAIN_VALID_QUANTILE", "the validation cut: share of "
-                                          "events before it (above the training cut); the model is judged and "
-                                          "stopped early on features from the log up to it and labels after it",
+                                "promotion replays (a step: one user's events at one time)", unit="steps")
+    train_cut_quantile: float = setting(0.7, "PREFEED_TRAIN_CUT_QUANTILE", "the last training cut (share of events "
+                                        "before it)", minimum=0.01, maximum=0.99)
+    train_valid_quantile: float = setting(0.8, "PREFEED_TRAIN_VALID_QUANTILE", "the validation cut (above the "
+                                          "training cut): early stopping and promotion judge after it",
                                           minimum=0.01, maximum=0.99)
-    train_periods: int = setting(5, "PREFEED_TRAIN_PERIODS", "training periods: examples are built at this many "
-                                 "cuts, the last at the training cut and each earlier one the validation cut's "
-                                 "distance from it (as a share of events) before the next, each labelled by all "
-                                 "events after it up to the validation cut (more users to learn from, and labels "
-                                 "as far ahead as the log allows)", unit="periods")
-    train_loss: str = setting("Logloss", "PREFEED_TRAIN_LOSS", "CatBoost objective: `Logloss` (pointwise: how "
-                              "likely a candidate is interacted with, each positive weighted by its grade) or "
-                              "`YetiRank` (pairwise, within each user's sampled candidates)")
+    train_periods: int = setting(5, "PREFEED_TRAIN_PERIODS", "training cuts, the last at the training cut and each "
+                                 "earlier one the validation cut's distance before the next; each labelled up to the "
+                                 "validation cut", unit="periods")
+    train_loss: str = setting("Logloss", "PREFEED_TRAIN_LOSS", "CatBoost objective: `Logloss` (pointwise, each "
+                              "positive weighted by its grade) or `YetiRank` (pairwise, within each group)")
     train_early_stopping: int = setting(50, "PREFEED_TRAIN_EARLY_STOPPING", "training stops once validation "
-                                        "NDCG@10 has not improved for this many trees, and keeps the best count",
-                                        unit="trees")
+                                        "NDCG@10 has not improved for this many trees", unit="trees")
 
     def __post_init__(self) -> None:
         # Paths derived from ``var_dir`` unless given (the empty default means "derive").

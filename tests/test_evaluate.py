@@ -13,6 +13,7 @@ import pytest
 from precompute.data import engine as db, importing, log as event_log
 from precompute.errors import InvalidInput
 from precompute.evaluation import baselines, metrics, model, run
+from precompute.ranking import steps
 from precompute.evaluation.lists import Ranked
 from precompute.evaluation.split import Truth, cut_time, split_log
 from precompute.ranking import covisit, ranker
@@ -257,8 +258,11 @@ def test_the_promotion_check_reusing_trainings_validation_period_judges_as_a_fre
     reused = run.validate(world.engine, world.settings, events, result, users=None)
     rebuilt = run.validate(world.engine, world.settings, events, dataclasses.replace(result, validation=None),
                            users=None)
-    # then both judge the same users with the same numbers, and leave out the users that chose the tree count
-    assert reused == rebuilt and reused["valid_users"] > 0
-    everyone = run.scene(world.engine, world.settings, events, result.metrics["valid_cut"]).split.users
+    # then both judge the same users with the same numbers under the replay protocol (the static one beside), and
+    # leave out the users that chose the tree count
+    assert reused == rebuilt and reused["valid_users"] > 0 and reused["protocol"] == "replay"
+    assert reused["static_ndcg10"] > 0
+    cut = result.metrics["valid_cut"]
+    everyone = steps.find(events, result.validation.items, cut, float("inf"), world.settings.replay_steps).users()
     assert set(result.stopping_users.tolist()) & set(everyone.tolist())
     assert reused["valid_users"] == len(set(everyone.tolist()) - set(result.stopping_users.tolist()))

@@ -48,7 +48,7 @@ def test_every_setting_round_trips_through_the_environment(tmp_path):
             changed[f.name] = not d
         elif d is None or isinstance(d, str):
             changed[f.name] = {"database_url": f"sqlite:///{tmp_path / 'x.db'}", "redis_url": "redis://h:1/2",
-                               "admin_token": "t0ken", "train_loss": "YetiRank",
+                               "admin_token": "t0ken", "train_loss": "YetiRank", "train_labels": "period",
                                "log_level": "DEBUG"}.get(f.name, f"{d}x")
         elif isinstance(d, Path):
             changed[f.name] = tmp_path / f.name

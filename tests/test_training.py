@@ -106,8 +106,8 @@ def test_training_cuts_step_back_by_the_validation_share(world):
 
 
 def test_several_training_periods_each_learn_from_their_own_past(world):
-    # given training with three periods on the small world, every time split recorded
-    settings = dataclasses.replace(world.settings, train_periods=3)
+    # given training with three periods on the small world, labelled by period, every time split recorded
+    settings = dataclasses.replace(world.settings, train_periods=3, train_labels="period")
     calls, groups, pairs = [], [], set()
     real_period, real_examples = periods.period, ranker._examples
 
