@@ -12,7 +12,8 @@ from .common import Skipped
 
 #: Benchmark name → module (``import`` is a Python keyword, so its module is ``import_``).
 NAMES = {"precompute": "precompute", "fork": "fork", "serve": "serve", "freshness": "freshness", "memory": "memory",
-         "scaling": "scaling", "soak": "soak", "import": "import_", "quality": "quality", "hosts": "hosts"}
+         "scaling": "scaling", "soak": "soak", "import": "import_", "quality": "quality", "hosts": "hosts",
+         "protocols": "protocols"}
 
 
 @click.command()

@@ -126,10 +126,7 @@ def judge(items: ItemTable, cov: CoVisit, events, cut: float, model, settings: S
             stop = min(start + settings.rank_chunk_users, len(part))
             sub, h = part.take(np.arange(start, stop)), hist.slice(start, stop)
             sub_live = popularity.Live(blocks, lists, which[start:stop].astype(np.int64))
-            cand = candidates.for_batch(items, cov, h, settings, sub_live)
-            X = features.build(items, h, cand, sub.clock, sub_live)
-            s = ranker.score(model, X) if len(X) else np.empty(0, dtype=np.float32)
-            top, offsets = top_desc_grouped(s, cand.offsets, k)
+            cand, top, offsets = rank(items, cov, h, sub.clock, sub_live, model, settings, k)
             lists_ = [cand.rows[top[offsets[j]:offsets[j + 1]]] for j in range(len(sub))]
             _judge_lists("ranker", lists_, sub, a + start, k, ndcg, hit)
             # Which truth entries the candidates held, and through which sources.
@@ -159,6 +156,17 @@ def judge(items: ItemTable, cov: CoVisit, events, cut: float, model, settings: S
     return ReplayResult(cut=cut, k=k, steps=len(steps), users=n_users, methods=summary, sources=sources,
                         best_baseline=best, ratio=summary["ranker"]["ndcg"] / base if base > 0 else None,
                         ratio_interval=interval, seconds=time.perf_counter() - t0)
+
+
+def rank(items: ItemTable, cov: CoVisit, hist, clocks: np.ndarray, live: popularity.Live, model,
+         settings: Settings, n: int) -> tuple[candidates.Candidates, np.ndarray, np.ndarray]:
+    """What a worker computes for these histories at these clocks (``Pipeline.build_feeds``): candidates, features,
+    scores, and each row's top ``n`` (``top[offsets[j]:offsets[j+1]]`` indexes ``cand.rows``, best first)."""
+    cand = candidates.for_batch(items, cov, hist, settings, live)
+    X = features.build(items, hist, cand, clocks, live)
+    scores = ranker.score(model, X) if len(X) else np.empty(0, dtype=np.float32)
+    top, offsets = top_desc_grouped(scores, cand.offsets, n)
+    return cand, top, offsets
 
 
 def _judge_dense(name: str, scores: np.ndarray, part: Steps, hist_all, active: np.ndarray, k: int, a: int,

@@ -1,0 +1,81 @@
+"""protocols: ``manage.py evaluate --protocol both`` at three cuts (0.7, 0.8, 0.9) and several training seeds, on the
+database of the environment's settings (``PREFEED_VAR_DIR`` / ``DATABASE_URL``: import a log there first), or on the
+synthetic marketplace at the demo's size when that database holds no events.
+
+Prints one line per run (static and replay ratios with their intervals, the replay's best baseline, candidate recall
+per source) and writes ``results/protocols-<name>.json`` (name: the var dir's folder, or ``synthetic``) with every
+method's metrics per run: the docs' quality tables are rendered from it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from precompute.data import bulk, engine as db, synthetic
+from precompute.evaluation.run import evaluate
+from precompute.settings import Settings
+
+from .common import table, write_result
+
+FULL = dict(cuts=(0.7, 0.8, 0.9), seeds=(0,), users=2000, items=3000, events=100_000, iterations=None)
+QUICK = dict(cuts=(0.8,), seeds=(0,), users=300, items=1500, events=30_000, iterations=30)
+
+
+def run(quick: bool = False) -> dict:
+    cfg = dict(QUICK if quick else FULL)
+    if os.environ.get("PREFEED_BENCH_SEEDS"):
+        cfg["seeds"] = tuple(int(s) for s in os.environ["PREFEED_BENCH_SEEDS"].split(","))
+    settings = Settings.from_env()
+    engine = db.make_engine(settings.database_url, settings)
+    tmp = None
+    name = Path(settings.var_dir).resolve().name
+    if quick or not _has_data(engine):
+        tmp = Path(tempfile.mkdtemp(prefix="prefeed-protocols-"))
+        settings = Settings(database_url=f"sqlite:///{tmp / 'p.db'}", var_dir=tmp, model_dir=tmp / "models",
+                            item_attributes=synthetic.ATTRIBUTES)
+        engine = db.make_engine(settings.database_url, settings)
+        db.init_db(engine, settings)
+        market = synthetic.generate(cfg["users"], cfg["items"], cfg["events"], seed=0, now=time.time())
+        bulk.load(engine, market, settings)
+        name = "synthetic"
+    try:
+        runs, rows = [], []
+        for cut in cfg["cuts"]:
+            for seed in cfg["seeds"]:
+                t0 = time.perf_counter()
+                ev = evaluate(engine, settings, cut_quantile=cut, seed=seed, iterations=cfg["iterations"])
+                rp = ev.replay
+                runs.append(dict(cut=cut, seed=seed, seconds=time.perf_counter() - t0, static=dict(
+                    users=ev.users, methods=ev.methods, best=ev.best_baseline, ratio=ev.ratio,
+                    interval=ev.ratio_interval), replay=rp.as_dict(), train=ev.train))
+                rows.append([f"{cut:g}", seed, ev.users, _ratio(ev.ratio, ev.ratio_interval), ev.best_baseline,
+                             rp.steps, _ratio(rp.ratio, rp.ratio_interval), rp.best_baseline,
+                             f"{rp.methods['ranker']['candidate_recall']:.3f}"])
+                print(f"  cut {cut:g} seed {seed}: {time.perf_counter() - t0:.0f}s")
+        print(table(f"evaluate --protocol both on {name}", ["cut", "seed", "users", "static ratio", "static best", "steps", "replay ratio", "replay best",
+                     "cand. recall"], rows))
+        return write_result(f"protocols-{name}", dict(log=name, cuts=list(cfg["cuts"]), seeds=list(cfg["seeds"]),
+                                                      runs=runs), quick)
+    finally:
+        engine.dispose()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _has_data(engine) -> bool:
+    try:
+        return bulk.has_data(engine)
+    except SQLAlchemyError:         # no tables: nothing imported there
+        return False
+
+
+def _ratio(ratio, interval) -> str:
+    if ratio is None:
+        return "n/a"
+    return f"{ratio:.2f}x" + (f" ({interval[0]:.2f}-{interval[1]:.2f})" if interval else "")

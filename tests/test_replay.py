@@ -1,0 +1,90 @@
+"""The replay protocol ranks a step as a worker serves it: the same candidates, features, popularity and model for the
+same history and clock, item by item. Small worlds in a database of each test's own, ranked with the session's
+model."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from precompute.data.recording import NewEvent, record
+from precompute.evaluation import replay
+from precompute.ranking import candidates, popularity, ranker
+from precompute.ranking.item_table import load_item_table
+from precompute.ranking.pipeline import Pipeline
+from precompute.ranking.steps import ByUser, Steps, find
+from tests.conftest import own_database
+from tests.test_catalogue_model import NOW, small_world
+
+HOUR, DAY = 3600.0, 86400.0
+
+
+@pytest.fixture
+def own_url(tmp_path_factory):
+    yield from own_database(tmp_path_factory, "replay")
+
+
+def replayed(items, cov, events, step: Steps, model, settings, n: int) -> list[int]:
+    """The ids a replay ranks for one step, through the evaluation's own code (``replay.rank``)."""
+    hist = ByUser(events).histories(step, items, settings)
+    live = popularity.Activity(items, events[3], events[1], events[2]).live(step.clock,
+                                                                           candidates.recent_lengths(settings))
+    cand, top, offsets = replay.rank(items, cov, hist, step.clock, live, model, settings, n)
+    return items.ids[cand.rows[top]].tolist()
+
+
+def test_a_replayed_step_ranks_what_a_worker_stores_for_the_same_history_and_clock(pipeline, world, user_id):
+    # given a worker's pipeline at the log's clock and the same log in memory
+    events = ranker.load_events(world.engine)
+    items, s = pipeline.items, pipeline.settings
+    clock = float(events[3][-1])
+    assert items.as_of == clock
+    # when a step of the user right after the log is replayed with the worker's model, table and co-visitation
+    step = Steps(user=np.array([user_id]), ts=np.array([clock + 1.0]), clock=np.array([clock]),
+                 known=np.array([len(events[0])]), offsets=np.array([0, 1]), rows=np.array([0]),
+                 rel=np.array([1.0]))
+    got = replayed(items, pipeline.cov, events, step, pipeline.bundle.model, s, s.feed_length)
+    # then its list is, item by item, the feed the worker computes and stores for that user
+    pipeline.recompute([user_id])
+    assert got == pipeline.store.read(user_id).items.tolist() and len(got) > 100
+
+
+def test_three_replayed_steps_are_the_feeds_a_worker_serves_before_each(world, settings, own_url, r):
+    # given a catalogue of 40 items in 4 categories, a crowd whose taste moves from items 1-10 to items 11-20 over the
+    # last day, and a user with history in category 0 before the cut
+    s = dataclasses.replace(settings, database_url=own_url, item_table_max_age=60)
+    items = [(i, [i % 4], float(i), NOW - 90 * DAY) for i in range(1, 41)]
+    cut = NOW - 2 * DAY
+    before = [(100 + k, 1 + k % 10, 1 + k % 4, cut - 5 * DAY + 3600 * k) for k in range(60)] \
+        + [(7, i, 2, cut - DAY + i) for i in (4, 8, 12)]
+    after = [(200 + k, 11 + k % 10, 4, cut + 600 * k) for k in range(200)]
+    # and three steps of the user after the cut: a basket of two items, one click, a purchase
+    user_steps = [[(7, 16, 4, cut + 3000.0), (7, 20, 4, cut + 3000.0)], [(7, 24, 2, cut + 50_000.0)],
+                  [(7, 28, 4, cut + 90_000.0)]]
+    engine = small_world(s, own_url, items, before)
+    log = sorted(before + after + [e for step in user_steps for e in step], key=lambda e: e[3])
+    events = tuple(np.array(col, dtype=dt) for col, dt in zip(zip(*log), ("<i8", "<i8", "<i8", "<f8")))
+    pipeline = Pipeline(s, engine, r)
+    model = None
+    # when the log after the cut is posted in order, and before each of the user's steps a worker computes their
+    # feed with everything posted so far (its item table reloaded at that clock, as the log's clock moved on)
+    served, posted = [], len(before)
+    steps = find(events, load_item_table(engine, s, as_of=cut), cut, float("inf"), 10, users=np.array([7]))
+    assert len(steps) == 3 and steps.clock.tolist() == sorted(steps.clock.tolist())
+    for k in range(3):
+        upto = int(steps.known[k])
+        record(engine, [NewEvent(*e) for e in log[posted:upto]], s)
+        posted = upto
+        pipeline.load()
+        model = pipeline.bundle.model
+        assert pipeline.items.as_of == steps.clock[k]
+        pipeline.recompute([7])
+        served.append(pipeline.store.read(7).items[:10].tolist())
+        # then the replay of that step, through the evaluation's code with the table of the same clock, lists the
+        # same ten items in the same order
+        table = load_item_table(engine, s, as_of=float(steps.clock[k]))
+        cov = pipeline.cov
+        assert replayed(table, cov, events, steps.take(np.array([k])), model, s, 10) == served[k]
+    # and what the user did moves the feed: an item of a step is never served after it
+    assert 16 not in served[1] + served[2] and 24 not in served[2]
+    engine.dispose()
