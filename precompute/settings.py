@@ -112,18 +112,18 @@ class Settings:
     # -- candidates ----------------------------------------------------------------------------------------
     covisit_recent_items: int = setting(20, "PREFEED_COVISIT_RECENT_ITEMS", "most recent distinct items whose "
                                         "co-visited neighbours become candidates", unit="items")
-    covisit_neighbours: int = setting(50, "PREFEED_COVISIT_NEIGHBOURS", "neighbours kept per item in the "
-                                      "co-visitation index (at training time)", unit="items")
-    covisit_window: int = setting(5, "PREFEED_COVISIT_WINDOW", "events apart within a session that count as "
-                                  "co-visited", unit="events")
-    session_gap: int = setting(1800, "PREFEED_SESSION_GAP", "a longer gap between two events starts a new session",
-                               unit="s")
+    covisit_neighbours: int = setting(50, "PREFEED_COVISIT_NEIGHBOURS", "neighbours kept per item (training)",
+                                      unit="items")
+    covisit_window: int = setting(5, "PREFEED_COVISIT_WINDOW", "events apart that count as co-visited", unit="events")
+    session_gap: int = setting(1800, "PREFEED_SESSION_GAP", "a longer gap between events starts a session", unit="s")
     recency_decay: float = setting(0.85, "PREFEED_RECENCY_DECAY", "weight of the k-th most recent item's neighbours "
                                    "is decay^k", minimum=0.0, maximum=1.0)
-    user_top_categories: int = setting(3, "PREFEED_USER_TOP_CATEGORIES", "a user's strongest categories that "
-                                       "contribute popular items", unit="categories")
-    category_popular: int = setting(1200, "PREFEED_CATEGORY_POPULAR", "popular items taken from each of those "
-                                    "categories", unit="items")
+    user_top_categories: int = setting(3, "PREFEED_USER_TOP_CATEGORIES", "a user's strongest categories, whose "
+                                       "popular items are candidates", unit="categories")
+    category_popular: int = setting(1200, "PREFEED_CATEGORY_POPULAR", "popular items of each of them", unit="items")
+    knn_neighbours: int = setting(50, "PREFEED_KNN_NEIGHBOURS", "most similar items kept per item", unit="items")
+    knn_candidates: int = setting(300, "PREFEED_KNN_CANDIDATES", "the items most similar to a user's history added "
+                                  "to their candidates (0: none)", unit="items", minimum=0)
     recent_popular_1h: int = setting(50, "PREFEED_RECENT_POPULAR_1H", "the hour's most popular items added to "
                                      "every user's candidates (0: none)", unit="items", minimum=0)
     recent_popular_1d: int = setting(200, "PREFEED_RECENT_POPULAR_1D", "the day's most popular items added to "

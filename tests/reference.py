@@ -23,7 +23,8 @@ def weight_of(items, t) -> float:
 
 
 def candidates_of(settings, items, cov, rows, types, seen: set[int]) -> dict[int, tuple[float, int, int]]:
-    """``{item row: (co-visitation score, count, score from the newest item, source bits)}`` of one user, uncapped; ``seen``:
+    """``{item row: (co-visitation score, count, score from the newest item, source bits, kNN score)}`` of one user,
+    uncapped; ``seen``:
     the rows of the items they interacted with inside the seen window, which are left out."""
     known = [int(r) for r in rows if r >= 0]
     recent = []
@@ -39,6 +40,16 @@ def candidates_of(settings, items, cov, rows, types, seen: set[int]) -> dict[int
             if i == 0:
                 last[n] = last.get(n, 0.0) + cov.weight[j]
             flags[n] = flags.get(n, 0) | candidates.FROM_COVISIT
+    # item-kNN: summed similarity to every distinct item of the history (newest first); the strongest active, unseen,
+    # not co-visited ones are candidates of their own, ties by row
+    near = {}
+    for r in recent:
+        for j in range(cov.knn.indptr[r], cov.knn.indptr[r + 1]):
+            near[int(cov.knn.nbr[j])] = near.get(int(cov.knn.nbr[j]), 0.0) + cov.knn.weight[j]
+    close = sorted((n for n in near if items.active[n] and n not in seen and n not in score),
+                   key=lambda n: (-near[n], n))[: settings.knn_candidates]
+    for n in close:
+        flags[n] = flags.get(n, 0) | candidates.FROM_KNN
     # the items with the most type-weighted interactions in the last hour and day, positive only, ties by row
     names = [w for w, _ in live.WINDOWS]
     for (window, bit), k in zip(live.SOURCES, candidates.recent_lengths(settings)):
@@ -52,7 +63,7 @@ def candidates_of(settings, items, cov, rows, types, seen: set[int]) -> dict[int
             flags[int(n)] = flags.get(int(n), 0) | candidates.FROM_CATEGORY
     for n in items.global_popular:
         flags[int(n)] = flags.get(int(n), 0) | candidates.FROM_GLOBAL
-    return {n: (score.get(n, 0.0), count.get(n, 0), last.get(n, 0.0), f) for n, f in flags.items()
+    return {n: (score.get(n, 0.0), count.get(n, 0), last.get(n, 0.0), f, near.get(n, 0.0)) for n, f in flags.items()
             if n not in seen and items.active[n]}
 
 
@@ -174,9 +185,9 @@ def feature_rows(settings, items, cov, rows, types, ts, now: float, per_item,
     pop_mean = sum(pop) / len(pop) if pop else NAN
     history = {r for r, _, _ in known}
     cand = candidates_of(settings, items, cov, rows, types, seen)
-    best = max((s for s, _, _, _ in cand.values()), default=0.0)
+    best = max((s for s, _, _, _, _ in cand.values()), default=0.0)
     out = {}
-    for r, (score, count, last_score, flags) in cand.items():
+    for r, (score, count, last_score, flags, near) in cand.items():
         cats = categories(items, r)
         diff = math.log1p(items.price[r]) - mean
         row = {
@@ -184,13 +195,15 @@ def feature_rows(settings, items, cov, rows, types, ts, now: float, per_item,
             "ux_price_diff": diff, "ux_price_z": abs(diff) / (std + 0.1), "ux_price_ratio": math.exp(diff),
             "ux_covisit_score": score, "ux_log_covisit_score": math.log1p(score), "ux_covisit_count": count,
             "ux_covisit_norm": score / max(best, 1e-9), "ux_covisit_last": last_score,
+            "ux_knn_score": near, "ux_knn_norm": near / max(len(history), 1),
             "ux_popularity_vs_user": per_item[r]["item_log_pop_rank"] - pop_mean,
             "ux_seen_before": r in history,
             "ux_from_covisit": bool(flags & candidates.FROM_COVISIT),
             "ux_from_category": bool(flags & candidates.FROM_CATEGORY),
             "ux_from_global": bool(flags & candidates.FROM_GLOBAL),
             "ux_from_recent_1h": bool(flags & live.FROM_RECENT_1H),
-            "ux_from_recent_1d": bool(flags & live.FROM_RECENT_1D), "ux_n_sources": bin(flags).count("1"),
+            "ux_from_recent_1d": bool(flags & live.FROM_RECENT_1D),
+            "ux_from_knn": bool(flags & candidates.FROM_KNN), "ux_n_sources": bin(flags).count("1"),
         }
         if cats:
             # the item's strongest category for this user: first of its categories in the user's order

@@ -16,7 +16,7 @@ from sqlalchemy import Engine
 
 from ..data import log as event_log
 from ..errors import InvalidInput
-from ..ranking import covisit, ranker
+from ..ranking import covisit, periods, ranker
 from ..ranking.covisit import CoVisit
 from ..ranking.item_table import ItemTable, load_item_table
 from ..ranking.periods import Period
@@ -83,11 +83,9 @@ def scene(engine: Engine, settings: Settings, events: Events, cut: float, *, use
              f"{len(split.users)} users judged")
     if known is not None:
         return Scene(split=split, items=items, cov=known.cov)
-    progress("building co-visitation from the pre-cut log")
-    user, item, type_, ts = split.pre
-    pairs = covisit.build_pairs(user, item, ts, settings.covisit_window, settings.session_gap,
-                                settings.covisit_neighbours, covisit.event_factors(type_, settings))
-    return Scene(split=split, items=items, cov=covisit.index_for(items, pairs))
+    progress("building co-visitation and item-kNN neighbours from the pre-cut log")
+    return Scene(split=split, items=items, cov=covisit.index_for(items, periods.pairs(split.pre, slice(None),
+                                                                                      settings)))
 
 
 def judge(at: Scene, settings: Settings, ranker_model, *, k: int = 10, recent_days: float = 7.0, seed: int = 0,

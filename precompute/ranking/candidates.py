@@ -22,8 +22,9 @@ from .popularity import FROM_RECENT_1D, FROM_RECENT_1H, SOURCES, Live
 
 FROM_COVISIT = 1
 FROM_CATEGORY, FROM_GLOBAL = POPULAR_CATEGORY, POPULAR_GLOBAL
+FROM_KNN = 32
 #: Every source bit (``FROM_*``) set: flags are below ``ALL_SOURCES + 1``.
-ALL_SOURCES = FROM_COVISIT | FROM_CATEGORY | FROM_GLOBAL | FROM_RECENT_1H | FROM_RECENT_1D
+ALL_SOURCES = FROM_COVISIT | FROM_CATEGORY | FROM_GLOBAL | FROM_RECENT_1H | FROM_RECENT_1D | FROM_KNN
 
 
 @dataclasses.dataclass
@@ -35,6 +36,7 @@ class Candidates:
     cov_score: np.ndarray    # summed co-visitation weight from the user's recent items
     cov_count: np.ndarray    # how many recent items list it as a neighbour
     cov_last: np.ndarray     # co-visitation weight from the user's most recent item alone
+    knn_score: np.ndarray    # summed cosine similarity to the distinct items of the user's history (``knn.py``)
     flags: np.ndarray        # FROM_* bits
     #: ``(B, n_categories)`` type-weighted interactions of each user per (dense) category and each row's categories
     #: from strongest to weakest (stable): computed once here, reused by the features.
@@ -95,13 +97,16 @@ def recent_items(hist: Histories, k: int) -> tuple[np.ndarray, np.ndarray, np.nd
 
 
 def for_user(items: ItemTable, seen: np.ndarray, cov_rows: np.ndarray, cov_w: np.ndarray, cov_w0: np.ndarray,
-             top_cats: np.ndarray, recent: list[np.ndarray], max_candidates: int) -> tuple[np.ndarray, ...]:
+             top_cats: np.ndarray, recent: list[np.ndarray], max_candidates: int, knn_rows: np.ndarray,
+             knn_w: np.ndarray, n_knn: int) -> tuple[np.ndarray, ...]:
     """Candidates for one user from their co-visited neighbours, the recent-popularity lists at their clock
     (``recent``, one per ``popularity.SOURCES``) and strongest categories, leaving out the ``seen`` item rows (every
     item interacted with inside the seen window, ``Histories.seen``).
 
-    Every co-visited item is kept (the strongest ``max_candidates`` if there are more), then every recently popular
-    one (as many as the cap leaves), then the most popular of the popular lists' items fill the rest. Item rows are in popularity order and the popular lists are ascending
+    Every co-visited item is kept (the strongest ``max_candidates`` if there are more), then the ``n_knn`` items
+    most similar to the history (``knn_rows`` summed by ``knn_w``), then every recently popular one (as many as the
+    cap leaves), then the most popular of the popular lists' items fill the rest. Every candidate carries its kNN
+    score, whichever source brought it. Item rows are in popularity order and the popular lists are ascending
     runs of rows, so one stable sort (a linear merge of presorted runs) ranks their union, and the cap is a
     prefix of it: nothing is partitioned or ranked per user.
     """
@@ -135,28 +140,49 @@ def for_user(items: ItemTable, seen: np.ndarray, cov_rows: np.ndarray, cov_w: np
     if len(keep) > max_candidates:
         keep = keep[np.argpartition(-cov_score[keep], max_candidates - 1)[:max_candidates]]
     mark[cov] = True
+    # kNN neighbours of the history: summed similarity per distinct item (through the slot array, as above); the
+    # strongest active unseen ones not co-visited join.
+    near = _distinct(slot, knn_rows)
+    slot[near] = np.arange(len(near))
+    near_score = np.bincount(slot[knn_rows], weights=knn_w, minlength=len(near))
+    room = max(min(n_knn, max_candidates - len(keep)), 0)
+    pick = np.flatnonzero(items.active[near] & ~mark[near])
+    if len(pick) > room:
+        pick = pick[np.lexsort((near[pick], -near_score[pick]))[:room]]
+    close = near[pick]
+    bits[close] |= FROM_KNN
+    mark[close] = True
     # The recent lists: their rows are marked with their bit; those not co-visited, not seen, active, join next.
     lists = [rows_ for rows_ in recent if len(rows_)]
     for rows_, (_, bit) in zip(recent, SOURCES):
         bits[rows_] |= bit
     hot = _distinct(slot, np.concatenate(lists)) if lists else np.empty(0, dtype=np.int64)
-    hot = hot[items.active[hot] & ~mark[hot]][: max(max_candidates - len(keep), 0)]
+    hot = hot[items.active[hot] & ~mark[hot]][: max(max_candidates - len(keep) - len(close), 0)]
     mark[hot] = True
-    fill = popular[~mark[popular]][: max(max_candidates - len(keep) - len(hot), 0)]
+    fill = popular[~mark[popular]][: max(max_candidates - len(keep) - len(close) - len(hot), 0)]
     mark[seen] = False
     mark[cov] = False
     mark[hot] = False
+    mark[close] = False
 
-    rows = np.concatenate([cov[keep], hot, fill])
-    zeros = np.zeros(len(hot) + len(fill))
+    rows = np.concatenate([cov[keep], close, hot, fill])
+    zeros = np.zeros(len(close) + len(hot) + len(fill))
+    # Every candidate's kNN score: a row among the neighbours has its slot there (the slot array is only trusted
+    # where it points back at the row).
+    knn_score = np.zeros(len(rows))
+    if len(near):
+        slot[near] = np.arange(len(near))       # the recent lists' dedupe wrote over some of these slots
+        at = np.minimum(slot[rows], len(near) - 1)
+        knn_score = np.where(near[at] == rows, near_score[at], 0.0)
     # Source bits: the lists a row is on (the category bit only for lists of the user's top categories).
     flags = bits[rows]
     bits[popular] = 0
     for rows_ in lists:
         bits[rows_] = 0
+    bits[close] = 0
     flags[: len(keep)] |= FROM_COVISIT
     return (rows, np.concatenate([cov_score[keep], zeros]), np.concatenate([cov_count[keep], zeros]),
-            np.concatenate([cov_last[keep], zeros]), flags)
+            np.concatenate([cov_last[keep], zeros]), flags, knn_score)
 
 
 def recent_lengths(settings: Settings) -> tuple[int, ...]:
@@ -179,12 +205,21 @@ def for_batch(items: ItemTable, cov: CoVisit, hist: Histories, settings: Setting
     cov_rows, cov_w, per_recent = cov.gather(recent, settings.recency_decay ** recent_rank)
     cov_at = np.r_[0, np.cumsum(np.bincount(recent_owner, weights=per_recent, minlength=n_users))].astype(np.int64)
     cov_w0 = np.where(np.repeat(recent_rank, per_recent) == 0, cov_w, 0.0)     # from the most recent item alone
+    # kNN neighbours of every distinct item of each user's (kept) history, weight 1 each.
+    if cov.knn is not None and settings.knn_candidates >= 0:
+        mine, mine_owner, _ = recent_items(hist, settings.history_limit)
+        knn_rows, knn_w, per_item = cov.knn.gather(mine, np.ones(len(mine)))
+        knn_at = np.r_[0, np.cumsum(np.bincount(mine_owner, weights=per_item, minlength=n_users))].astype(np.int64)
+    else:
+        knn_rows, knn_w, knn_at = np.empty(0, np.int64), np.empty(0), np.zeros(n_users + 1, dtype=np.int64)
     parts = []
     for u in range(n_users):
         lo, hi = cov_at[u], cov_at[u + 1]
         top = order[u, :k]
+        k_lo, k_hi = knn_at[u], knn_at[u + 1]
         parts.append(for_user(items, hist.seen(u), cov_rows[lo:hi], cov_w[lo:hi], cov_w0[lo:hi],
-                              top[weight[u, top] > 0], live.lists[live.which[u]], max_candidates))
+                              top[weight[u, top] > 0], live.lists[live.which[u]], max_candidates,
+                              knn_rows[k_lo:k_hi], knn_w[k_lo:k_hi], settings.knn_candidates))
     sizes = [len(p[0]) for p in parts]
     cat = (lambda i, dt: np.concatenate([p[i] for p in parts]).astype(dt, copy=False) if parts
            else np.empty(0, dt))
@@ -195,6 +230,7 @@ def for_batch(items: ItemTable, cov: CoVisit, hist: Histories, settings: Setting
         cov_count=cat(2, np.float64),
         cov_last=cat(3, np.float64),
         flags=cat(4, np.int64),
+        knn_score=cat(5, np.float64),
         category_weight=weight,
         category_order=order,
     )

@@ -22,6 +22,8 @@ class CoVisit:
     indptr: np.ndarray
     nbr: np.ndarray
     weight: np.ndarray
+    #: The item-kNN neighbours (``knn.py``) in the same shape, built from the same bundle file; None: none built.
+    knn: CoVisit | None = None
 
     def gather(self, rows: np.ndarray, row_weight: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """All neighbours of ``rows`` (one flat array, in ``rows`` order), their weight times the source row's
@@ -128,10 +130,18 @@ def _no_pairs() -> dict[str, np.ndarray]:
 
 
 def index_for(items: ItemTable, pairs: dict[str, np.ndarray]) -> CoVisit:
-    """Map id pairs onto ``items`` rows; pairs touching an unknown item are dropped."""
-    s, d = items.rows(pairs["src"]), items.rows(pairs["dst"])
+    """Map id pairs onto ``items`` rows; pairs touching an unknown item are dropped. The item-kNN pairs
+    (``knn.KEYS``), when ``pairs`` has them, become the index's ``knn``."""
+    cov = _csr(items, pairs["src"], pairs["dst"], pairs["weight"])
+    if "knn_src" in pairs:
+        cov.knn = _csr(items, pairs["knn_src"], pairs["knn_dst"], pairs["knn_weight"])
+    return cov
+
+
+def _csr(items: ItemTable, src: np.ndarray, dst: np.ndarray, weight: np.ndarray) -> CoVisit:
+    s, d = items.rows(src), items.rows(dst)
     ok = (s >= 0) & (d >= 0)
-    s, d, w = s[ok], d[ok], pairs["weight"][ok]
+    s, d, w = s[ok], d[ok], weight[ok]
     order = np.lexsort((-w, s))
     s, d, w = s[order], d[order], w[order]
     indptr = np.r_[0, np.cumsum(np.bincount(s, minlength=len(items)))].astype(np.int64)

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..data.history import Histories
 from .arrays import unique_sorted
-from .candidates import ALL_SOURCES, FROM_CATEGORY, FROM_COVISIT, FROM_GLOBAL, Candidates
+from .candidates import ALL_SOURCES, FROM_CATEGORY, FROM_COVISIT, FROM_GLOBAL, FROM_KNN, Candidates
 from .item_table import ItemTable, rates
 from .layout import FeatureLayout
 from .popularity import FROM_RECENT_1D, FROM_RECENT_1H, Live
@@ -23,7 +23,8 @@ DAY = 86400.0
 LAST_EVENTS = 10
 #: The "user_item" group, computed in place column by column in ``build`` (in this order, by name).
 _USER_ITEM = ("ux_price_diff", "ux_price_z", "ux_price_ratio", "ux_covisit_score", "ux_log_covisit_score",
-              "ux_covisit_count", "ux_covisit_norm", "ux_covisit_last", "ux_popularity_vs_user", "ux_seen_before")
+              "ux_covisit_count", "ux_covisit_norm", "ux_covisit_last", "ux_knn_score", "ux_knn_norm",
+              "ux_popularity_vs_user", "ux_seen_before")
 #: The source group's columns by candidate flags (index = the FROM_* bits), looked up per candidate.
 _BITS = range(ALL_SOURCES + 1)
 _FLAGS = {
@@ -32,6 +33,7 @@ _FLAGS = {
     "ux_from_global": [(f & FROM_GLOBAL) > 0 for f in _BITS],
     "ux_from_recent_1h": [(f & FROM_RECENT_1H) > 0 for f in _BITS],
     "ux_from_recent_1d": [(f & FROM_RECENT_1D) > 0 for f in _BITS],
+    "ux_from_knn": [(f & FROM_KNN) > 0 for f in _BITS],
     "ux_n_sources": [bin(f).count("1") for f in _BITS],
 }
 
@@ -157,7 +159,7 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float | np.n
                                                                              dtype=uc_table.dtype)]), cell)
     # Price and co-visitation columns, computed in place in float32. Per-user factors are repeated over the user's
     # candidates (grouped by user); NaN where the item or the user has no price.
-    diff, z, ratio, cov, log_cov, cov_count, cov_norm, cov_last, pop_vs, seen_before = (
+    diff, z, ratio, cov, log_cov, cov_count, cov_norm, cov_last, knn, knn_norm, pop_vs, seen_before = (
         out[:, layout.index(name)] for name in _USER_ITEM)
     np.take(items.log_price32, r, out=diff, mode="clip")
     diff -= np.repeat(u_mean.astype(np.float32), sizes)
@@ -168,6 +170,9 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float | np.n
     np.log1p(cov, out=log_cov)
     cov_count[:] = cand.cov_count
     cov_last[:] = cand.cov_last
+    # The item-kNN score over the history, and per distinct item of it (a long history sums more similarities).
+    knn[:] = cand.knn_score
+    np.multiply(knn, np.repeat((1.0 / np.maximum(distinct_items, 1)).astype(np.float32), sizes), out=knn_norm)
     top = np.zeros(n_users)
     if len(r):
         # Candidates are grouped by user: a segment max (reduceat) instead of the much slower maximum.at.

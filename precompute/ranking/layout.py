@@ -117,9 +117,9 @@ def for_declaration(attributes: tuple[str, ...], types: tuple[str, ...]) -> Feat
         # Per (user, item): price fit and co-visitation with the user's recent items.
         ("user_item", (
             "ux_price_diff", "ux_price_z", "ux_price_ratio", "ux_covisit_score", "ux_log_covisit_score",
-            "ux_covisit_count", "ux_covisit_norm", "ux_covisit_last", "ux_popularity_vs_user",
-            "ux_seen_before")),
+            "ux_covisit_count", "ux_covisit_norm", "ux_covisit_last", "ux_knn_score", "ux_knn_norm",
+            "ux_popularity_vs_user", "ux_seen_before")),
         # Which candidate sources produced the item.
         ("source", ("ux_from_covisit", "ux_from_category", "ux_from_global", "ux_from_recent_1h",
-                    "ux_from_recent_1d", "ux_n_sources")),
+                    "ux_from_recent_1d", "ux_from_knn", "ux_n_sources")),
     ))

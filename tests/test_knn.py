@@ -1,0 +1,38 @@
+"""Item-kNN neighbours (``ranking/knn.py``) on a matrix small enough to work out by hand."""
+
+import math
+
+import numpy as np
+import pytest
+
+from precompute.ranking import knn
+
+A, B, C, D = 10, 20, 30, 40
+
+
+def test_neighbours_are_the_most_similar_items_by_cosine_over_who_interacted():
+    # given user 1 with items A and B, user 2 with A, B and C (B twice), user 3 with C and D, and an event of no
+    # weight (user 4, item D) that does not count
+    user = np.array([1, 1, 2, 2, 2, 2, 3, 3, 4])
+    item = np.array([A, B, A, B, B, C, C, D, D])
+    positive = np.array([True] * 8 + [False])
+    # when the two nearest neighbours of every item are built
+    pairs = knn.build_pairs(user, item, positive, top_k=2)
+    # then each is its cosine: A and B share both their users (1), A and C one of two each (1/2), C and D one user
+    # of C's two and D's one (1/sqrt 2); ties by id, no item is its own neighbour, no zero similarity is listed
+    def check(item, want):
+        got = [(int(d), float(w)) for d, w in zip(pairs["knn_dst"][pairs["knn_src"] == item],
+                                                   pairs["knn_weight"][pairs["knn_src"] == item])]
+        assert [d for d, _ in got] == [d for d, _ in want], item
+        assert [w for _, w in got] == pytest.approx([w for _, w in want], rel=1e-6), item
+
+    check(A, [(B, 1.0), (C, 0.5)])
+    check(B, [(A, 1.0), (C, 0.5)])
+    check(C, [(D, 1 / math.sqrt(2)), (A, 0.5)])
+    check(D, [(C, 1 / math.sqrt(2))])
+
+
+def test_a_log_without_positive_events_has_no_neighbours():
+    pairs = knn.build_pairs(np.array([1, 2]), np.array([A, B]), np.array([False, False]), top_k=5)
+    assert all(len(pairs[k]) == 0 for k in knn.KEYS)
+
