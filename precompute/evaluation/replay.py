@@ -43,7 +43,7 @@ _WINDOWS = tuple(dict(popularity.WINDOWS + BASELINE_WINDOWS).items())
 #: Steps ranked together: the dense methods hold a (batch, items) float32 matrix.
 BATCH = 128
 #: Source bits reported in the candidate-recall table.
-SOURCES = {"covisit": candidates.FROM_COVISIT, "recent_1h": popularity.FROM_RECENT_1H,
+SOURCES = {"covisit": candidates.FROM_COVISIT, "knn": candidates.FROM_KNN, "recent_1h": popularity.FROM_RECENT_1H,
            "recent_1d": popularity.FROM_RECENT_1D, "category": candidates.FROM_CATEGORY,
            "global": candidates.FROM_GLOBAL}
 
