@@ -13,6 +13,7 @@ from precompute.data import history
 from precompute.data.models import Item, User
 from precompute.data.recording import NewEvent, record
 from precompute.ranking import candidates, features, popularity, ranker
+from precompute.ranking.item_table import load_item_table
 from precompute.ranking.pipeline import STAGES
 from tests import reference
 from tests.conftest import users_with_history
@@ -282,7 +283,8 @@ def test_new_items_reach_candidates_and_feeds_once_the_item_matrices_reload(sett
         conn.execute(insert(Item), [dict(id=i, price=100.0, created_at=now, active=True) for i in new])
         conn.execute(insert(ItemCategory), [dict(item_id=i, category=strongest) for i in new])
     try:
-        record(world.engine, [NewEvent(crowd, i, 4, now - 60) for i in new for _ in range(purchases)],
+        # (at the log's clock: the log's time does not move, so only the wall clock ages the matrices)
+        record(world.engine, [NewEvent(crowd, i, 4, pipeline.items.as_of) for i in new for _ in range(purchases)],
                s)
         # then before the matrices are older than their max age, no candidate or feed holds them
         assert pipeline.refresh() is False
@@ -328,10 +330,18 @@ def test_the_item_matrices_reload_once_the_logs_clock_moves_past_their_max_age(s
         assert pipeline.refresh() is False
         # and once it moves on by more, the next job reloads: the hour's popularity counts the new purchases
         record(world.engine, [NewEvent(crowd, item, 4, as_of + 301)], s)
+        loaded_at = pipeline.items.loaded_at
         assert pipeline.refresh() is True and pipeline.items.as_of == as_of + 301
         block = popularity.Live.of_table(pipeline.items, 1, (0, 0)).blocks[0]
         column = pipeline.items.layout.index("item_log_weighted_1h") - pipeline.items.layout.start("item_live")
         assert block[row(), column] == pytest.approx(np.log1p(2 * pipeline.items.type_weights[4]))
+        # and that reload carried the table forward (the events since it), to the numbers a full load reads; the
+        # wall-clock age still runs from the last full load
+        full = load_item_table(world.engine, s, as_of=as_of + 301)
+        assert pipeline.items.loaded_at == loaded_at
+        for name in ("ids", "counts", "windowed", "first_seen", "active", "popularity"):
+            np.testing.assert_array_equal(getattr(pipeline.items, name), getattr(full, name), err_msg=name)
+        np.testing.assert_array_equal(pipeline.items.static_features(), full.static_features())
     finally:
         from sqlalchemy import delete
 

@@ -78,14 +78,16 @@ class Pipeline:
         # Redis lost data (within ``item_table_max_age`` of a running worker).
         self.store.replace_inactive(lambda: catalog.inactive_ids(self.engine))
 
-    def stale(self) -> bool:
-        """Whether the item matrices are older than ``item_table_max_age``, in wall time or in the log's time: a log
+    def stale(self) -> str | None:
+        """Whether the item matrices are older than ``item_table_max_age``: ``"wall"`` in wall time (a full reload),
+        ``"log"`` in the log's time only (an incremental one, ``load_item_table(since=...)``), else None. A log
         replayed or imported faster than it happened moves the clock popularity is counted at (``popularity.py``)
         faster than the wall clock, and its hourly and daily windows must follow it."""
         if self.items is None or time.time() - self.items.loaded_at > self.settings.item_table_max_age:
-            return True
+            return "wall"
         with self.engine.connect() as conn:
-            return clock.log_clock(conn, self.settings) - self.items.as_of > self.settings.item_table_max_age
+            moved = clock.log_clock(conn, self.settings) - self.items.as_of > self.settings.item_table_max_age
+        return "log" if moved else None
 
     def refresh(self) -> bool:
         """Reload if a different bundle is current or the item matrices are older than their max age (``stale``).
@@ -113,7 +115,9 @@ class Pipeline:
             new_bundle = self.bundle
             if not stale:
                 return False
-        self._install(new_bundle, load_item_table(self.engine, self.settings))
+        # A table behind in the log's time only is carried forward: its all-time counts plus the events since.
+        since = self.items if stale == "log" and current else None
+        self._install(new_bundle, load_item_table(self.engine, self.settings, since=since))
         log.info("loaded bundle %s and %d items", new_bundle.version, len(self.items))
         return True
 
