@@ -9,6 +9,7 @@ method's metrics per run: the docs' quality tables are rendered from it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -27,15 +28,17 @@ FULL = dict(cuts=(0.7, 0.8, 0.9), seeds=(0,), users=2000, items=3000, events=100
 QUICK = dict(cuts=(0.8,), seeds=(0,), users=300, items=1500, events=30_000, iterations=30)
 
 
-def run(quick: bool = False) -> dict:
-    cfg = dict(QUICK if quick else FULL)
-    if os.environ.get("PREFEED_BENCH_SEEDS"):
-        cfg["seeds"] = tuple(int(s) for s in os.environ["PREFEED_BENCH_SEEDS"].split(","))
+@contextlib.contextmanager
+def open_log(quick: bool):
+    """``(engine, settings, name)`` of the environment's database, or of a synthetic marketplace at the demo's size
+    (the quick one with ``quick``) in a temporary folder when that database holds nothing (removed after)."""
+    cfg = QUICK if quick else FULL
     settings = Settings.from_env()
     engine = db.make_engine(settings.database_url, settings)
     tmp = None
     name = Path(settings.var_dir).resolve().name
     if quick or not _has_data(engine):
+        engine.dispose()
         tmp = Path(tempfile.mkdtemp(prefix="prefeed-protocols-"))
         settings = Settings(database_url=f"sqlite:///{tmp / 'p.db'}", var_dir=tmp, model_dir=tmp / "models",
                             item_attributes=synthetic.ATTRIBUTES)
@@ -45,6 +48,18 @@ def run(quick: bool = False) -> dict:
         bulk.load(engine, market, settings)
         name = "synthetic"
     try:
+        yield engine, settings, name
+    finally:
+        engine.dispose()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(quick: bool = False) -> dict:
+    cfg = dict(QUICK if quick else FULL)
+    if os.environ.get("PREFEED_BENCH_SEEDS"):
+        cfg["seeds"] = tuple(int(s) for s in os.environ["PREFEED_BENCH_SEEDS"].split(","))
+    with open_log(quick) as (engine, settings, name):
         runs, rows = [], []
         for cut in cfg["cuts"]:
             for seed in cfg["seeds"]:
@@ -58,14 +73,12 @@ def run(quick: bool = False) -> dict:
                              rp.steps, _ratio(rp.ratio, rp.ratio_interval), rp.best_baseline,
                              f"{rp.methods['ranker']['candidate_recall']:.3f}"])
                 print(f"  cut {cut:g} seed {seed}: {time.perf_counter() - t0:.0f}s")
-        print(table(f"evaluate --protocol both on {name}", ["cut", "seed", "users", "static ratio", "static best", "steps", "replay ratio", "replay best",
-                     "cand. recall"], rows))
-        return write_result(f"protocols-{name}", dict(log=name, cuts=list(cfg["cuts"]), seeds=list(cfg["seeds"]),
-                                                      runs=runs), quick)
-    finally:
-        engine.dispose()
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+        print(table(f"evaluate --protocol both on {name}", ["cut", "seed", "users", "static ratio", "static best",
+                                                           "steps", "replay ratio", "replay best", "cand. recall"],
+                    rows))
+        out = dict(log=name, cuts=list(cfg["cuts"]), seeds=list(cfg["seeds"]), runs=runs)
+        print(f"wrote {write_result('protocols' if quick else f'protocols-{name}', out, quick)}")
+        return out
 
 
 def _has_data(engine) -> bool:

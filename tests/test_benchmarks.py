@@ -20,6 +20,8 @@ EXPECTED = {
     "soak": ["requests", "errors", "api_rss_mib", "worker_rss_mib"],
     "import": ["rows", "import_rows_per_s", "import_rss_mib", "train_s", "train_rss_mib", "runs"],
     "quality": ["methods", "best_baseline", "ratio", "ratios", "runs", "chart", "oracle"],
+    "protocols": ["log", "cuts", "runs"],
+    "ablation": ["log", "cut", "runs"],
 }   # hosts needs root and network namespaces: tests/test_hosts.py runs it, or says why it cannot
 #: Counts of things that went wrong, which a quick run must leave at zero: a soak request answered with an error
 #: (or not at all), a freshness event whose feed never carried its version within the deadline, a failed job.
@@ -49,5 +51,8 @@ def test_benchmark_runs_in_quick_mode(name, tmp_path):
         assert (tmp_path / result["chart"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         # the generator's own probabilities rank better than any method that only sees the log
         assert all(result["oracle"]["ndcg"] > m["ndcg"] for m in result["methods"].values()), result["oracle"]
+    if name in ("protocols", "ablation"):      # both protocols judged the ranker in every run
+        assert result["runs"] and all(r["replay"]["steps"] > 0 if name == "protocols" else r["replay_ndcg"] > 0
+                                      for r in result["runs"])
     if name == "freshness":
         assert result["events"] > 0 and result["measured"] == result["events"]

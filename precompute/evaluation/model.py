@@ -40,9 +40,11 @@ def all_seen(settings: Settings, split: Split) -> Settings:
 
 
 def train(engine: Engine, settings: Settings, split: Split, *, iterations: int | None = None, seed: int = 0,
-          progress: Callable[[str], None] = lambda msg: None) -> ranker.TrainResult:
-    """A model trained on the pre-cut log only (``ranker.train`` makes its own inner time split of it)."""
-    return ranker.train(engine, settings, iterations=iterations, seed=seed, progress=progress, events=split.pre)
+          progress: Callable[[str], None] = lambda msg: None, ignore: tuple[str, ...] = ()) -> ranker.TrainResult:
+    """A model trained on the pre-cut log only (``ranker.train`` makes its own inner time split of it); ``ignore``:
+    columns it may not use (``ranker.train``)."""
+    return ranker.train(engine, settings, iterations=iterations, seed=seed, progress=progress, events=split.pre,
+                        ignore=ignore)
 
 
 def rank(model, split: Split, items: ItemTable, cov: CoVisit, settings: Settings, n: int) -> Ranked:

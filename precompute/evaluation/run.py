@@ -108,8 +108,10 @@ def judge(at: Scene, settings: Settings, ranker_model, *, k: int = 10, recent_da
 
 def evaluate(engine: Engine, settings: Settings, *, cut_quantile: float = 0.8, k: int = 10, recent_days: float = 7.0,
              users: int | None = None, seed: int = 0, iterations: int | None = None, protocol: str = "both",
-             steps: int = 10, progress: Callable[[str], None] = lambda msg: None) -> Evaluation:
-    """Evaluate every method on the database's log (up to ``settings.as_of``); see ``manage.py evaluate``."""
+             steps: int = 10, ignore: tuple[str, ...] = (),
+             progress: Callable[[str], None] = lambda msg: None) -> Evaluation:
+    """Evaluate every method on the database's log (up to ``settings.as_of``); see ``manage.py evaluate``.
+    ``ignore``: feature columns the ranker may not use (``benchmarks/ablation.py``)."""
     if protocol not in PROTOCOLS:
         raise InvalidInput(f"--protocol must be one of {', '.join(PROTOCOLS)}, not {protocol!r}")
     if not 0.0 < cut_quantile < 1.0:
@@ -124,7 +126,7 @@ def evaluate(engine: Engine, settings: Settings, *, cut_quantile: float = 0.8, k
                users=users, seed=seed, progress=progress)
     progress("training the ranker on the pre-cut log")
     result = model.train(engine, settings, at.split, iterations=iterations, seed=seed,
-                         progress=lambda m: progress(f"  {m}"))
+                         progress=lambda m: progress(f"  {m}"), ignore=ignore)
     summary, best, interval, ratio = {}, "", None, None
     if protocol in ("static", "both"):
         summary, best, interval = judge(at, settings, result.model, k=k, recent_days=recent_days, seed=seed,

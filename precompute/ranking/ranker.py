@@ -61,7 +61,7 @@ def load_events(engine: Engine, until: float = float("inf")) -> tuple[np.ndarray
 
 def train(engine: Engine, settings: Settings, *, iterations: int | None = None, depth: int | None = None,
           users: int | None = None, seed: int = 0, progress: Callable[[str], None] = lambda msg: None,
-          events: tuple[np.ndarray, ...] | None = None) -> TrainResult:
+          events: tuple[np.ndarray, ...] | None = None, ignore: tuple[str, ...] = ()) -> TrainResult:
     """Train on a time-ordered split of the whole event log. ``iterations`` (the most trees early stopping may
     keep), ``depth`` and ``users`` default to the ``train_*`` settings; everything else (negatives, learning rate,
     the cuts, candidates) comes from ``settings``. ``events``: the log as (user, item, type, ts) arrays in (ts, id)
@@ -112,7 +112,8 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
              f"{iterations} trees, stopping early on {len(y_eval)} validation rows")
     model = CatBoost(dict(loss_function=loss, iterations=iterations, depth=depth,
                           learning_rate=settings.train_learning_rate, random_seed=seed, verbose=False,
-                          thread_count=-1, allow_writing_files=False, eval_metric=EVAL_METRIC))
+                          thread_count=-1, allow_writing_files=False, eval_metric=EVAL_METRIC,
+                          **({"ignored_features": list(ignore)} if ignore else {})))
     stop = dict(eval_set=_pool(loss, X_eval, y_eval, g_eval, names, weighted=False), use_best_model=True,
                 early_stopping_rounds=settings.train_early_stopping) if (y_eval > 0).any() else {}
     model.fit(_pool(loss, X_train, y_train, g_train, names), **stop)
