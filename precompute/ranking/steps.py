@@ -70,6 +70,9 @@ def find(events: Events, items: ItemTable, cut: float, end: float, n_steps: int,
     idx = np.arange(n_cut, n_end)
     idx = idx[np.isin(ev_user[idx], who)]
     idx = idx[np.lexsort((idx, ev_user[idx]))]             # by user, then log order
+    if len(idx) == 0:                                     # nothing after the cut for these users
+        none = np.empty(0, dtype=np.int64)
+        return Steps(none, np.empty(0), np.empty(0), none, np.zeros(1, dtype=np.int64), none, np.empty(0))
     u, t = ev_user[idx], ev_ts[idx]
     new_step = np.r_[True, (u[1:] != u[:-1]) | (t[1:] != t[:-1])]
     step = np.cumsum(new_step) - 1
