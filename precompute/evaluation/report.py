@@ -42,10 +42,7 @@ def replay_table(rp) -> str:
         recall = f"{m['candidate_recall']:12.4f}" if "candidate_recall" in m else " " * 12
         lines.append(name.ljust(width) + f"{m['ndcg']:12.4f}  {m['hit_rate']:12.4f}  {recall}")
     lines.append("candidate recall by source: " + ", ".join(f"{s} {v:.3f}" for s, v in rp.sources.items()))
-    ratio = "n/a (the best baseline scores 0)" if rp.ratio is None else f"{rp.ratio:.2f}×"
-    if rp.ratio is not None and rp.ratio_interval is not None:
-        lo, hi = rp.ratio_interval
-        ratio += f" (95% interval over the {rp.users} users: {lo:.2f}×–{hi:.2f}×)"
+    ratio = _ratio(rp.ratio, rp.ratio_interval, f"{rp.users} users")
     lines.append(f"ranker / best baseline ({rp.best_baseline}, its window chosen on the truth) = {ratio}")
     return "\n".join(lines)
 
@@ -57,12 +54,19 @@ def static_table(ev: Evaluation) -> str:
     lines = ["method".ljust(width) + "  ".join(f"{h:>12}" for h in heads)]
     for name, m in ev.methods.items():
         lines.append(name.ljust(width) + "  ".join(f"{m[key]:12.4f}" for key, _ in COLUMNS))
-    ratio = "n/a (the best baseline scores 0)" if ev.ratio is None else f"{ev.ratio:.2f}×"
-    if ev.ratio is not None and ev.ratio_interval is not None:
-        lo, hi = ev.ratio_interval
-        ratio += f" (95% interval over the {ev.users} judged users: {lo:.2f}×–{hi:.2f}×)"
-    lines.append(f"ranker / best baseline ({ev.best_baseline}) = {ratio}")
+    lines.append(f"ranker / best baseline ({ev.best_baseline}) = "
+                 f"{_ratio(ev.ratio, ev.ratio_interval, f'{ev.users} judged users')}")
     return "\n".join(lines)
+
+
+def _ratio(ratio: float | None, interval: tuple[float, float] | None, over: str) -> str:
+    """``1.23× (95% interval over the <over>: 1.15×–1.31×)``, or why there is no ratio."""
+    if ratio is None:
+        return "n/a (the best baseline scores 0)"
+    text = f"{ratio:.2f}×"
+    if interval is not None:
+        text += f" (95% interval over the {over}: {interval[0]:.2f}×–{interval[1]:.2f}×)"
+    return text
 
 
 def write_json(ev: Evaluation, path: str | Path) -> None:
