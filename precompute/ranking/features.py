@@ -70,7 +70,7 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float | np.n
     np.take(items.first_day32, r, out=since_first, mode="clip")
     np.subtract(now_day, since_first, out=since_first)
     live = live if live is not None else Live.of_table(items, n_users, (0, 0))
-    live.gather(r, cand.owner if len(live.blocks) > 1 else r, out, layout.start("item_live"))
+    live.gather(r, cand.offsets, out, layout.start("item_live"))
 
     # ---- user (length n_users, broadcast over each user's block) -----------------------------------------
     h_owner = hist.owner

@@ -87,14 +87,15 @@ class Live:
             cache[lengths] = top_lists(items.windowed, items.active, lengths)
         return cls([cache["block"]], [cache[lengths]], np.zeros(n_users, dtype=np.int64))
 
-    def gather(self, rows: np.ndarray, owner: np.ndarray, out: np.ndarray, start: int) -> None:
-        """``out[:, start:start+k]`` = each candidate's row of its user's block (candidates grouped by user)."""
+    def gather(self, rows: np.ndarray, offsets: np.ndarray, out: np.ndarray, start: int) -> None:
+        """``out[:, start:start+k]`` = each candidate's row of its user's block (user ``j``'s candidates at
+        ``offsets[j]:offsets[j+1]``)."""
         k = self.blocks[0].shape[1]
         if len(self.blocks) == 1:
             for j in range(k):
                 np.take(self.blocks[0][:, j], rows, out=out[:, start + j], mode="clip")
             return
-        at = self.which[owner]
+        at = np.repeat(self.which, np.diff(offsets))
         for b, blk in enumerate(self.blocks):
             mine = np.flatnonzero(at == b)
             if len(mine):
