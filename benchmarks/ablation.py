@@ -23,6 +23,7 @@ from .protocols import open_log
 SOURCES = {
     "covisit": dict(covisit_recent_items=0),
     "knn": dict(knn_candidates=0),
+    "latent": dict(latent_candidates=0),
     "recent popularity (1h, 1d)": dict(recent_popular_1h=0, recent_popular_1d=0),
     "category and global popularity": dict(category_popular=0, global_popular=0),
 }

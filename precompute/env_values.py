@@ -127,3 +127,36 @@ def without_config(cls: type, base: Mapping[str, str] | None = None) -> dict[str
     base = os.environ if base is None else base
     names = {f.metadata["env"] for f in dataclasses.fields(cls)}
     return {k: v for k, v in base.items() if k not in names and not k.startswith("PREFEED_")}
+
+
+def values_from_env(cls: type, env: Mapping[str, str]) -> dict[str, Any]:
+    """The fields of ``cls`` that ``env`` sets (unset or empty variables are left out: they keep their default),
+    parsed; a malformed value raises ``ConfigError`` naming the variable."""
+    values = {}
+    for f in dataclasses.fields(cls):
+        raw = env.get(f.metadata["env"])
+        if raw is not None and raw != "":
+            values[f.name] = parse(f, raw)
+    return values
+
+
+def as_env(obj) -> dict[str, str]:
+    """The environment variables that rebuild ``obj`` (unset fields left out)."""
+    values = {f.metadata["env"]: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    return {env: format_value(value) for env, value in values.items() if value is not None}
+
+
+def public(obj, redact) -> dict[str, str]:
+    """Every field as its environment variable and value for display: secrets as "(set)", ``*_url`` fields through
+    ``redact`` (which masks their passwords)."""
+    out = {}
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if value is None:
+            text = "(unset)"
+        elif f.metadata["secret"]:
+            text = "(set)"
+        else:
+            text = redact(format_value(value)) if f.name.endswith("_url") else format_value(value)
+        out[f.metadata["env"]] = text
+    return out

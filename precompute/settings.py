@@ -16,6 +16,7 @@ from typing import Any
 
 from .errors import ConfigError
 from .env_values import format_value as _format, markdown_table as _markdown_table, parse as _parse, setting
+from .env_values import as_env as _as_env, public as _public, values_from_env as _values_from_env
 from .env_values import without_config as _without_config
 from .urls import check_url, normalize_database_url, redact_url
 
@@ -124,6 +125,10 @@ class Settings:
     knn_neighbours: int = setting(50, "PREFEED_KNN_NEIGHBOURS", "most similar items kept per item", unit="items")
     knn_candidates: int = setting(300, "PREFEED_KNN_CANDIDATES", "the items most similar to a user's history added "
                                   "to their candidates (0: none)", unit="items", minimum=0)
+    latent_factors: int = setting(64, "PREFEED_LATENT_FACTORS", "dimensions of the latent model (PureSVD of who "
+                                  "interacted with what) fitted at training (0: no latent model)", minimum=0)
+    latent_candidates: int = setting(100, "PREFEED_LATENT_CANDIDATES", "the latent model's best items for a "
+                                     "user's history added to their candidates (0: none)", unit="items", minimum=0)
     recent_popular_1h: int = setting(50, "PREFEED_RECENT_POPULAR_1H", "the hour's most popular items added to "
                                      "every user's candidates (0: none)", unit="items", minimum=0)
     recent_popular_1d: int = setting(200, "PREFEED_RECENT_POPULAR_1D", "the day's most popular items added to "
@@ -240,11 +245,7 @@ class Settings:
         """Settings from ``env`` (default: this process's environment); unset or empty variables keep their
         default. A malformed value raises ``ConfigError`` naming the variable."""
         env = os.environ if env is None else env
-        values = {}
-        for f in dataclasses.fields(cls):
-            raw = env.get(f.metadata["env"])
-            if raw is not None and raw != "":
-                values[f.name] = _parse(f, raw)
+        values = _values_from_env(cls, env)
         values.update(overrides)
         return cls(**values)
 
@@ -268,22 +269,11 @@ class Settings:
 
     def as_env(self) -> dict[str, str]:
         """The environment that makes a child process (worker, API) build these same settings."""
-        values = {f.metadata["env"]: getattr(self, f.name) for f in dataclasses.fields(self)}
-        return {env: _format(value) for env, value in values.items() if value is not None}
+        return _as_env(self)
 
     def public(self) -> dict[str, str]:
         """Every setting as its environment variable and value, secrets and URL passwords masked (for display)."""
-        out = {}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if value is None:
-                text = "(unset)"
-            elif f.metadata["secret"]:
-                text = "(set)"
-            else:
-                text = redact_url(_format(value)) if f.name.endswith("_url") else _format(value)
-            out[f.metadata["env"]] = text
-        return out
+        return _public(self, redact_url)
 
 
 def markdown_table() -> str:

@@ -23,7 +23,8 @@ def weight_of(items, t) -> float:
 
 
 def candidates_of(settings, items, cov, rows, types, seen: set[int]) -> dict[int, tuple[float, int, int]]:
-    """``{item row: (co-visitation score, count, score from the newest item, source bits, kNN score)}`` of one user,
+    """``{item row: (co-visitation score, count, score from the newest item, source bits, kNN score, latent
+    score)}`` of one user,
     uncapped; ``seen``:
     the rows of the items they interacted with inside the seen window, which are left out."""
     known = [int(r) for r in rows if r >= 0]
@@ -50,6 +51,16 @@ def candidates_of(settings, items, cov, rows, types, seen: set[int]) -> dict[int
                    key=lambda n: (-near[n], n))[: settings.knn_candidates]
     for n in close:
         flags[n] = flags.get(n, 0) | candidates.FROM_KNN
+    # the latent model: the history's distinct items' factors summed, dotted with each item's; the best active,
+    # unseen ones with a positive score are candidates, ties by row
+    factor = {}
+    if cov.latent is not None:
+        vector = [sum(float(cov.latent[r, d]) for r in recent) for d in range(cov.latent.shape[1])]
+        factor = {n: sum(a * float(b) for a, b in zip(vector, cov.latent[n])) for n in range(len(items))}
+        best = sorted((n for n in factor if items.active[n] and n not in seen and factor[n] > 0),
+                      key=lambda n: (-factor[n], n))[: settings.latent_candidates]
+        for n in best:
+            flags[n] = flags.get(n, 0) | candidates.FROM_LATENT
     # the items with the most type-weighted interactions in the last hour and day, positive only, ties by row
     names = [w for w, _ in live.WINDOWS]
     for (window, bit), k in zip(live.SOURCES, candidates.recent_lengths(settings)):
@@ -63,8 +74,8 @@ def candidates_of(settings, items, cov, rows, types, seen: set[int]) -> dict[int
             flags[int(n)] = flags.get(int(n), 0) | candidates.FROM_CATEGORY
     for n in items.global_popular:
         flags[int(n)] = flags.get(int(n), 0) | candidates.FROM_GLOBAL
-    return {n: (score.get(n, 0.0), count.get(n, 0), last.get(n, 0.0), f, near.get(n, 0.0)) for n, f in flags.items()
-            if n not in seen and items.active[n]}
+    return {n: (score.get(n, 0.0), count.get(n, 0), last.get(n, 0.0), f, near.get(n, 0.0), factor.get(n, 0.0))
+            for n, f in flags.items() if n not in seen and items.active[n]}
 
 
 def category_weights(items, rows, types) -> dict[int, float]:
@@ -173,6 +184,8 @@ def feature_rows(settings, items, cov, rows, types, ts, now: float, per_item,
         **{f"user_{name}_rate": (by_type[t] + rate_prior(t)) / (by_type[1] + 10)
            for t, name in enumerate(names, start=1) if t > 1},
         "user_mean_log_price": mean, "user_std_log_price": std,
+        # the share of events (on known items) whose item the user had had before
+        "user_repeat_rate": 1 - len({r for r, _, _ in known}) / len(known) if known else 0.0,
     }
     weight = category_weights(items, rows, types)
     # every category in the user's order: weight descending, then category (those without weight last)
@@ -185,9 +198,9 @@ def feature_rows(settings, items, cov, rows, types, ts, now: float, per_item,
     pop_mean = sum(pop) / len(pop) if pop else NAN
     history = {r for r, _, _ in known}
     cand = candidates_of(settings, items, cov, rows, types, seen)
-    best = max((s for s, _, _, _, _ in cand.values()), default=0.0)
+    best = max((c[0] for c in cand.values()), default=0.0)
     out = {}
-    for r, (score, count, last_score, flags, near) in cand.items():
+    for r, (score, count, last_score, flags, near, factor) in cand.items():
         cats = categories(items, r)
         diff = math.log1p(items.price[r]) - mean
         row = {
@@ -196,6 +209,7 @@ def feature_rows(settings, items, cov, rows, types, ts, now: float, per_item,
             "ux_covisit_score": score, "ux_log_covisit_score": math.log1p(score), "ux_covisit_count": count,
             "ux_covisit_norm": score / max(best, 1e-9), "ux_covisit_last": last_score,
             "ux_knn_score": near, "ux_knn_norm": near / max(len(history), 1),
+            "ux_latent_score": factor,
             "ux_popularity_vs_user": per_item[r]["item_log_pop_rank"] - pop_mean,
             "ux_seen_before": r in history,
             "ux_from_covisit": bool(flags & candidates.FROM_COVISIT),
@@ -203,7 +217,8 @@ def feature_rows(settings, items, cov, rows, types, ts, now: float, per_item,
             "ux_from_global": bool(flags & candidates.FROM_GLOBAL),
             "ux_from_recent_1h": bool(flags & live.FROM_RECENT_1H),
             "ux_from_recent_1d": bool(flags & live.FROM_RECENT_1D),
-            "ux_from_knn": bool(flags & candidates.FROM_KNN), "ux_n_sources": bin(flags).count("1"),
+            "ux_from_knn": bool(flags & candidates.FROM_KNN), "ux_from_latent": bool(flags & candidates.FROM_LATENT),
+            "ux_n_sources": bin(flags).count("1"),
         }
         if cats:
             # the item's strongest category for this user: first of its categories in the user's order

@@ -22,10 +22,11 @@ EXPECTED = {
     "quality": ["methods", "best_baseline", "ratio", "ratios", "runs", "chart", "oracle"],
     "protocols": ["log", "cuts", "runs"],
     "ablation": ["log", "cut", "runs"],
+    "served": ["served", "evaluated", "served_vs_evaluated", "same_score_share", "late_reads"],
 }   # hosts needs root and network namespaces: tests/test_hosts.py runs it, or says why it cannot
 #: Counts of things that went wrong, which a quick run must leave at zero: a soak request answered with an error
 #: (or not at all), a freshness event whose feed never carried its version within the deadline, a failed job.
-ZERO = {"soak": ["errors"], "freshness": ["timed_out", "failed_jobs"]}
+ZERO = {"soak": ["errors"], "freshness": ["timed_out", "failed_jobs"], "served": ["late_reads"]}
 
 
 @pytest.mark.timeout(300)
@@ -54,5 +55,7 @@ def test_benchmark_runs_in_quick_mode(name, tmp_path):
     if name in ("protocols", "ablation"):      # both protocols judged the ranker in every run
         assert result["runs"] and all(r["replay"]["steps"] > 0 if name == "protocols" else r["replay_ndcg"] > 0
                                       for r in result["runs"])
+    if name == "served":        # the feeds read over HTTP are the lists the replay protocol judged
+        assert result["steps"] > 0 and result["same_score_share"] >= 0.8, result
     if name == "freshness":
         assert result["events"] > 0 and result["measured"] == result["events"]

@@ -83,21 +83,22 @@ def test_candidates_match_a_plain_python_reference(pipeline, world, user_id):
         want = reference.candidates_of(pipeline.settings, pipeline.items, pipeline.cov, hist.item_rows[a:b],
                                        hist.types[a:b], seen_in_window(pipeline, batch[k]))
         lo, hi = cand.offsets[k], cand.offsets[k + 1]
-        got = {int(r): (s, c, s0, f, kn) for r, s, c, s0, f, kn in zip(
+        got = {int(r): (s, c, s0, f, kn, lt) for r, s, c, s0, f, kn, lt in zip(
             cand.rows[lo:hi], cand.cov_score[lo:hi], cand.cov_count[lo:hi], cand.cov_last[lo:hi], cand.flags[lo:hi],
-            cand.knn_score[lo:hi])}
+            cand.knn_score[lo:hi], cand.latent_score[lo:hi])}
         # then each user gets exactly the reference's items, once each, with its scores and source bits
         assert hi - lo == len(got) == len(want)
         assert got.keys() == want.keys()
-        for n, (s, c, s0, f, kn) in want.items():
+        for n, (s, c, s0, f, kn, lt) in want.items():
             assert got[n][0] == pytest.approx(s) and got[n][2] == pytest.approx(s0), n
-            assert got[n][4] == pytest.approx(kn), n
+            assert got[n][4] == pytest.approx(kn) and got[n][5] == pytest.approx(lt, rel=1e-4, abs=1e-6), n
             assert (got[n][1], got[n][3]) == (c, f), n
-    # and with a cap, every co-visited item is kept, then every kNN and recently popular one, then the most popular
-    # of the others
+    # and with a cap, every co-visited item is kept, then every kNN, latent and recently popular one, then the most
+    # popular of the others
     full = cand.rows[: cand.offsets[1]]
     covisited = set(full[cand.cov_score[: cand.offsets[1]] > 0].tolist())
-    recent = candidates.FROM_RECENT_1H | candidates.FROM_RECENT_1D | candidates.FROM_KNN
+    recent = (candidates.FROM_RECENT_1H | candidates.FROM_RECENT_1D | candidates.FROM_KNN
+              | candidates.FROM_LATENT)
     hot = set(full[(cand.flags[: cand.offsets[1]] & recent) > 0].tolist()) - covisited
     assert hot, "the test world has items interacted with in the last day"
     cap = len(covisited) + len(hot) + 100

@@ -12,6 +12,8 @@
 - ``item_knn``: cosine item-kNN over the binary pre-cut user × item matrix (1 = any interaction of positive type
   weight): score(u, j) = Σ_{i ∈ I_u} cos(i, j), computed per batch as (X_u · Xnᵀ) · Xn with Xn the column-normalised
   matrix, so no item × item matrix is ever formed.
+- ``latent``: the latent model fitted on the pre-cut log (``ranking/latent.py``, carried by ``cov``): the user's
+  vector is the sum of their pre-cut items' factors; empty lists when no latent model was fitted.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from .split import Split
 DAY = 86400.0
 #: Judged users ranked together: the dense methods hold a (batch, items) float32 matrix (~60 MB at 60k items).
 BATCH = 256
-BASELINES = ("popular", "recent_popular", "category_popular", "covisit", "item_knn")
+BASELINES = ("popular", "recent_popular", "category_popular", "covisit", "item_knn", "latent")
 
 
 def popularity(split: Split, items: ItemTable, since: float = -np.inf) -> np.ndarray:
@@ -126,6 +128,18 @@ def item_knn(split: Split, items: ItemTable, n: int) -> Ranked:
     return out.ranked()
 
 
+def latent(split: Split, items: ItemTable, cov: CoVisit, n: int) -> Ranked:
+    factors = cov.latent if cov.latent is not None else np.zeros((len(items), 1), dtype=np.float32)
+    users = np.unique(split.pre[0])
+    x = user_item_matrix(split, items, users, weighted=False)
+    at = np.searchsorted(users, split.users)
+    out = Collector()
+    for a, b in batches(split, BATCH):
+        scores = np.ascontiguousarray((x[at[a:b]] @ factors) @ factors.T, dtype=np.float32)
+        from_dense(split, scores, items.active, a, b, n, out=out)
+    return out.ranked()
+
+
 def rank_all(split: Split, items: ItemTable, cov: CoVisit, settings: Settings, n: int, *, recent_days: float = 7.0,
              progress: Callable[[str], None] = lambda msg: None) -> dict[str, Ranked]:
     """Every baseline's top-``n`` lists of the judged users of ``split``, by name (``BASELINES`` order)."""
@@ -135,6 +149,7 @@ def rank_all(split: Split, items: ItemTable, cov: CoVisit, settings: Settings, n
         "category_popular": lambda: category_popular(split, items, n),
         "covisit": lambda: covisit(split, items, cov, settings, n),
         "item_knn": lambda: item_knn(split, items, n),
+        "latent": lambda: latent(split, items, cov, n),
     }
     ranked = {}
     for name, method in methods.items():

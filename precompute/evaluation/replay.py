@@ -9,6 +9,7 @@ Methods, each ranking every step from the same information:
 - ``covisit``: co-visitation neighbours of the user's most recent items (live history), as candidate generation
   gathers them;
 - ``item_knn``: cosine item-kNN over the binary pre-cut user × item matrix, the user's vector from their live history;
+- ``latent``: the latent model fitted at the cut (``ranking/latent.py``), the user's vector from their live history;
 - ``ranker``: the pipeline's own candidates, features and model at the step's clock, with the serving seen window
   (what a worker stores); baselines leave out every item of the user's history (a stronger list on "new to the
   user" truth than the ranker's).
@@ -26,7 +27,7 @@ from collections.abc import Callable
 import numpy as np
 from scipy import sparse
 
-from ..ranking import candidates, features, popularity, ranker
+from ..ranking import candidates, features, latent, popularity, ranker
 from ..ranking.arrays import top_desc_grouped
 from ..ranking.covisit import CoVisit
 from ..ranking.item_table import ItemTable
@@ -43,7 +44,8 @@ _WINDOWS = tuple(dict(popularity.WINDOWS + BASELINE_WINDOWS).items())
 #: Steps ranked together: the dense methods hold a (batch, items) float32 matrix.
 BATCH = 128
 #: Source bits reported in the candidate-recall table.
-SOURCES = {"covisit": candidates.FROM_COVISIT, "knn": candidates.FROM_KNN, "recent_1h": popularity.FROM_RECENT_1H,
+SOURCES = {"covisit": candidates.FROM_COVISIT, "knn": candidates.FROM_KNN, "latent": candidates.FROM_LATENT,
+           "recent_1h": popularity.FROM_RECENT_1H,
            "recent_1d": popularity.FROM_RECENT_1D, "category": candidates.FROM_CATEGORY,
            "global": candidates.FROM_GLOBAL}
 
@@ -66,14 +68,16 @@ class ReplayResult:
 
 
 def baseline_names() -> tuple[str, ...]:
-    return ("popular", *(f"recent_{w}" for w, _ in BASELINE_WINDOWS), "covisit", "item_knn")
+    return ("popular", *(f"recent_{w}" for w, _ in BASELINE_WINDOWS), "covisit", "item_knn", "latent")
 
 
 def judge(items: ItemTable, cov: CoVisit, events, cut: float, model, settings: Settings, *, n_steps: int = 10,
           end: float = float("inf"), users: int | None = None, exclude: np.ndarray | None = None, k: int = 10,
-          seed: int = 0, progress: Callable[[str], None] = lambda msg: None) -> ReplayResult:
+          seed: int = 0, progress: Callable[[str], None] = lambda msg: None, only: np.ndarray | None = None,
+          detail: dict | None = None) -> ReplayResult:
     """Replay the first ``n_steps`` steps after ``cut`` of every user with pre-cut history (a seeded sample of
-    ``users`` of them; never ``exclude``), ranking each with every method; ``items`` and ``cov`` as of the cut."""
+    ``users`` of them, or ``only`` these; never ``exclude``), ranking each with every method; ``items`` and ``cov``
+    as of the cut. ``detail``, when given, receives the judged ``steps`` and each method's per-step ``ndcg``."""
     t0 = time.perf_counter()
     ev_user, ev_item, ev_type, ev_ts = events
     steps = find(events, items, cut, end, n_steps)
@@ -82,6 +86,8 @@ def judge(items: ItemTable, cov: CoVisit, events, cut: float, model, settings: S
         who = np.setdiff1d(who, exclude)
     if users is not None and users < len(who):
         who = np.sort(np.random.default_rng(seed).choice(who, size=users, replace=False))
+    if only is not None:
+        who = np.intersect1d(who, only)
     steps = steps.take(np.flatnonzero(np.isin(steps.user, who)))
     progress(f"replaying {len(steps)} steps of {len(np.unique(steps.user))} users after the cut")
     names = (*baseline_names(), "ranker")
@@ -121,6 +127,8 @@ def judge(items: ItemTable, cov: CoVisit, events, cut: float, model, settings: S
         _judge_dense("covisit", dense, part, hist_all, items.active, k, a, ndcg, hit)
         dense[:] = knn.scores(hist_all)
         _judge_dense("item_knn", dense, part, hist_all, items.active, k, a, ndcg, hit)
+        dense[:] = _latent_scores(hist_all, cov)
+        _judge_dense("latent", dense, part, hist_all, items.active, k, a, ndcg, hit)
         # The ranker, as a worker computes it for these histories at these clocks.
         for start in range(0, len(part), settings.rank_chunk_users):
             stop = min(start + settings.rank_chunk_users, len(part))
@@ -143,6 +151,8 @@ def judge(items: ItemTable, cov: CoVisit, events, cut: float, model, settings: S
     # Means over steps; the interval resamples users with their steps (sums per user).
     user_pos = np.unique(steps.user, return_inverse=True)[1].ravel()
     n_users = int(user_pos.max()) + 1 if len(user_pos) else 0
+    if detail is not None:
+        detail.update(steps=steps, ndcg=ndcg)
     summary = {m: dict(ndcg=float(ndcg[m].mean()) if len(steps) else 0.0,
                        hit_rate=float(hit[m].mean()) if len(steps) else 0.0) for m in names}
     summary["ranker"]["candidate_recall"] = float(in_cand.mean()) if len(in_cand) else 0.0
@@ -208,6 +218,14 @@ def _covisit_scores(hist, cov: CoVisit, settings: Settings, n_items: int) -> np.
     out = np.zeros((len(hist), n_items), dtype=np.float32)
     np.add.at(out, (np.repeat(owner, per_recent), rows), w)
     return out
+
+
+def _latent_scores(hist_all, cov: CoVisit) -> np.ndarray | float:
+    """The latent model's scores of every item for each step's whole history (0 without a latent model)."""
+    if cov.latent is None:
+        return 0.0
+    owner = np.repeat(np.arange(len(hist_all)), np.diff(hist_all.seen_offsets))
+    return latent.user_vectors(cov.latent, hist_all.seen_rows, owner, len(hist_all)) @ cov.latent.T
 
 
 class _Knn:

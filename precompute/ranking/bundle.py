@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import BundleError
-from . import knn
+from . import knn, latent
 from .layout import FeatureLayout
 
 BUNDLE_FORMAT = 1
@@ -237,7 +237,7 @@ def load(model_dir: Path, version: int | None = None, layout: FeatureLayout | No
     recorded = FeatureLayout(groups=(("recorded", tuple(names)),), dtype=meta.get("feature_dtype") or "float32")
     recorded.check(list(model.feature_names_ or []), None, f"the model in bundle {version}")
     with np.load(path / "covisit.npz") as npz:
-        pairs = {k: npz[k] for k in ("src", "dst", "weight", *knn.KEYS) if k in npz.files}
+        pairs = {k: npz[k] for k in ("src", "dst", "weight", *knn.KEYS, *latent.KEYS) if k in npz.files}
     return Bundle(version=version, model=model, pairs=pairs, meta=meta)
 
 

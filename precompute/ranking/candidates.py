@@ -16,6 +16,7 @@ import numpy as np
 
 from ..data.history import Histories
 from ..settings import Settings
+from . import latent
 from .covisit import CoVisit
 from .item_table import POPULAR_CATEGORY, POPULAR_GLOBAL, ItemTable
 from .popularity import FROM_RECENT_1D, FROM_RECENT_1H, SOURCES, Live
@@ -23,8 +24,9 @@ from .popularity import FROM_RECENT_1D, FROM_RECENT_1H, SOURCES, Live
 FROM_COVISIT = 1
 FROM_CATEGORY, FROM_GLOBAL = POPULAR_CATEGORY, POPULAR_GLOBAL
 FROM_KNN = 32
+FROM_LATENT = 64
 #: Every source bit (``FROM_*``) set: flags are below ``ALL_SOURCES + 1``.
-ALL_SOURCES = FROM_COVISIT | FROM_CATEGORY | FROM_GLOBAL | FROM_RECENT_1H | FROM_RECENT_1D | FROM_KNN
+ALL_SOURCES = FROM_COVISIT | FROM_CATEGORY | FROM_GLOBAL | FROM_RECENT_1H | FROM_RECENT_1D | FROM_KNN | FROM_LATENT
 
 
 @dataclasses.dataclass
@@ -37,6 +39,7 @@ class Candidates:
     cov_count: np.ndarray    # how many recent items list it as a neighbour
     cov_last: np.ndarray     # co-visitation weight from the user's most recent item alone
     knn_score: np.ndarray    # summed cosine similarity to the distinct items of the user's history (``knn.py``)
+    latent_score: np.ndarray  # the latent model's score for the user's history (``latent.py``; 0 without one)
     flags: np.ndarray        # FROM_* bits
     #: ``(B, n_categories)`` type-weighted interactions of each user per (dense) category and each row's categories
     #: from strongest to weakest (stable): computed once here, reused by the features.
@@ -98,14 +101,14 @@ def recent_items(hist: Histories, k: int) -> tuple[np.ndarray, np.ndarray, np.nd
 
 def for_user(items: ItemTable, seen: np.ndarray, cov_rows: np.ndarray, cov_w: np.ndarray, cov_w0: np.ndarray,
              top_cats: np.ndarray, recent: list[np.ndarray], max_candidates: int, knn_rows: np.ndarray,
-             knn_w: np.ndarray, n_knn: int) -> tuple[np.ndarray, ...]:
+             knn_w: np.ndarray, n_knn: int, latent_rows: np.ndarray) -> tuple[np.ndarray, ...]:
     """Candidates for one user from their co-visited neighbours, the recent-popularity lists at their clock
     (``recent``, one per ``popularity.SOURCES``) and strongest categories, leaving out the ``seen`` item rows (every
     item interacted with inside the seen window, ``Histories.seen``).
 
     Every co-visited item is kept (the strongest ``max_candidates`` if there are more), then the ``n_knn`` items
-    most similar to the history (``knn_rows`` summed by ``knn_w``), then every recently popular one (as many as the
-    cap leaves), then the most popular of the popular lists' items fill the rest. Every candidate carries its kNN
+    most similar to the history (``knn_rows`` summed by ``knn_w``), then the latent model's best (``latent_rows``,
+    best first), then every recently popular one (as many as the cap leaves), then the most popular of the popular lists' items fill the rest. Every candidate carries its kNN
     score, whichever source brought it. Item rows are in popularity order and the popular lists are ascending
     runs of rows, so one stable sort (a linear merge of presorted runs) ranks their union, and the cap is a
     prefix of it: nothing is partitioned or ranked per user.
@@ -152,6 +155,11 @@ def for_user(items: ItemTable, seen: np.ndarray, cov_rows: np.ndarray, cov_w: np
     close = near[pick]
     bits[close] |= FROM_KNN
     mark[close] = True
+    # The latent model's best for the history (active and unseen already): those not taken yet join.
+    bits[latent_rows] |= FROM_LATENT
+    deep = latent_rows[~mark[latent_rows]][: max(max_candidates - len(keep) - len(close), 0)]
+    mark[deep] = True
+    close = np.concatenate([close, deep])
     # The recent lists: their rows are marked with their bit; those not co-visited, not seen, active, join next.
     lists = [rows_ for rows_ in recent if len(rows_)]
     for rows_, (_, bit) in zip(recent, SOURCES):
@@ -180,6 +188,7 @@ def for_user(items: ItemTable, seen: np.ndarray, cov_rows: np.ndarray, cov_w: np
     for rows_ in lists:
         bits[rows_] = 0
     bits[close] = 0
+    bits[latent_rows] = 0
     flags[: len(keep)] |= FROM_COVISIT
     return (rows, np.concatenate([cov_score[keep], zeros]), np.concatenate([cov_count[keep], zeros]),
             np.concatenate([cov_last[keep], zeros]), flags, knn_score)
@@ -206,12 +215,19 @@ def for_batch(items: ItemTable, cov: CoVisit, hist: Histories, settings: Setting
     cov_at = np.r_[0, np.cumsum(np.bincount(recent_owner, weights=per_recent, minlength=n_users))].astype(np.int64)
     cov_w0 = np.where(np.repeat(recent_rank, per_recent) == 0, cov_w, 0.0)     # from the most recent item alone
     # kNN neighbours of every distinct item of each user's (kept) history, weight 1 each.
+    mine, mine_owner, _ = recent_items(hist, settings.history_limit)
     if cov.knn is not None and settings.knn_candidates >= 0:
-        mine, mine_owner, _ = recent_items(hist, settings.history_limit)
         knn_rows, knn_w, per_item = cov.knn.gather(mine, np.ones(len(mine)))
         knn_at = np.r_[0, np.cumsum(np.bincount(mine_owner, weights=per_item, minlength=n_users))].astype(np.int64)
     else:
         knn_rows, knn_w, knn_at = np.empty(0, np.int64), np.empty(0), np.zeros(n_users + 1, dtype=np.int64)
+    # The latent model: each user's vector from their history's distinct items, their best unseen active items.
+    vectors = latent_top = None
+    if cov.latent is not None:
+        vectors = latent.user_vectors(cov.latent, mine, mine_owner, n_users)
+        if settings.latent_candidates > 0:
+            latent_top = _latent_top(items, hist, vectors, cov.latent, settings.latent_candidates)
+    no_rows = np.empty(0, dtype=np.int64)
     parts = []
     for u in range(n_users):
         lo, hi = cov_at[u], cov_at[u + 1]
@@ -219,18 +235,34 @@ def for_batch(items: ItemTable, cov: CoVisit, hist: Histories, settings: Setting
         k_lo, k_hi = knn_at[u], knn_at[u + 1]
         parts.append(for_user(items, hist.seen(u), cov_rows[lo:hi], cov_w[lo:hi], cov_w0[lo:hi],
                               top[weight[u, top] > 0], live.lists[live.which[u]], max_candidates,
-                              knn_rows[k_lo:k_hi], knn_w[k_lo:k_hi], settings.knn_candidates))
+                              knn_rows[k_lo:k_hi], knn_w[k_lo:k_hi], settings.knn_candidates,
+                              no_rows if latent_top is None else latent_top[u][latent_top[u] >= 0]))
     sizes = [len(p[0]) for p in parts]
     cat = (lambda i, dt: np.concatenate([p[i] for p in parts]).astype(dt, copy=False) if parts
            else np.empty(0, dt))
+    offsets = np.r_[0, np.cumsum(sizes)].astype(np.int64)
+    rows = cat(0, np.int64)
+    latent_score = np.zeros(len(rows))
+    if vectors is not None and len(rows):
+        owner = np.repeat(np.arange(n_users), sizes)
+        latent_score = np.einsum("ij,ij->i", vectors[owner], cov.latent[rows]).astype(np.float64)
     return Candidates(
-        offsets=np.r_[0, np.cumsum(sizes)].astype(np.int64),
-        rows=cat(0, np.int64),
+        offsets=offsets,
+        rows=rows,
         cov_score=cat(1, np.float64),
         cov_count=cat(2, np.float64),
         cov_last=cat(3, np.float64),
         flags=cat(4, np.int64),
         knn_score=cat(5, np.float64),
+        latent_score=latent_score,
         category_weight=weight,
         category_order=order,
     )
+
+
+def _latent_top(items: ItemTable, hist: Histories, vectors: np.ndarray, factors: np.ndarray, n: int) -> np.ndarray:
+    """``(B, n)`` each user's best active items by the latent model that they have not seen (-1 past the end)."""
+    scores = vectors @ factors.T
+    scores[:, ~items.active] = -np.inf
+    scores[np.repeat(np.arange(len(hist)), np.diff(hist.seen_offsets)), hist.seen_rows] = -np.inf
+    return latent.top(scores, n)[0]

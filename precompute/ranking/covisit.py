@@ -12,6 +12,7 @@ import numpy as np
 
 from ..data import event_types
 from ..settings import Settings
+from . import latent
 from .item_table import ItemTable
 
 
@@ -24,6 +25,8 @@ class CoVisit:
     weight: np.ndarray
     #: The item-kNN neighbours (``knn.py``) in the same shape, built from the same bundle file; None: none built.
     knn: CoVisit | None = None
+    #: The latent model's item factors by item row (``latent.py``), from the same file; None: none built.
+    latent: np.ndarray | None = None
 
     def gather(self, rows: np.ndarray, row_weight: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """All neighbours of ``rows`` (one flat array, in ``rows`` order), their weight times the source row's
@@ -131,10 +134,13 @@ def _no_pairs() -> dict[str, np.ndarray]:
 
 def index_for(items: ItemTable, pairs: dict[str, np.ndarray]) -> CoVisit:
     """Map id pairs onto ``items`` rows; pairs touching an unknown item are dropped. The item-kNN pairs
-    (``knn.KEYS``), when ``pairs`` has them, become the index's ``knn``."""
+    (``knn.KEYS``) and latent factors (``latent.KEYS``), when ``pairs`` has them, become the index's ``knn`` and
+    ``latent``."""
     cov = _csr(items, pairs["src"], pairs["dst"], pairs["weight"])
     if "knn_src" in pairs:
         cov.knn = _csr(items, pairs["knn_src"], pairs["knn_dst"], pairs["knn_weight"])
+    if "latent_ids" in pairs and len(pairs["latent_ids"]):
+        cov.latent = latent.by_row(items, pairs)
     return cov
 
 

@@ -13,7 +13,8 @@ import numpy as np
 
 from ..data.history import Histories
 from .arrays import unique_sorted
-from .candidates import ALL_SOURCES, FROM_CATEGORY, FROM_COVISIT, FROM_GLOBAL, FROM_KNN, Candidates
+from .candidates import (ALL_SOURCES, FROM_CATEGORY, FROM_COVISIT, FROM_GLOBAL, FROM_KNN, FROM_LATENT,
+                         Candidates)
 from .item_table import ItemTable, rates
 from .layout import FeatureLayout
 from .popularity import FROM_RECENT_1D, FROM_RECENT_1H, Live
@@ -24,7 +25,7 @@ LAST_EVENTS = 10
 #: The "user_item" group, computed in place column by column in ``build`` (in this order, by name).
 _USER_ITEM = ("ux_price_diff", "ux_price_z", "ux_price_ratio", "ux_covisit_score", "ux_log_covisit_score",
               "ux_covisit_count", "ux_covisit_norm", "ux_covisit_last", "ux_knn_score", "ux_knn_norm",
-              "ux_popularity_vs_user", "ux_seen_before")
+              "ux_latent_score", "ux_popularity_vs_user", "ux_seen_before")
 #: The source group's columns by candidate flags (index = the FROM_* bits), looked up per candidate.
 _BITS = range(ALL_SOURCES + 1)
 _FLAGS = {
@@ -34,6 +35,7 @@ _FLAGS = {
     "ux_from_recent_1h": [(f & FROM_RECENT_1H) > 0 for f in _BITS],
     "ux_from_recent_1d": [(f & FROM_RECENT_1D) > 0 for f in _BITS],
     "ux_from_knn": [(f & FROM_KNN) > 0 for f in _BITS],
+    "ux_from_latent": [(f & FROM_LATENT) > 0 for f in _BITS],
     "ux_n_sources": [bin(f).count("1") for f in _BITS],
 }
 
@@ -83,6 +85,7 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float | np.n
     n_events = np.diff(hist.offsets).astype(np.float64)
     pair = unique_sorted(h_owner[known] * len(items) + h_rows[known])
     distinct_items = np.bincount(pair // len(items), minlength=n_users)
+    n_known = np.bincount(h_owner[known], minlength=n_users)
     # Every (event, category of its item) pair: an event counts in each category of its item.
     ev_known = np.flatnonzero(known)
     ev_at, ev_cat = items.categories_of(hist.item_rows[ev_known])
@@ -115,6 +118,8 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float | np.n
         "user_distinct_categories": distinct_cats, "user_days_since_last": days_last,
         "user_days_since_first": days_first, "user_events_24h": ev24, "user_events_7d": ev7,
         **rates("user", list(types), by_code), "user_mean_log_price": u_mean, "user_std_log_price": u_std,
+        # The share of the user's events on an item they had had before: a grocery shopper's staples, a viewer's none.
+        "user_repeat_rate": np.where(n_known > 0, 1.0 - distinct_items / np.maximum(n_known, 1), 0.0),
     })
     u0 = layout.start("user")
     # Candidates are grouped by user: one broadcast row per user fills its block (~6x faster than gathering by o).
@@ -159,7 +164,7 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float | np.n
                                                                              dtype=uc_table.dtype)]), cell)
     # Price and co-visitation columns, computed in place in float32. Per-user factors are repeated over the user's
     # candidates (grouped by user); NaN where the item or the user has no price.
-    diff, z, ratio, cov, log_cov, cov_count, cov_norm, cov_last, knn, knn_norm, pop_vs, seen_before = (
+    diff, z, ratio, cov, log_cov, cov_count, cov_norm, cov_last, knn, knn_norm, latent, pop_vs, seen_before = (
         out[:, layout.index(name)] for name in _USER_ITEM)
     np.take(items.log_price32, r, out=diff, mode="clip")
     diff -= np.repeat(u_mean.astype(np.float32), sizes)
@@ -173,6 +178,7 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float | np.n
     # The item-kNN score over the history, and per distinct item of it (a long history sums more similarities).
     knn[:] = cand.knn_score
     np.multiply(knn, np.repeat((1.0 / np.maximum(distinct_items, 1)).astype(np.float32), sizes), out=knn_norm)
+    latent[:] = cand.latent_score
     top = np.zeros(n_users)
     if len(r):
         # Candidates are grouped by user: a segment max (reduceat) instead of the much slower maximum.at.

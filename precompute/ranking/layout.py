@@ -109,7 +109,7 @@ def for_declaration(attributes: tuple[str, ...], types: tuple[str, ...]) -> Feat
             "user_log_events", *(f"user_log_{t}" for t in types), "user_log_distinct_items",
             "user_distinct_categories", "user_days_since_last", "user_days_since_first", "user_events_24h",
             "user_events_7d", *(f"user_{t}_rate" for t in types[1:]), "user_mean_log_price",
-            "user_std_log_price")),
+            "user_std_log_price", "user_repeat_rate")),
         # Per (user, the item's strongest category for that user).
         ("user_category", (
             "ux_category_share", "ux_category_rank", "ux_days_since_category", "ux_log_category_weight",
@@ -118,8 +118,8 @@ def for_declaration(attributes: tuple[str, ...], types: tuple[str, ...]) -> Feat
         ("user_item", (
             "ux_price_diff", "ux_price_z", "ux_price_ratio", "ux_covisit_score", "ux_log_covisit_score",
             "ux_covisit_count", "ux_covisit_norm", "ux_covisit_last", "ux_knn_score", "ux_knn_norm",
-            "ux_popularity_vs_user", "ux_seen_before")),
+            "ux_latent_score", "ux_popularity_vs_user", "ux_seen_before")),
         # Which candidate sources produced the item.
         ("source", ("ux_from_covisit", "ux_from_category", "ux_from_global", "ux_from_recent_1h",
-                    "ux_from_recent_1d", "ux_from_knn", "ux_n_sources")),
+                    "ux_from_recent_1d", "ux_from_knn", "ux_from_latent", "ux_n_sources")),
     ))

@@ -19,7 +19,7 @@ from sqlalchemy import Engine
 
 from ..data.history import Histories, histories_from_arrays
 from ..settings import Settings
-from . import candidates, covisit, features, knn
+from . import candidates, covisit, features, knn, latent
 from .candidates import Candidates
 from .covisit import CoVisit
 from .item_table import ItemTable, load_item_table
@@ -129,13 +129,14 @@ def period(engine: Engine, settings: Settings, events: Events, cut: float, end: 
 
 
 def pairs(events: Events, part: slice, settings: Settings) -> dict[str, np.ndarray]:
-    """Co-visitation and item-kNN pairs of the events in ``part`` (``covisit.build_pairs``, ``knn.build_pairs``
-    with the settings' parameters), in one dict: what a bundle stores."""
+    """Co-visitation and item-kNN pairs and the latent factors of the events in ``part`` (``covisit.build_pairs``,
+    ``knn.build_pairs``, ``latent.fit`` with the settings' parameters), in one dict: what a bundle stores."""
     ev_user, ev_item, ev_type, ev_ts = events
     factors = covisit.event_factors(ev_type[part], settings)
     return {**covisit.build_pairs(ev_user[part], ev_item[part], ev_ts[part], settings.covisit_window,
                                   settings.session_gap, settings.covisit_neighbours, factors),
-            **knn.build_pairs(ev_user[part], ev_item[part], factors > 0, settings.knn_neighbours)}
+            **knn.build_pairs(ev_user[part], ev_item[part], factors > 0, settings.knn_neighbours),
+            **latent.fit(ev_user[part], ev_item[part], factors > 0, settings.latent_factors)}
 
 
 def labels(events: Events, items: ItemTable, users: np.ndarray, cut: float, n_known: int, n_end: int,

@@ -1,0 +1,82 @@
+"""The latent factor model (``ranking/latent.py``) on a log with two planted taste groups."""
+
+import numpy as np
+
+from precompute.ranking import latent
+
+GROUP_A = np.arange(100, 110)     # item ids liked by the first group of users
+GROUP_B = np.arange(200, 210)     # and by the second
+
+
+def planted_log(seed: int = 0):
+    """40 users: the first 20 each interact with 6 random items of group A, the others with 6 of group B; one event
+    of no type weight crosses over and must not count."""
+    rng = np.random.default_rng(seed)
+    user, item = [], []
+    for u in range(40):
+        mine = rng.choice(GROUP_A if u < 20 else GROUP_B, size=6, replace=False)
+        user += [u] * 6
+        item += mine.tolist()
+    user.append(0), item.append(int(GROUP_B[0]))
+    positive = np.ones(len(user), dtype=bool)
+    positive[-1] = False
+    return np.array(user), np.array(item), positive
+
+
+def scores_for(model, history_ids):
+    ids, v = model["latent_ids"], model["latent_factors"]
+    rows = np.searchsorted(ids, history_ids)
+    vec = latent.user_vectors(v, rows, np.zeros(len(rows), dtype=np.int64), 1)
+    return dict(zip(ids.tolist(), (vec @ v.T)[0].tolist()))
+
+
+def test_a_two_factor_model_recovers_two_planted_taste_groups():
+    # given a log where two groups of users each keep to their own ten items
+    user, item, positive = planted_log()
+    # when two factors are fitted
+    model = latent.fit(user, item, positive, factors=2)
+    assert model["latent_factors"].shape == (20, 2) and model["latent_factors"].dtype == np.float32
+    # then a new user folded in from two group-A items scores every other A item above every B item, and the
+    # other way round: the factors are the two groups
+    for mine, same, other in ((GROUP_A[:2], GROUP_A[2:], GROUP_B), (GROUP_B[3:5], GROUP_B[5:], GROUP_A)):
+        s = scores_for(model, mine)
+        assert min(s[i] for i in same) > max(s[i] for i in other) + 0.1, (mine, s)
+
+
+def test_the_best_items_leave_out_excluded_ones_and_mark_non_positive_scores():
+    # given scores for two users, one item excluded (-inf) for the first, none positive for the second
+    scores = np.array([[0.5, 2.0, -np.inf, 1.0, 2.0], [0.0, -1.0, 0.0, 0.0, 0.0]], dtype=np.float32)
+    # when the three best are taken
+    rows, val = latent.top(scores, 3)
+    # then they come best first, ties by column, and a user with no positive score gets no recommendation
+    assert rows.tolist() == [[1, 4, 3], [-1, -1, -1]]
+    assert val[0].tolist() == [2.0, 2.0, 1.0]
+
+
+def test_factors_map_onto_item_rows_and_unknown_items_get_none():
+    # given a model over items 100..109 and 200..209, and a table that knows 100, 205 and an item 300 it never saw
+    user, item, positive = planted_log()
+    model = latent.fit(user, item, positive, factors=2)
+
+    class Table:
+        ids = np.array([100, 205, 300])
+
+        def __len__(self):
+            return len(self.ids)
+
+        def rows(self, ids):
+            at = np.minimum(np.searchsorted(self.ids, ids), len(self.ids) - 1)
+            return np.where(self.ids[at] == ids, at, -1)
+
+    # when mapped onto its rows
+    by_row = latent.by_row(Table(), model)
+    # then known items carry their factors and the unseen one has zeros (no history reaches it)
+    ids = model["latent_ids"].tolist()
+    assert np.array_equal(by_row[0], model["latent_factors"][ids.index(100)])
+    assert np.array_equal(by_row[1], model["latent_factors"][ids.index(205)])
+    assert not by_row[2].any()
+
+
+def test_a_log_too_small_for_a_factor_has_no_model():
+    model = latent.fit(np.array([1, 1]), np.array([5, 6]), np.array([True, True]), factors=8)
+    assert len(model["latent_ids"]) == 0
