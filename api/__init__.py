@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+
 from flask import Flask
 
 from precompute.logs import configure as configure_logs
 from precompute.data.engine import make_engine
 from precompute.feeds.client import clients
+from precompute.feeds import cursor
 from precompute.feeds.keys import Keys
+from precompute.feeds.limits import Limiter
 from precompute.feeds.live import LiveState
 from precompute.feeds.page import LiveFeeds
 from precompute.settings import Settings
@@ -23,9 +27,16 @@ def create_app(settings: Settings | None = None, test_config: dict | None = None
         raise RuntimeError("the API needs REDIS_URL (manage.py serve/demo provide an embedded server)")
     keys = Keys(settings.key_prefix)
     queue_redis, r = clients(settings)
+    engine = make_engine(settings.database_url, settings)
+    from . import auth
+
     app.extensions["prefeed"] = {
         "settings": settings,
-        "engine": make_engine(settings.database_url, settings),
+        "engine": engine,
+        "keyring": auth.Keyring(engine, settings),
+        "limiter": Limiter(queue_redis),
+        "cursors": cursor.Cursors(settings.cursor_secret.encode() if settings.cursor_secret else
+                                  cursor.shared_secret(queue_redis, keys.cursor_secret), settings.cursor_ttl),
         "redis": r,                      # feeds and live state (may be a cluster)
         "queue_redis": queue_redis,      # RQ and the dirty-user set
         "keys": keys,
@@ -37,6 +48,9 @@ def create_app(settings: Settings | None = None, test_config: dict | None = None
 
     app.extensions["prefeed"]["metrics"] = metrics.ApiMetrics(settings, queue_redis)
     configure_logs(settings)
+    if not settings.auth:
+        logging.getLogger(__name__).warning("PREFEED_AUTH=off: the feed, events and items routes answer without "
+                                            "an API key; only for a trusted network")
     observe.register(app)
 
     app.extensions["prefeed"]["openapi"] = openapi.spec(settings)     # built once: it depends on settings only

@@ -9,7 +9,7 @@ from flask import Blueprint, current_app
 from precompute.data import catalog
 from precompute.errors import InvalidInput
 
-from .auth import admin_required
+from .auth import require
 from .errors import json_response
 from .parse import body_object, field_id, field_number, json_body, path_id
 
@@ -17,7 +17,7 @@ bp = Blueprint("boosts", __name__)
 
 
 @bp.put("/boosts/<item_id>")
-@admin_required
+@require("admin")
 def put_boost(item_id: str):
     iid = path_id(item_id, "item_id")
     body = body_object(json_body())
@@ -35,7 +35,7 @@ def put_boost(item_id: str):
 
 
 @bp.delete("/boosts/<item_id>")
-@admin_required
+@require("admin")
 def delete_boost(item_id: str):
     iid = path_id(item_id, "item_id")
     ctx = current_app.extensions["prefeed"]

@@ -23,6 +23,15 @@ bp = Blueprint("dashboard", __name__)
 RECENT_EVENTS = 20
 
 
+@bp.after_app_request
+def _not_framed(response):
+    """The dashboard and its RQ panel are never shown inside another site's frame (clickjacking)."""
+    if request.path.startswith("/dashboard"):
+        response.headers["X-Frame-Options"] = "DENY"
+        response.headers["Content-Security-Policy"] = "frame-ancestors 'none'"
+    return response
+
+
 @bp.get("/dashboard")
 @dashboard_required
 def dashboard():

@@ -5,7 +5,9 @@ scheduled; if Redis fails between the database commit and the scheduling, the cl
 events carrying an ``event_id`` are stored once however often they are posted, and the retry schedules the
 recompute. (Without ``event_id`` a retry stores the event again; ``manage.py precompute --stale`` finds users whose
 feed fell behind.) An event naming an item the catalogue does not have creates it bare, in the same transaction
-(``items_created`` in the answer); with ``PREFEED_EVENTS_CREATE_ITEMS=false`` the whole batch is refused (404).
+(``items_created`` in the answer) when the key has the ``items:write`` scope; without it, or with
+``PREFEED_EVENTS_CREATE_ITEMS=false``, the whole batch is refused (404 naming the ids). Each user id may have at most
+``PREFEED_USER_EVENTS_PER_MINUTE`` events accepted per minute: a batch that would pass it is refused whole (429).
 """
 
 from __future__ import annotations
@@ -14,12 +16,16 @@ import time
 
 from flask import Blueprint, current_app
 
+from flask import g
+
 from jobs.queues import notify_changed
 from precompute.data.event_types import EventTypes
 from precompute.data.recording import NewEvent, record
-from precompute.errors import InvalidInput
+from precompute.errors import InvalidInput, TooManyRequests
 from precompute.feeds.client import ping_redis
+from precompute.feeds.limits import Bucket
 
+from .auth import require
 from .errors import json_response
 from .parse import body_object, field_id, field_number, field_optional_number, json_body, refuse_unknown
 
@@ -27,6 +33,7 @@ bp = Blueprint("events", __name__)
 
 
 @bp.post("/events")
+@require("events:write")
 def post_events():
     body = json_body()
     batch = body if isinstance(body, list) else [body]
@@ -44,7 +51,9 @@ def post_events():
               for k, e in enumerate(batch)]
     ping_redis(ctx["redis"])
     ping_redis(ctx["queue_redis"])
-    result = record(ctx["engine"], events, settings)
+    _per_user_limit(ctx, events)
+    result = record(ctx["engine"], events, settings, create_items=settings.events_create_items and
+                    g.key.allows("items:write"))
     if result.versions:
         pipe = ctx["redis"].pipeline(transaction=False)
         for uid, iid, version in result.seen:
@@ -61,6 +70,18 @@ def post_events():
                           "items_created": result.items_created}, 202)
 
 
+def _per_user_limit(ctx, events: list[NewEvent]) -> None:
+    """Charge each user id of the batch its events against ``PREFEED_USER_EVENTS_PER_MINUTE``; all or none."""
+    per_minute = ctx["settings"].user_events_per_minute
+    counts: dict[int, int] = {}
+    for e in events:
+        counts[e.user_id] = counts.get(e.user_id, 0) + 1
+    wait = ctx["limiter"].take([Bucket(ctx["keys"].rate_user(uid), per_minute / 60.0, per_minute, n)
+                                for uid, n in sorted(counts.items())])
+    if wait > 0:
+        raise TooManyRequests(f"over {per_minute} events per minute for one user id", retry_after=wait)
+
+
 def _parse(obj: dict, types: dict[str, int], now: float, window: tuple[float, float], index: int | None) -> NewEvent:
     try:
         kind = obj.get("type")
@@ -69,6 +90,8 @@ def _parse(obj: dict, types: dict[str, int], now: float, window: tuple[float, fl
         event_id = obj.get("event_id")
         if event_id is not None and (not isinstance(event_id, str) or not 1 <= len(event_id) <= 64):
             raise InvalidInput("event_id must be a string of 1 to 64 characters")
+        if event_id is not None and "\x00" in event_id:
+            raise InvalidInput("event_id must not contain the NUL character")
         refuse_unknown(obj, ("user_id", "item_id", "type", "ts", "event_id", "value"))
         return NewEvent(user_id=field_id(obj, "user_id"), item_id=field_id(obj, "item_id"), type=types[kind],
                         ts=field_number(obj, "ts", *window, default=now),

@@ -1,13 +1,21 @@
-"""GET /feed/<user_id>: the precomputed feed with live rules applied, or a fallback for users without one."""
+"""GET /feed/<user_id>: the precomputed feed with live rules applied, or a fallback for users without one.
+
+A first page (no ``offset``) answers a ``next_cursor``; ``?cursor=`` continues that scroll with no item served twice
+and none skipped while the feed changes (``precompute/feeds/cursor.py``). An expired cursor starts over from the top
+(``"restarted": true``). ``offset`` pages are cut from the feed as it is at each read, for clients that do not
+scroll."""
 
 from __future__ import annotations
 
 import numpy as np
-from flask import Blueprint, current_app
+from flask import Blueprint, current_app, request
 
 from jobs.queues import notify_changed
 from precompute.data import catalog, event_types
+from precompute.errors import InvalidInput
+from precompute.feeds import cursor
 
+from .auth import require
 from .errors import json_response
 from .parse import path_id, query_int
 
@@ -15,16 +23,31 @@ bp = Blueprint("feed", __name__)
 
 
 @bp.get("/feed/<user_id>")
+@require("feed:read")
 def get_feed(user_id: str):
     uid = path_id(user_id, "user_id")
     ctx = current_app.extensions["prefeed"]
     settings = ctx["settings"]
     limit = query_int("limit", settings.page_limit_default, 1, settings.page_limit_max)
     offset = query_int("offset", 0, 0, settings.feed_length)
-    page = ctx["live"].page(uid, limit, offset)
+    given = request.args.get("cursor")
+    if given is not None and "offset" in request.args:
+        raise InvalidInput("give cursor or offset, not both")
+    scroll, restarted = None, False
+    if given is not None:
+        scroll = ctx["cursors"].decode(given, uid)
+        restarted = scroll is None
+    if scroll is None and offset == 0:
+        scroll = cursor.start(uid)                # a first page is the start of a scroll
+    page = ctx["live"].page(uid, limit, offset, scroll)
     if page is None:
-        page = fallback(ctx, uid, limit, offset)
+        page = fallback(ctx, uid, limit, offset, scroll=scroll)
     header = page.header
+    next_cursor = None
+    if scroll is not None:
+        ids = [i for i, _, _ in page.items]
+        if len(ids) == limit:                     # a short page is the feed's end: nothing to continue
+            next_cursor = ctx["cursors"].encode(scroll.after(ids, sum(1 for _, _, b in page.items if b)))
     items = [{"item_id": i, "score": round(s, 6), "boosted": b} for i, s, b in page.items]
     ctx["metrics"].feed(page.source, sum(1 for _, _, b in page.items if b), header.computed_at if header else None)
     return json_response({
@@ -34,10 +57,12 @@ def get_feed(user_id: str):
         "model_version": header.model_version if header else None,
         "computed_at": header.computed_at if header else None,
         "history_version": header.history_version if header else None,
+        "next_cursor": next_cursor,
+        **({"restarted": True} if restarted else {}),
     })
 
 
-def fallback(ctx, uid: int, limit: int, offset: int, notify: bool = True):
+def fallback(ctx, uid: int, limit: int, offset: int, notify: bool = True, scroll: cursor.Scroll | None = None):
     """Popular in the user's recent categories, else global popular; and ask for the real feed (unless ``notify``
     is False: the dashboard shows the fallback without acting).
 
@@ -47,6 +72,9 @@ def fallback(ctx, uid: int, limit: int, offset: int, notify: bool = True):
     recent = catalog.latest_interactions(ctx["engine"], uid, settings.seen_recent_max)
     seen = np.union1d(catalog.seen_items(ctx["engine"], uid, settings),
                       np.array([r[0] for r in recent], dtype=np.int64))
+    if scroll is not None:                        # a scroll's next page: what it has not served, from the top
+        seen = np.union1d(seen, np.fromiter(scroll.served, dtype=np.int64, count=len(scroll.served)))
+        offset = 0
     by_type = event_types.EventTypes.of(settings).weight_by_code()
     type_weight = event_types.by_code(by_type, [r[1] for r in recent]).tolist()
     weights: dict[int, float] = {}

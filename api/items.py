@@ -18,7 +18,7 @@ from precompute.data.items import NewItem, Upserted
 from precompute.errors import InvalidInput
 from precompute.feeds.client import ping_redis
 
-from .auth import admin_required
+from .auth import require
 from .errors import json_response
 from .parse import (body_object, field_id, field_id_set, field_optional_number, field_time, json_body, path_id,
                     refuse_unknown)
@@ -30,7 +30,7 @@ FIELDS = ("categories", "price", "created_at", "attributes", "active")
 
 
 @bp.put("/items/<item_id>")
-@admin_required
+@require("items:write")
 def put_item(item_id: str):
     item, _ = _parse(body_object(json_body()), path_id(item_id, "item_id"))
     done = _upsert([item])
@@ -38,7 +38,7 @@ def put_item(item_id: str):
 
 
 @bp.patch("/items/<item_id>")
-@admin_required
+@require("items:write")
 def patch_item(item_id: str):
     item, given = _parse(body_object(json_body()), path_id(item_id, "item_id"))
     ctx = current_app.extensions["prefeed"]
@@ -52,7 +52,7 @@ def patch_item(item_id: str):
 
 
 @bp.post("/items")
-@admin_required
+@require("items:write")
 def post_items():
     body = body_object(json_body())
     refuse_unknown(body, ("items",))

@@ -26,6 +26,8 @@ from prometheus_client.core import GaugeMetricFamily
 from jobs.queues import backlog
 from precompute.settings import Settings
 
+from .auth import require
+
 log = logging.getLogger(__name__)
 bp = Blueprint("metrics", __name__)
 
@@ -101,6 +103,7 @@ class Backlog:
 
 
 @bp.get("/metrics")
+@require("metrics:read")
 def metrics():
     body = generate_latest(current_app.extensions["prefeed"]["metrics"].registry)
     return Response(body, mimetype=None, content_type=CONTENT_TYPE_LATEST)

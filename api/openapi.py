@@ -6,6 +6,7 @@ from flask import Blueprint, current_app
 
 from precompute.settings import Settings
 
+from .auth import require
 from .errors import json_response
 
 bp = Blueprint("openapi", __name__)
@@ -66,6 +67,12 @@ def _items_paths(settings: Settings) -> dict:
     }
 
 
+#: What a route behind a key may also answer.
+_KEYED = {"401": {**_ERROR, "description": "no key, or an unknown or revoked one"},
+          "403": {**_ERROR, "description": "a key without the route's scope"},
+          "429": {**_ERROR, "description": "over the key's rate (or a user id's events per minute): see Retry-After"}}
+
+
 def _dashboard_paths(settings: Settings) -> dict:
     """The operator's pages (README, "Operating prefeed"): HTML and a JSON snapshot, basic auth or bearer."""
     refusals = {"401": {**_ERROR, "description": "no credentials (with a basic-auth challenge)"},
@@ -94,9 +101,12 @@ def spec(settings: Settings) -> dict:
     """The document for an app running with ``settings`` (its limits are the settings')."""
     return {
         "openapi": "3.1.0",
+        "security": [{"key": []}],
         "info": {"title": "prefeed", "version": "1", "description": "Precomputed, ranked recommendation feeds."},
         "components": {
-            "securitySchemes": {"admin": {"type": "http", "scheme": "bearer"},
+            "securitySchemes": {"key": {"type": "http", "scheme": "bearer",
+                                        "description": "an API key (`manage.py keys create`) with the route's scope"},
+                                "admin": {"type": "http", "scheme": "bearer"},
                                 "dashboard": {"type": "http", "scheme": "basic",
                                               "description": "any user name, the admin token as password"}},
             "schemas": {
@@ -112,6 +122,9 @@ def spec(settings: Settings) -> dict:
                     "user_id": _ID, "source": {"enum": ["precomputed", "fallback"]},
                     "model_version": {"type": ["integer", "null"]}, "computed_at": {"type": ["number", "null"]},
                     "history_version": {"type": ["integer", "null"]},
+                    "next_cursor": {"type": ["string", "null"],
+                                    "description": "continues this scroll (`?cursor=`); null at the feed's end"},
+                    "restarted": {"type": "boolean", "description": "the cursor had expired: the page is the top"},
                     "items": {"type": "array", "items": {"type": "object", "properties": {
                         "item_id": _ID, "score": {"type": "number"}, "boosted": {"type": "boolean"}}}}}},
             },
@@ -122,9 +135,11 @@ def spec(settings: Settings) -> dict:
                 "parameters": [_path_id("user_id"),
                                {"name": "limit", "in": "query",
                                 "schema": {"type": "integer", "minimum": 1, "maximum": settings.page_limit_max}},
-                               {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0}}],
+                               {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+                               {"name": "cursor", "in": "query", "schema": {"type": "string"},
+                                "description": "a previous page's next_cursor (not with offset)"}],
                 "responses": {"200": {"description": "feed", "content": {"application/json": {
-                    "schema": {"$ref": "#/components/schemas/Feed"}}}}, "400": _ERROR, "503": _ERROR}}},
+                    "schema": {"$ref": "#/components/schemas/Feed"}}}}, "400": _ERROR, **_KEYED, "503": _ERROR}}},
             "/events": {"post": {
                 "summary": "Store interaction events and schedule recomputes",
                 "requestBody": _json_body({"oneOf": [
@@ -137,7 +152,7 @@ def spec(settings: Settings) -> dict:
                                                  "items_created": {"type": "integer"}}),
                               "400": _ERROR, "404": {**_ERROR, "description": "an unknown item, when "
                                                      "PREFEED_EVENTS_CREATE_ITEMS is false"},
-                              "413": _ERROR, "415": _ERROR, "503": _ERROR}}},
+                              "413": _ERROR, "415": _ERROR, **_KEYED, "503": _ERROR}}},
             "/boosts/{item_id}": {
                 "put": {"security": _ADMIN, "parameters": [_path_id("item_id")],
                         "requestBody": _json_body({"type": "object", "required": ["weight"], "properties": {
@@ -150,8 +165,9 @@ def spec(settings: Settings) -> dict:
                 "delete": {"security": _ADMIN, "parameters": [_path_id("item_id")],
                            "responses": {"200": {"description": "boost removed"}, "401": _ERROR}}},
             **_items_paths(settings),
-            "/healthz": {"get": {"responses": {"200": {"description": "all dependencies up"}, "503": _ERROR}}},
-            "/livez": {"get": {"responses": {"200": {"description": "process up"}}}},
+            "/healthz": {"get": {"security": [], "responses": {"200": {"description": "all dependencies up"},
+                                                                "503": _ERROR}}},
+            "/livez": {"get": {"security": [], "responses": {"200": {"description": "process up"}}}},
             "/openapi.json": {"get": {"responses": {"200": {"description": "this document"}}}},
             "/metrics": {"get": {"responses": {"200": {"description": "Prometheus metrics (text format)"}}}},
             **_dashboard_paths(settings),
@@ -160,5 +176,6 @@ def spec(settings: Settings) -> dict:
 
 
 @bp.get("/openapi.json")
+@require(None)
 def openapi():
     return json_response(current_app.extensions["prefeed"]["openapi"])

@@ -9,6 +9,7 @@ whole process; prefeed writes no job with another serializer. Its connection com
 from __future__ import annotations
 
 import logging
+from urllib.parse import urlsplit
 
 from flask import Flask, request
 from rq.exceptions import NoSuchJobError
@@ -49,6 +50,20 @@ def mount(app: Flask, settings: Settings) -> None:
         return error(500, "internal error")
 
 
+def same_origin(origin: str, host_url: str) -> bool:
+    """``origin`` (an ``Origin`` or ``Referer`` value) has exactly the scheme, host and port of ``host_url``: a
+    prefix match would let ``http://host:port.evil.example`` through."""
+    try:
+        a, b = urlsplit(origin), urlsplit(host_url)
+        return bool(a.scheme) and (a.scheme, a.hostname, a.port or _PORTS.get(a.scheme)) == \
+            (b.scheme, b.hostname, b.port or _PORTS.get(b.scheme))
+    except ValueError:                  # a malformed port
+        return False
+
+
+_PORTS = {"http": 80, "https": 443}
+
+
 def _guard() -> None:
     """Before every rq-dashboard view (and before its own hooks): the admin token; one Redis instance (0); and
     state changes (delete, requeue, empty) only from the dashboard's own pages, since a browser re-sends basic-auth
@@ -60,5 +75,5 @@ def _guard() -> None:
         raise NotFound("this dashboard shows one RQ instance: 0")
     if request.method not in ("GET", "HEAD") or request.endpoint == "rq_dashboard.requeue_all":   # GET requeues too
         origin = request.headers.get("Origin") or request.headers.get("Referer") or ""
-        if not origin.startswith(request.host_url.rstrip("/")):
+        if not same_origin(origin, request.host_url):
             raise Forbidden("state changes are accepted only from the dashboard's own pages")

@@ -16,7 +16,7 @@ import time
 import uuid
 from pathlib import Path
 
-from precompute.data import bulk, engine as db, synthetic
+from precompute.data import api_keys, bulk, engine as db, synthetic
 from precompute.ranking import bundle, ranker
 from precompute.settings import Settings
 
@@ -34,6 +34,12 @@ class World:
     engine: object
     tmp: Path
     server: object | None
+    #: An API key with every scope and no practical rate (the rate check itself still runs on every request).
+    key: str = ""
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"}
 
     def env(self, **extra) -> dict[str, str]:
         return {**self.settings.child_env(), **extra}
@@ -86,7 +92,8 @@ def make_world(users: int, items: int, events: int, iterations: int, *, seed_: i
     result = ranker.train(engine, settings, iterations=iterations, depth=depth, users=min(train_users, users))
     bundle.promote(settings.model_dir, bundle.write(settings.model_dir, result.model, result.pairs,
                                                     {"metrics": result.metrics}))
-    return World(settings, engine, tmp, server)
+    key = api_keys.create(engine, "bench", frozenset(api_keys.SCOPES), rate=1e9, burst=10 ** 9)
+    return World(settings, engine, tmp, server, key)
 
 
 def median(xs) -> float:

@@ -59,13 +59,14 @@ def run(quick: bool = False) -> dict:
         for i in boosted:
             live.boost(int(i), float(rng.uniform(0.5, 3)), time.time() + 3600)
 
-        floor = _in_process(world.settings, cfg["users"])    # before any server runs beside it
+        floor = _in_process(world, cfg["users"])    # before any server runs beside it
         api_port, rt_port = free_port(), free_port()
         servers.append(_gunicorn(world, "benchmarks.floor:create_app()", api_port, cfg["http_workers"]))
         servers.append(_gunicorn(world, "benchmarks.realtime:create_app()", rt_port, cfg["http_workers"]))
         for port in (api_port, rt_port):
-            wait_for_http(f"http://127.0.0.1:{port}/feed/1", timeout=60)
-        body = urllib.request.urlopen(f"http://127.0.0.1:{api_port}/feed/1?limit=20").read()
+            wait_for_http(f"http://127.0.0.1:{port}/feed/1", timeout=60, headers=world.auth)
+        body = urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{api_port}/feed/1?limit=20",
+                                                             headers=world.auth)).read()
         assert b'"source":"precomputed"' in body
         assert urllib.request.urlopen(f"http://127.0.0.1:{api_port}/floor/1?limit=20").read().count(b"item_id") == 20
 
@@ -73,7 +74,7 @@ def run(quick: bool = False) -> dict:
         # machine's noise moves a single pair by +-25%, so the ratio is the median of the pairs' ratios.
         pairs = []
         for k in range(cfg["repeats"]):
-            got = {path: _load(api_port, path, cfg) for path in (FEED, FLOOR)[:: 1 if k % 2 == 0 else -1]}
+            got = {path: _load(api_port, path, cfg, world.auth) for path in (FEED, FLOOR)[:: 1 if k % 2 == 0 else -1]}
             pairs.append((got[FEED], got[FLOOR]))
         runs = {
             "feed": _median_run([f for f, _ in pairs]),
@@ -81,7 +82,7 @@ def run(quick: bool = False) -> dict:
             "bare": _load(api_port, "/livez", cfg),
             "realtime": _load(rt_port, "/feed/{user}", cfg),
             # last: it writes events (the feeds above are read before any of them)
-            "events": _load(api_port, EVENTS, cfg),
+            "events": _load(api_port, EVENTS, cfg, world.auth),
         }
         out = dict(config=cfg, generator=runs["feed"]["generator"], runs=runs, in_process_us=floor,
                    ratio_feed_over_floor=median([f["rps"] / g["rps"] for f, g in pairs]),
@@ -109,13 +110,15 @@ def run(quick: bool = False) -> dict:
         world.close()
 
 
-def _in_process(settings, n_users: int, n: int = 3000) -> dict:
+def _in_process(world, n_users: int, n: int = 3000) -> dict:
     """What one request costs the app itself, measured through Flask's test client, next to a bare Redis round
     trip: the part of /feed no server choice can remove. Floor and feed requests alternate in one loop, so the
     machine's noise moves both alike."""
     from .floor import create_app
 
+    settings = world.settings
     client = create_app(settings).test_client()
+    client.environ_base["HTTP_AUTHORIZATION"] = world.auth["Authorization"]
     r = redis_client(settings.feed_url)
     paths = {name: path.replace("{user}", "{}") for name, path in (("floor_us", FLOOR), ("feed_us", FEED))}
 
@@ -147,23 +150,26 @@ def _gunicorn(world, target: str, port: int, workers: int) -> subprocess.Popen:
 EVENTS = "POST /events"
 
 
-def _load(port: int, path: str, cfg: dict) -> dict:
+def _load(port: int, path: str, cfg: dict, headers: dict | None = None) -> dict:
+    """``headers``: sent with every request (the API key)."""
+    headers = headers or {}
     if path == EVENTS and not shutil.which("wrk"):
         return dict(generator="none", rps=None, p50_ms=None, p99_ms=None, errors=0)
     if shutil.which("wrk"):
-        return _wrk(port, path, cfg)
-    return _python_load(port, path, cfg)
+        return _wrk(port, path, cfg, headers)
+    return _python_load(port, path, cfg, headers)
 
 
-def _wrk(port: int, path: str, cfg: dict) -> dict:
+def _wrk(port: int, path: str, cfg: dict, headers: dict) -> dict:
     head, placeholder, tail = path.partition("{user}")
+    lua_headers = "".join(f', ["{k}"] = "{v}"' for k, v in headers.items())
     user = f"math.random(1, {cfg['users']})" if placeholder else '""'
     if path == EVENTS:          # one view event per request, of a random user and item
-        call = (f'wrk.format("POST", "/events", {{["Content-Type"] = "application/json"}}, '
+        call = (f'wrk.format("POST", "/events", {{["Content-Type"] = "application/json"{lua_headers}}}, '
                 f'\'{{"user_id": \' .. math.random(1, {cfg["users"]}) .. \', "item_id": \' .. '
                 f'math.random(1, {cfg["items"]}) .. \', "type": "view"}}\')')
     else:
-        call = f'wrk.format("GET", "{head}" .. {user} .. "{tail}")'
+        call = f'wrk.format("GET", "{head}" .. {user} .. "{tail}", {{{lua_headers.lstrip(", ")}}})'
     script = f"""
 math.randomseed(42)
 request = function()
@@ -196,7 +202,7 @@ def _ms(value: str) -> float:
     return float(num) * {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4}[unit]
 
 
-def _python_load(port: int, path: str, cfg: dict) -> dict:
+def _python_load(port: int, path: str, cfg: dict, headers: dict) -> dict:
     """Bounded closed-loop client: ``connections`` threads with keep-alive, for ``seconds``."""
     deadline = time.monotonic() + cfg["seconds"]
     latencies: list[float] = []
@@ -211,7 +217,7 @@ def _python_load(port: int, path: str, cfg: dict) -> dict:
             url = path.replace("{user}", str(int(rng.integers(1, cfg["users"] + 1))))
             t0 = time.perf_counter()
             try:
-                conn.request("GET", url)
+                conn.request("GET", url, headers=headers)
                 resp = conn.getresponse()
                 resp.read()
                 ok = resp.status == 200

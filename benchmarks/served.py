@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 from sqlalchemy import insert, select, text
 
-from precompute.data import engine as db
+from precompute.data import api_keys, engine as db
 from precompute.data.importing import import_events
 from precompute.data.log import load_events
 from precompute.data.models import Item, ItemAttribute, ItemCategory
@@ -123,8 +123,9 @@ class _Product:
             source_settings, database_url=f"sqlite:///{self.tmp / 'served.db'}", var_dir=self.tmp,
             model_dir=self.tmp / "models", redis_url=redis_url, queue_redis_url=None, feed_redis_url=None,
             key_prefix=f"pfserved:{tag}:", queue_name=f"pfserved-{tag}", as_of=0.0,
-            # A historical log is posted with its own times: accept any age.
-            event_max_age=100 * 365 * 86400)
+            # A historical log is posted with its own times: accept any age; and faster than it happened: a user's
+            # events of an hour may arrive within a second.
+            event_max_age=100 * 365 * 86400, user_events_per_minute=10 ** 9)
         self.engine = db.make_engine(self.settings.database_url, self.settings)
 
     def __enter__(self) -> _Product:
@@ -164,6 +165,9 @@ class _Product:
             w.writerow(["user_id", "item_id", "ts", "type"])
             w.writerows(zip(user[:n].tolist(), item[:n].tolist(), ts[:n].tolist(), type_[:n].tolist()))
         import_events(self.engine, path, "csv", self.settings)
+        key = api_keys.create(self.engine, "served", frozenset({"feed:read", "events:write", "items:write"}),
+                              rate=1e9, burst=10 ** 9)
+        self.auth = {"Authorization": f"Bearer {key}"}
         self.n_posted = n
         # Trained on the log before the cut, as ``evaluate`` trains, and made current.
         self.trained = ranker.train(self.engine, self.settings, iterations=self.cfg["iterations"], seed=0)
@@ -220,7 +224,8 @@ class _Product:
             batch = [{"user_id": int(u), "item_id": int(i), "type": names[int(t) - 1], "ts": float(s)}
                      for u, i, t, s in zip(user[self.n_posted:hi], item[self.n_posted:hi], type_[self.n_posted:hi],
                                            ts[self.n_posted:hi])]
-            self.http.request("POST", "/events", body=json.dumps(batch), headers={"Content-Type": "application/json"})
+            self.http.request("POST", "/events", body=json.dumps(batch),
+                              headers={"Content-Type": "application/json", **self.auth})
             reply = self.http.getresponse()
             answer = reply.read()
             if reply.status != 202:
@@ -228,7 +233,7 @@ class _Product:
             self.n_posted = hi
 
     def _get(self, path: str) -> tuple[int, dict]:
-        self.http.request("GET", path)
+        self.http.request("GET", path, headers=self.auth)
         reply = self.http.getresponse()
         return reply.status, json.loads(reply.read() or b"{}")
 

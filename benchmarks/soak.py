@@ -39,6 +39,7 @@ def run(quick: bool = False) -> dict:
                                    env=world.env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs = [api, workers]
         wait_for_http(f"http://127.0.0.1:{port}/healthz", timeout=60)
+        auth = world.auth
 
         counts = {"requests": 0, "errors": 0, "events": 0}
         lock = threading.Lock()
@@ -58,10 +59,10 @@ def run(quick: bool = False) -> dict:
                     if rng.random() < cfg["event_share"]:
                         body = orjson.dumps({"user_id": uid, "item_id": int(rng.choice(item_ids)), "type": "view",
                                              "event_id": f"soak-{seed}-{k}"})
-                        conn.request("POST", "/events", body, {"Content-Type": "application/json"})
+                        conn.request("POST", "/events", body, {"Content-Type": "application/json", **auth})
                         ok_status = 202
                     else:
-                        conn.request("GET", f"/feed/{uid}?limit=20")
+                        conn.request("GET", f"/feed/{uid}?limit=20", headers=auth)
                         ok_status = 200
                     resp = conn.getresponse()
                     resp.read()

@@ -15,7 +15,7 @@ import urllib.request
 
 import click
 
-from precompute.data import bulk, engine as db, synthetic
+from precompute.data import api_keys, bulk, engine as db, synthetic
 
 from . import command, fail
 from .embedded import ensure_redis
@@ -58,6 +58,10 @@ def demo(obj, users: int, items: int, events: int, port: int, once: bool) -> Non
     step("worker", "--workers", "2", "--burst")
     click.echo(f"all {users} feeds precomputed in {time.perf_counter() - t0:.1f}s")
 
+    # A client's key: reads feeds and writes events (the admin token does the rest).
+    key = api_keys.create(engine, f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}",
+                          frozenset({"feed:read", "events:write"}))
+    auth = {"Authorization": f"Bearer {key}"}
     port = port or free_port()
     children = [
         subprocess.Popen(manage + ["worker", "--workers", "1"], env=env),
@@ -71,20 +75,22 @@ def demo(obj, users: int, items: int, events: int, port: int, once: bool) -> Non
             raise click.ClickException(str(exc)) from None
         user = int(bulk.event_count(engine) and 1)
         try:
-            sample = json.loads(urllib.request.urlopen(f"{base}/feed/{user}?limit=5", timeout=10).read())
+            sample = json.loads(urllib.request.urlopen(urllib.request.Request(f"{base}/feed/{user}?limit=5",
+                                                                              headers=auth), timeout=10).read())
         except OSError as exc:
             raise click.ClickException(f"the API at {base} did not serve a feed: {exc}") from None
         click.echo("\nsample feed:\n" + json.dumps(sample, indent=2))
         click.echo(f"""
 try it:
-  curl '{base}/feed/{user}?limit=10'
-  curl -X POST {base}/events -H 'Content-Type: application/json' \\
+  curl '{base}/feed/{user}?limit=10' -H 'Authorization: Bearer {key}'
+  curl -X POST {base}/events -H 'Authorization: Bearer {key}' -H 'Content-Type: application/json' \\
        -d '{{"user_id": {user}, "item_id": {sample['items'][0]['item_id'] if sample['items'] else 1}, "type": "click"}}'
   curl -X PUT {base}/boosts/42 -H 'Authorization: Bearer {token}' -H 'Content-Type: application/json' \\
        -d '{{"weight": 2.0, "ttl_seconds": 3600}}'
   curl -X PATCH {base}/items/42 -H 'Authorization: Bearer {token}' -H 'Content-Type: application/json' \\
        -d '{{"active": false}}'
   curl {base}/healthz
+client key (feed:read, events:write): {key}
 admin token: {token}
 """)
         if not once:

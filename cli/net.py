@@ -14,12 +14,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wait_for_http(url: str, timeout: float = 30.0) -> None:
-    """Poll ``url`` until it answers 2xx; TimeoutError after ``timeout`` seconds."""
+def wait_for_http(url: str, timeout: float = 30.0, headers: dict | None = None) -> None:
+    """Poll ``url`` (with ``headers``) until it answers 2xx; TimeoutError after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            urllib.request.urlopen(url, timeout=5).read()
+            urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=5).read()
             return
         except OSError:
             if time.monotonic() > deadline:

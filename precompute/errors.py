@@ -5,8 +5,9 @@
     ├── InvalidInput           a request or argument that cannot be used 400     2
     │   ├── NotFound           a referenced user or item does not exist 404     2
     │   └── UnsupportedMediaType  a request body that is not JSON       415     2
-    ├── Unauthorized           missing or wrong admin token             401     2
-    ├── Forbidden              a wrong token for the dashboard          403     2
+    ├── Unauthorized           no API key, or an unknown or revoked one 401     2
+    ├── Forbidden              a key without the route's scope          403     2
+    ├── TooManyRequests        over a key's rate or a user's event limit 429    2
     ├── BundleError            model bundle missing, truncated or incompatible 503  3
     ├── NotPromoted            a trained bundle that does not beat the best baseline 409  5
     └── Unavailable            Redis or the database cannot be reached  503     4
@@ -63,6 +64,17 @@ class Forbidden(PrefeedError):
 
     http_status = 403
     exit_code = 2
+
+
+class TooManyRequests(PrefeedError):
+    """Over a rate limit; ``retry_after``: seconds until a request would be accepted (the ``Retry-After`` header)."""
+
+    http_status = 429
+    exit_code = 2
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        self.retry_after = retry_after
+        super().__init__(message)
 
 
 class BundleError(PrefeedError):

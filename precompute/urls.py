@@ -46,8 +46,15 @@ def cluster_nodes(url: str) -> list[tuple[str, int]]:
     return nodes
 
 
+#: Query parameters that carry a secret in the URLs drivers accept (libpq's ``password``, ``sslpassword``; redis-py's
+#: ``password``), matched without regard to case.
+_SECRET_PARAMS = re.compile(r"([?&;](?:ssl)?pass(?:word)?=)[^&;#]*", re.IGNORECASE)
+
+
 def redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***``."""
+    """``url`` with any password replaced by ``***``: the one in ``user:password@`` and any ``password=`` (or
+    ``sslpassword=``) query parameter."""
+    url = _SECRET_PARAMS.sub(r"\1***", url)
     scheme, sep, rest = url.partition("://")
     userinfo, at, host = rest.rpartition("@")
     if not sep or not at or ":" not in userinfo:

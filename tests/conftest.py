@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import create_engine, make_url, select, text
 from sqlalchemy.pool import NullPool
 
-from precompute.data import bulk, engine as db, synthetic
+from precompute.data import api_keys, bulk, engine as db, synthetic
 from precompute.evaluation import run as evaluation
 from precompute.ranking import bundle
 from precompute.settings import Settings, normalize_database_url
@@ -34,6 +34,7 @@ class World:
     engine: object
     version: int
     users_with_events: list[int]
+    key: str            # an API key with the data scopes (feed:read, events:write, items:write), no practical rate
 
 
 @pytest.fixture(scope="session")
@@ -80,7 +81,9 @@ def world(tmp_path_factory, database_url, redis_url) -> World:
     var = tmp_path_factory.mktemp("var")
     settings = Settings(database_url=database_url, redis_url=redis_url, model_dir=var / "models", var_dir=var,
                         admin_token="test-admin-token", batch_size=25,
-                        item_attributes=synthetic.ATTRIBUTES)
+                        item_attributes=synthetic.ATTRIBUTES,
+                        # no practical limits but in the tests of limits (tests/test_auth.py sets its own)
+                        rate_limit=1e6, rate_burst=10 ** 6, user_events_per_minute=10 ** 6)
     engine = db.make_engine(database_url)
     db.init_db(engine, settings)
     market = synthetic.generate(N_USERS, N_ITEMS, N_EVENTS, seed=7, now=time.time())
@@ -88,7 +91,9 @@ def world(tmp_path_factory, database_url, redis_url) -> World:
     result = evaluation.train(engine, settings, iterations=40, users=N_USERS)     # what `manage.py train` runs
     version = bundle.write(settings.model_dir, result.model, result.pairs, {"metrics": result.metrics})
     bundle.promote(settings.model_dir, version)
-    return World(settings, engine, version, sorted(set(market.event_user.tolist())))
+    key = api_keys.create(engine, "tests", frozenset({"feed:read", "events:write", "items:write"}), rate=1e6,
+                          burst=10 ** 6)
+    return World(settings, engine, version, sorted(set(market.event_user.tolist())), key)
 
 
 _user_ids = itertools.count(0)
@@ -166,18 +171,23 @@ def app(settings):
 
 
 @pytest.fixture
-def client(app):
-    return app.test_client()
+def client(app, world):
+    """A test client whose requests carry the data key (``World.key``) unless they name other credentials."""
+    c = app.test_client()
+    c.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {world.key}"
+    return c
 
 
 @pytest.fixture
-def refusing_client(settings):
+def refusing_client(settings, world):
     """A client of an app that refuses events naming items the catalogue does not have
     (``PREFEED_EVENTS_CREATE_ITEMS=false``) instead of creating them."""
     from api import create_app
 
     app = create_app(dataclasses.replace(settings, events_create_items=False), {"TESTING": True})
-    yield app.test_client()
+    c = app.test_client()
+    c.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {world.key}"
+    yield c
     app.extensions["prefeed"]["engine"].dispose()
 
 
@@ -191,3 +201,10 @@ def manage(settings: Settings, *args: str, timeout: float = 120, extra_env: dict
     env = {**settings.child_env(), **(extra_env or {})}
     return subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def with_key(client, key: str = "test-admin-token"):
+    """``client`` sending ``key`` as its bearer key (default: the settings' admin token, an admin key whatever the
+    database) on every request that names no other credentials."""
+    client.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {key}"
+    return client

@@ -8,8 +8,9 @@ import time
 import numpy as np
 import orjson
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
+from api import create_app
 from precompute.data.models import Event, User
 from precompute.feeds.keys import Keys
 from precompute.feeds.live import LiveState
@@ -249,13 +250,10 @@ def test_event_batch_cap_and_content_type(client, world):
 @pytest.mark.parametrize("method,url,body", [
     ("put", "/boosts/1", {"weight": 1.0, "ttl_seconds": 60}),
     ("delete", "/boosts/1", None),
-    ("patch", "/items/1", {"active": False}),
-    ("put", "/items/1", {"active": False}),
-    ("post", "/items", {"items": [{"item_id": 1, "active": False}]}),
 ])
-@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": "test-admin-token"}])
-def test_admin_endpoints_require_the_token(client, method, url, body, headers, r, settings):
-    resp = getattr(client, method)(url, json=body, headers=headers)
+@pytest.mark.parametrize("headers", [{"Authorization": "Bearer wrong"}, {"Authorization": "test-admin-token"}])
+def test_admin_endpoints_require_the_token(app, method, url, body, headers, r, settings):
+    resp = getattr(app.test_client(), method)(url, json=body, headers=headers)
     assert resp.status_code == 401 and _json(resp)["error"]
     assert not list(r.scan_iter(f"{settings.key_prefix}boost:*")) and not r.exists(f"{settings.key_prefix}inactive")
 
@@ -386,3 +384,23 @@ def test_a_popular_list_this_version_did_not_write_is_left_out(client, settings,
     # then the fallback stands in with the newest listings instead of misreading the value (or failing)
     assert body["source"] == "fallback"
     assert _ids(body) == catalog.newest_active(world.engine, 5)
+
+
+def test_an_event_id_with_a_nul_character_is_a_400_and_stores_nothing(client, world):
+    with world.engine.connect() as conn:
+        before = conn.execute(text("SELECT count(*) FROM events")).scalar()
+    resp = client.post("/events", json=[{"user_id": 1, "item_id": 1, "type": "view", "event_id": "a\u0000b"}])
+    assert resp.status_code == 400 and "NUL" in _json(resp)["error"]
+    with world.engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM events")).scalar() == before
+
+
+def test_a_database_outage_is_a_503_naming_the_dependency_never_its_host_or_port(settings, admin):
+    # given an API whose database does not answer (nothing listens on port 9)
+    down = dataclasses.replace(settings, database_url="postgresql://prefeed:secret@127.0.0.1:9/prefeed")
+    app = create_app(down, {"TESTING": True})
+    resp = app.test_client().post("/events", json={"user_id": 1, "item_id": 1, "type": "view"}, headers=admin)
+    # then the answer says which dependency, and nothing of where it is or what the driver said
+    assert resp.status_code == 503
+    assert _json(resp) == {"error": "database is unavailable", "dependency": "database"}
+    app.extensions["prefeed"]["engine"].dispose()

@@ -17,7 +17,7 @@ from precompute.ranking import bundle, candidates, features, ranker
 from precompute.ranking.covisit import index_for
 from precompute.ranking.item_table import load_item_table
 from precompute.ranking.pipeline import Pipeline
-from tests.conftest import own_database
+from tests.conftest import own_database, with_key
 
 BIG = 2**62 + 5                     # a category id near 2**62
 NOW = 1.8e9
@@ -172,7 +172,7 @@ def test_sparse_category_ids_work_end_to_end(sparse_world, r):
     assert pipeline.recompute(users).written == len(users)
     # and a user without a feed who viewed items of one category gets that category's list first (fallback)
     app = create_app(s, {"TESTING": True})
-    client = app.test_client()
+    client = with_key(app.test_client())
     single = [c for c, k in zip(items.category_ids.tolist(), items.category_popular) if len(k) > 20][0]
     dense = int(np.searchsorted(items.category_ids, single))
     listed = items.ids[items.category_popular[dense]].tolist()

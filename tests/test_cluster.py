@@ -17,7 +17,7 @@ from precompute.feeds.codec import encode
 from precompute.feeds.keys import Keys
 from precompute.feeds.live import LiveState
 from precompute.feeds.store import FeedStore
-from tests.conftest import manage, users_with_history
+from tests.conftest import manage, users_with_history, with_key
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +76,7 @@ def test_workers_and_the_api_run_unchanged_with_feeds_on_the_cluster(on_cluster,
     store = FeedStore(rc, on_cluster)
     assert all(store.read(u) is not None for u in users)
     assert not list(r.scan_iter(match=f"{on_cluster.key_prefix}{{u:*", count=1000))      # none on the queue server
-    client = _app(on_cluster).test_client()
+    client = with_key(_app(on_cluster).test_client())
     user = users[0]
     # when the API serves a feed, boosts an item of it and deactivates another
     first = client.get(f"/feed/{user}?limit=10").get_json()
@@ -106,7 +106,7 @@ def test_a_boost_or_a_deactivation_reaches_every_api_process_within_a_second(whe
     s, feeds = (settings, r) if where == "single" else (on_cluster, rc)
     user, ids = 4242, np.arange(1001, 1031, dtype=np.int64)
     FeedStore(feeds, s).write_many([(user, encode(ids, np.linspace(1, 0, 30, dtype=np.float32), 3, 0.0, 1), 3)])
-    reader = _app(s).test_client()
+    reader = with_key(_app(s).test_client())
 
     def served() -> list[int]:
         return [x["item_id"] for x in reader.get(f"/feed/{user}?limit=5").get_json()["items"]]

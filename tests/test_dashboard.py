@@ -25,13 +25,16 @@ def basic(user: str, password: str) -> dict:
     return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
 
 
-def test_the_dashboard_asks_for_the_admin_token(client):
+def test_the_dashboard_asks_for_the_admin_token(app, world):
     # given no credentials: 401 with a basic-auth challenge, so a browser prompts; a JSON error all the same
+    client = app.test_client()
     resp = client.get("/dashboard")
     assert resp.status_code == 401 and resp.headers["WWW-Authenticate"].startswith("Basic ")
     assert resp.json["error"]
     # given a wrong token, as bearer or as basic-auth password: 403
-    for headers in ({"Authorization": "Bearer wrong"}, basic("admin", "wrong"), {"Authorization": "Basic %%%"}):
+    # (a data key is a wrong one here: the dashboard needs the admin scope)
+    for headers in ({"Authorization": "Bearer wrong"}, basic("admin", "wrong"), {"Authorization": "Basic %%%"},
+                    {"Authorization": f"Bearer {world.key}"}, basic("admin", world.key)):
         resp = client.get("/dashboard", headers=headers)
         assert resp.status_code == 403 and resp.json["error"], headers
     # then the token gets in as a basic-auth password under any user name, or as a bearer token
@@ -43,7 +46,8 @@ def test_the_dashboard_asks_for_the_admin_token(client):
     assert client.get("/dashboard/rq/", headers=basic("x", "wrong")).status_code == 403
     assert client.get("/dashboard/rq/", headers=basic("x", TOKEN)).status_code == 200
     # and /openapi.json describes the dashboard's routes (the fuzzer's list of routes)
-    assert {"/dashboard", "/dashboard/status.json"} <= set(client.get("/openapi.json").json["paths"])
+    paths = client.get("/openapi.json", headers={"Authorization": f"Bearer {TOKEN}"}).json["paths"]
+    assert {"/dashboard", "/dashboard/status.json"} <= set(paths)
 
 
 def test_the_dashboard_is_closed_without_a_token(settings):
@@ -65,9 +69,23 @@ def test_rq_dashboard_reads_prefeeds_json_jobs_and_refuses_foreign_posts(client,
     # and bad paths are JSON 4xx, a state change posted from another site is refused
     assert client.get("/dashboard/rq/0/data/job/nope.json", headers=basic("a", TOKEN)).status_code == 404
     assert client.get("/dashboard/rq/7/data/queues.json", headers=basic("a", TOKEN)).status_code == 404
+    # (the origin must be the dashboard's exactly: a host that merely starts with it is another site)
+    for origin in ("https://evil.example", "http://localhost.evil.example", "http://localhost:80.evil.example",
+                   "https://localhost", "http://localhost:8080", "http://localhost:x"):
+        resp = client.post(f"/dashboard/rq/job/{job.id}/delete", headers={**basic("a", TOKEN), "Origin": origin})
+        assert resp.status_code == 403 and resp.json["error"], origin
+    assert r.exists(f"rq:job:{job.id}")
+    # and one from the dashboard's own page goes through
     resp = client.post(f"/dashboard/rq/job/{job.id}/delete", headers={**basic("a", TOKEN),
-                                                                      "Origin": "https://evil.example"})
-    assert resp.status_code == 403 and resp.json["error"]
+                                                                      "Origin": "http://localhost"})
+    assert resp.status_code == 200
+
+
+def test_dashboard_pages_refuse_to_be_framed(client):
+    for path in ("/dashboard", "/dashboard/status.json", "/dashboard/rq/"):
+        resp = client.get(path, headers=basic("a", TOKEN))
+        assert resp.headers["X-Frame-Options"] == "DENY", path
+        assert resp.headers["Content-Security-Policy"] == "frame-ancestors 'none'", path
 
 
 def _rows(html: str, table: str) -> list[tuple[int, str]]:

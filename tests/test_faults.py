@@ -24,7 +24,7 @@ from precompute.data.models import Event, User
 from precompute.feeds.codec import CorruptFeed, decode
 from precompute.feeds.keys import Keys
 from precompute.feeds.store import FeedStore
-from tests.conftest import manage
+from tests.conftest import manage, with_key
 from tests.faults import Proxy, Supervised, spawn_worker, stop_worker, wait_until
 
 
@@ -181,7 +181,7 @@ def test_racing_events_end_with_the_newest_feed_and_every_event_once(app, settin
     lock = threading.Lock()
 
     def post(thread: int) -> None:
-        client = app.test_client()
+        client = with_key(app.test_client())
         rng = random.Random(thread)
         for k in range(40):
             batch = [{"user_id": rng.choice(users), "item_id": rng.choice(item_ids),
@@ -255,7 +255,7 @@ def test_redis_going_away_gives_503s_and_everything_recovers(own_redis, settings
     pipeline = Pipeline(s, world.engine, r)
     pipeline.load()
     pipeline.recompute([311, 312])
-    client = create_app(s).test_client()
+    client = with_key(create_app(s).test_client())
     worker = spawn_worker(s)
     try:
         wait_until(lambda: __import__("rq").Worker.count(connection=r) >= 1, 60, "the worker")
@@ -306,7 +306,7 @@ def test_database_going_away_gives_503s_and_recovers(settings, world, pipeline, 
     proxy = Proxy(url.host or "127.0.0.1", url.port or 5432)
     s = dataclasses.replace(settings, database_url=url.set(host="127.0.0.1", port=proxy.port)
                             .render_as_string(hide_password=False))
-    client = create_app(s).test_client()
+    client = with_key(create_app(s).test_client())
     try:
         pipeline.recompute([313])
         assert client.get("/feed/313").status_code == 200

@@ -18,7 +18,7 @@ from sqlalchemy import select
 from api import create_app
 from precompute.data import bulk, engine as db, synthetic
 from precompute.data.models import Item
-from tests.conftest import own_database
+from tests.conftest import own_database, with_key
 
 TOKEN = {"Authorization": "Bearer test-admin-token"}
 ids = st.one_of(st.integers(-2**70, 2**70).map(str), st.text(max_size=30),
@@ -98,7 +98,7 @@ def own(settings, own_url):
     with engine.connect() as conn:
         item_id = conn.execute(select(Item.id).where(Item.active).limit(1)).scalar()
     app = create_app(s, {"TESTING": True})
-    yield app.test_client(), item_id
+    yield with_key(app.test_client()), item_id
     app.extensions["prefeed"]["engine"].dispose()
     engine.dispose()
 

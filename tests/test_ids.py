@@ -14,7 +14,7 @@ from api import create_app
 from precompute.data import bulk, engine as db, synthetic
 from precompute.ranking import bundle, ranker
 from precompute.ranking.pipeline import Pipeline
-from tests.conftest import own_database
+from tests.conftest import own_database, with_key
 
 BASE = 2**62                  # item ids BASE + 3k and BASE + 3k + 1 differ by less than a double's spacing there
 
@@ -45,7 +45,7 @@ def test_items_and_users_above_2_53_keep_their_exact_ids_end_to_end(settings, r,
     stored = pipeline.store.read(user).items.tolist()
     assert stored and set(stored) <= set(m.item_id.tolist())
     app = create_app(s, {"TESTING": True})
-    client = app.test_client()
+    client = with_key(app.test_client())
 
     def page(limit=20):
         body = client.get(f"/feed/{user}?limit={limit}").get_json()

@@ -41,7 +41,9 @@ def _app(settings, url, **changes):
 def own(settings, catalogue_url):
     """(test client, engine) of an app on the catalogue of this file."""
     app = _app(settings, catalogue_url)
-    yield app.test_client(), app.extensions["prefeed"]["engine"]
+    client = app.test_client()
+    client.environ_base["HTTP_AUTHORIZATION"] = "Bearer test-admin-token"    # this database has no keys of its own
+    yield client, app.extensions["prefeed"]["engine"]
     app.extensions["prefeed"]["engine"].dispose()
 
 
@@ -244,6 +246,7 @@ def test_events_naming_unknown_items_create_them_bare_and_store_their_value(own,
 def test_events_naming_unknown_items_are_refused_whole_when_creation_is_off(settings, catalogue_url, admin, ids):
     app = _app(settings, catalogue_url, events_create_items=False)
     client, engine = app.test_client(), app.extensions["prefeed"]["engine"]
+    client.environ_base["HTTP_AUTHORIZATION"] = admin["Authorization"]      # this catalogue's database has no keys
     try:
         assert client.put(f"/items/{ids[0]}", headers=admin, json={}).status_code == 201
         user = ids[0]

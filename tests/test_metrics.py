@@ -35,12 +35,17 @@ def value(scrape: dict, name: str, **labels) -> float:
     return scrape.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
-def scrape_url(url: str) -> dict:
-    return samples(urllib.request.urlopen(url, timeout=10).read().decode())
+#: The settings' admin token: an admin key, which has the metrics:read and feed:read scopes.
+ADMIN = {"Authorization": "Bearer test-admin-token"}
+
+
+def scrape_url(url: str, headers: dict | None = None) -> dict:
+    request = urllib.request.Request(url, headers=ADMIN if headers is None else headers)
+    return samples(urllib.request.urlopen(request, timeout=10).read().decode())
 
 
 def _get(url: str, headers: dict | None = None):
-    with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=10) as resp:
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers or ADMIN), timeout=10) as resp:
         return json.loads(resp.read()), resp.headers
 
 
@@ -116,7 +121,7 @@ def test_the_app_labels_routes_not_paths_and_reports_the_dirty_set(client, setti
         assert client.get(f"/nothing/here/{k}").status_code == 404
     assert client.open("/feed/1", method="BREW").status_code == 405
     # when /metrics is scraped through the app
-    m = samples(client.get("/metrics").data.decode())
+    m = samples(client.get("/metrics", headers=ADMIN).data.decode())
     # then the unmatched paths share one label (a method no rule takes too), the method is "other", and the dirty set's first user has been
     # due about 30 s
     assert value(m, "prefeed_http_request_duration_seconds_count", route="<unmatched>", method="GET",

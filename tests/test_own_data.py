@@ -13,7 +13,7 @@ from sqlalchemy import func, select
 from api import create_app
 from precompute.data import engine as db, synthetic
 from precompute.data.models import Event, ItemCategory
-from tests.conftest import manage, own_database
+from tests.conftest import manage, own_database, with_key
 
 RATING_OF_TYPE = {1: 3, 2: 3.5, 3: 4, 4: 5}     # the generator's view ... purchase as a film's stars
 
@@ -75,7 +75,7 @@ def test_a_movielens_catalogue_and_log_are_imported_trained_precomputed_and_serv
     assert "0 feeds written" in manage(s, "precompute", "--stale", "--inline").stdout
     # and a user who rated films gets a precomputed feed of films they have not rated, of known films only
     app = create_app(s)
-    client = app.test_client()
+    client = with_key(app.test_client())
     user = int(market.event_user[0])
     body = client.get(f"/feed/{user}?limit=50").get_json()
     assert body["source"] == "precomputed", body

@@ -111,6 +111,22 @@ def test_the_settings_command_shows_no_secret(settings):
     assert "PREFEED_ADMIN_TOKEN=(set)" in done.stdout and "app:***@127.0.0.1" in done.stdout
 
 
+def test_passwords_given_as_url_query_parameters_are_masked_too(settings):
+    from precompute.urls import redact_url
+
+    # given passwords as query parameters, as libpq and redis-py accept them
+    secret = dataclasses.replace(settings, database_url="postgresql+psycopg://app@127.0.0.1:1/x?password=db-pa55",
+                                 feed_redis_url="redis://127.0.0.1:1/0?Password=redis-pa55&db=0")
+    # then `settings` masks them, as status, its JSON and the dashboard do (``redact_url``)
+    done = manage(secret, "settings")
+    assert done.returncode == 0 and "password=***" in done.stdout and "Password=***&db=0" in done.stdout
+    shown = done.stdout + str(secret.public()) + redact_url("postgresql://u:db-pa55@h/x?sslpassword=redis-pa55")
+    for word in ("db-pa55", "redis-pa55"):
+        assert word not in shown
+    # and a parameter that only starts like one is left alone
+    assert redact_url("redis://h/0?passwordless=1") == "redis://h/0?passwordless=1"
+
+
 def test_no_module_reads_a_default_around_the_settings_object():
     offenders = [str(p.relative_to(ROOT)) for p in _sources()
                  if p.name != "settings.py" and re.search(r"\bdefaults\.[A-Z_a-z]", p.read_text())]

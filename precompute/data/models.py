@@ -1,4 +1,4 @@
-"""SQLAlchemy 2 typed mappings: items, users and their interaction events.
+"""SQLAlchemy 2 typed mappings: items, users and their interaction events, API keys.
 
 Times are epoch seconds (float) so they load straight into numpy arrays.
 """
@@ -92,3 +92,19 @@ class Event(Base):
     value: Mapped[float | None] = mapped_column(Float, default=None)
     #: Optional client-supplied idempotency key: an event posted twice with the same key is stored once.
     client_event_id: Mapped[str | None] = mapped_column(String(64), unique=True, default=None)
+
+
+class ApiKey(Base):
+    """A client's API key (``api_keys.py``): only its SHA-256 is kept; the key itself is shown once, at creation."""
+
+    __tablename__ = "api_keys"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)     # hex SHA-256 of the key
+    scopes: Mapped[str] = mapped_column(String(200))                   # comma-separated, ``api_keys.SCOPES``
+    created_at: Mapped[float] = mapped_column(Float)
+    last_used_at: Mapped[float | None] = mapped_column(Float, default=None)
+    revoked_at: Mapped[float | None] = mapped_column(Float, default=None)
+    #: Requests per second and burst of this key's token bucket; NULL: the settings' defaults.
+    rate: Mapped[float | None] = mapped_column(Float, default=None)
+    burst: Mapped[int | None] = mapped_column(Integer, default=None)

@@ -35,9 +35,10 @@ class Recorded:
     items_created: int = 0           # bare items created for events naming items the catalogue did not have
 
 
-def record(engine: Engine, events: list[NewEvent], settings: Settings) -> Recorded:
+def record(engine: Engine, events: list[NewEvent], settings: Settings, *, create_items: bool | None = None) -> Recorded:
     """Store ``events`` atomically. Item ids the catalogue does not have are created bare in the same transaction
-    when ``settings.events_create_items``, else reject the whole batch (``NotFound``, nothing written). Each user's
+    when ``create_items`` (default: ``settings.events_create_items``), else reject the whole batch (``NotFound``,
+    nothing written). Each user's
     kept values (newest ``history_limit`` events, up to ``seen_max_items`` seen items) are rewritten in the same
     transaction."""
     history_limit, cap = settings.history_limit, settings.seen_max_items
@@ -49,7 +50,8 @@ def record(engine: Engine, events: list[NewEvent], settings: Settings) -> Record
             # The codes this process writes must mean what the stored ones do (an API started with a reordered
             # PREFEED_EVENT_TYPES would otherwise store clicks as something else); one small read.
             event_types.check(conn, settings)
-            created = items.ensure(conn, item_ids, settings.events_create_items)
+            created = items.ensure(conn, item_ids, settings.events_create_items if create_items is None
+                                   else create_items)
             first_ts = min(e.ts for e in events)
             conn.execute(insert(User).values([{"id": u, "created_at": first_ts, "history_version": 0,
                                                "recent": history.empty(history_limit),

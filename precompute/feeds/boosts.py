@@ -23,13 +23,17 @@ from collections.abc import Mapping, Sequence
 
 
 def lift_boosts(ids: Sequence[int], scores: Sequence[float], weights: Mapping[int, float], need: int, every: int,
-                lookahead: int, complete: bool = True) -> list[tuple[int, float, bool]] | None:
+                lookahead: int, complete: bool = True, start: int = 0,
+                boosted_before: int = 0) -> list[tuple[int, float, bool]] | None:
     """The first ``need`` ``(item_id, score, boosted)`` of the served list for the filtered feed ``ids``, given
     the boosted items and their weights (``weights``: item id -> weight > 0; an id absent is not boosted).
 
     ``ids`` may be a prefix of the filtered feed (``complete`` False): the result is then None when deciding the
     first ``need`` slots would look past it; the caller reads further and calls again. When it is not None it is
     exactly what the whole feed gives.
+
+    ``start``, ``boosted_before``: a scroll's slots and boosted items already served (``cursor.py``), the served
+    ones left out of ``ids``: the density cap then counts from the scroll's top, so it holds on the pages together.
 
     Plain Python lists and a dict, not numpy: a page looks at ~150 items, where each numpy call (~1-5 us) costs
     more than the loop it would replace.
@@ -61,7 +65,7 @@ def lift_boosts(ids: Sequence[int], scores: Sequence[float], weights: Mapping[in
             p = b_pos[bi]
             push(waiting, (-weights[ids[p]], p))
             bi += 1
-        if waiting and n_boosted <= s // every:
+        if waiting and n_boosted + boosted_before <= (start + s) // every:
             p = pop(waiting)[1]
             append((ids[p], scores[p], True))
             n_boosted += 1

@@ -6,7 +6,8 @@ Keys are laid out for Redis Cluster, and the same layout serves a single Redis:
   in one call on one node;
 - the live state (boosts, deactivations, their counters) shares ``{live}`` and the fallback's popular lists share
   ``{popular}``: each group changes in one atomic step on one node (``live.py``, ``store.publish_popular``);
-- the dirty-user set and the drain flags belong with the RQ queue (``QUEUE_REDIS_URL``), never on a cluster.
+- the dirty-user set, the drain flags and the rate limits' budgets belong with the RQ queue (``QUEUE_REDIS_URL``),
+  never on a cluster.
 
 Versions before the cluster layout named feeds ``<prefix>feed:<id>``: after an upgrade those are not read, users are
 served the fallback until ``manage.py precompute --stale`` (or ``--all``) has rebuilt their feeds.
@@ -32,6 +33,7 @@ class Keys:
         self.recomputed = f"{prefix}recomputed"        # zset user_id -> time of its last claim (queue Redis)
         self.drain_flag = f"{prefix}drain:pending"
         self.drain_scheduled_flag = f"{prefix}drain:scheduled"
+        self.cursor_secret = f"{prefix}cursor:secret"   # signs scroll cursors, unless PREFEED_CURSOR_SECRET (queue Redis)
         # Popular lists hold 64-bit ids, all in one slot so they are replaced in one transaction.
         self.popular_global = f"{prefix}{{popular}}:global"
 
@@ -40,6 +42,12 @@ class Keys:
 
     def seen(self, user_id: int) -> str:
         return f"{self.prefix}{{u:{user_id}}}:seen"    # zset item_id -> history version of the interaction
+
+    def rate_key(self, name: str) -> str:
+        return f"{self.prefix}rate:key:{name}"          # an API key's request budget (queue Redis)
+
+    def rate_user(self, user_id: int) -> str:
+        return f"{self.prefix}rate:user:{user_id}"      # a user id's event budget (queue Redis)
 
     def popular_category(self, category: int) -> str:
         return f"{self.prefix}{{popular}}:cat:{category}"

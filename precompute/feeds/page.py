@@ -18,6 +18,7 @@ import redis
 from ..settings import Settings
 from .boosts import lift_boosts
 from .codec import HEADER_SIZE, RECORD_SIZE, CorruptFeed, FeedHeader, decode
+from .cursor import Scroll
 from .keys import Keys
 from .live import LiveView
 
@@ -49,9 +50,10 @@ class LiveFeeds:
         self.lookahead = settings.boost_lookahead
         self.live = LiveView(r, self.keys, settings.live_refresh_ms)
 
-    def page(self, user_id: int, limit: int, offset: int) -> Page | None:
-        """The live page of ``user_id``'s precomputed feed, or None when the user has no feed."""
-        found = self._live(user_id, limit, offset)
+    def page(self, user_id: int, limit: int, offset: int, scroll: Scroll | None = None) -> Page | None:
+        """The live page of ``user_id``'s precomputed feed, or None when the user has no feed. With ``scroll``
+        (``cursor.py``): the next ``limit`` items of that scroll, ``offset`` ignored."""
+        found = self._live(user_id, limit, offset, scroll)
         return None if found is None else found[0]
 
     def explain(self, user_id: int, limit: int, offset: int) -> tuple[Page, list[Dropped], list[int]] | None:
@@ -94,15 +96,16 @@ class LiveFeeds:
             return found
         return {int(i) for i in self.r.zrangebyscore(key, f"({version}", "+inf")}
 
-    def _live(self, user_id: int, limit: int, offset: int):
+    def _live(self, user_id: int, limit: int, offset: int, scroll: Scroll | None = None):
         """The page and what it was made from: the feed prefix read (ids, scores) and flags of its items dropped
         as inactive and as seen since, as lists; None when there is no readable feed.
 
         Past the read, a page works on Python lists: it looks at ~150 items, where each numpy call costs more than
         a list comprehension over them (one binary search over the inactive items is the exception)."""
         self.live.refresh()
-        need = offset + limit
-        n_read = need + self.lookahead + limit
+        served = scroll.served if scroll is not None else frozenset()
+        need = limit if scroll is not None else offset + limit
+        n_read = need + len(served) + self.lookahead + limit
         keys = [self.keys.feed(user_id), self.keys.seen(user_id)]
         while True:
             blob, tail = self._read(keys, HEADER_SIZE + n_read * RECORD_SIZE)
@@ -117,15 +120,21 @@ class LiveFeeds:
             seen_ids = self._seen_since(keys[1], feed.header.history_version, tail)
             seen_since = [not off and i in seen_ids for i, off in zip(ids, inactive)] if seen_ids else \
                 [False] * len(ids)
-            if seen_ids or any(inactive):
-                keep = [k for k, (off, again) in enumerate(zip(inactive, seen_since)) if not (off or again)]
+            if seen_ids or any(inactive) or served:
+                keep = [k for k, (off, again) in enumerate(zip(inactive, seen_since))
+                        if not (off or again) and ids[k] not in served]
                 kept_ids, kept_scores = [ids[k] for k in keep], [scores[k] for k in keep]
             else:
                 kept_ids, kept_scores = ids, scores         # nothing dropped (most pages)
-            out = lift_boosts(kept_ids, kept_scores, self.live.live_boosts(), need, self.every, self.lookahead,
-                              complete)
+            if scroll is None:
+                out = lift_boosts(kept_ids, kept_scores, self.live.live_boosts(), need, self.every, self.lookahead,
+                                  complete)
+            else:
+                out = lift_boosts(kept_ids, kept_scores, self.live.live_boosts(), need, self.every, self.lookahead,
+                                  complete, start=scroll.slots, boosted_before=scroll.boosted)
             if out is not None:
-                page = Page(items=out[offset:need], source="precomputed", header=feed.header)
+                page = Page(items=out[offset:need] if scroll is None else out, source="precomputed",
+                            header=feed.header)
                 return page, ids, scores, inactive, seen_since
             n_read *= 2                          # the rule needs more of the feed (many items dropped): read on
 

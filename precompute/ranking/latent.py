@@ -49,10 +49,10 @@ def fit(ev_user: np.ndarray, ev_item: np.ndarray, positive: np.ndarray, factors:
 
 
 def by_row(items, stored: dict[str, np.ndarray]) -> np.ndarray:
-    """The stored factors mapped onto ``items`` rows (``(len(items), k)`` float32; zeros for an item the model
-    never saw, which no history can then reach)."""
+    """The stored factors mapped onto ``items`` rows (``(len(items), k)`` float64, so that scores and their order
+    do not hang on float32 rounding; zeros for an item the model never saw, which no history can then reach)."""
     ids, v = stored["latent_ids"], stored["latent_factors"]
-    out = np.zeros((len(items), v.shape[1] if v.ndim == 2 else 0), dtype=np.float32)
+    out = np.zeros((len(items), v.shape[1] if v.ndim == 2 else 0), dtype=np.float64)
     rows = items.rows(ids)
     ok = rows >= 0
     out[rows[ok]] = v[ok]
@@ -61,7 +61,7 @@ def by_row(items, stored: dict[str, np.ndarray]) -> np.ndarray:
 
 def user_vectors(factors: np.ndarray, rows: np.ndarray, owner: np.ndarray, n_users: int) -> np.ndarray:
     """``(n_users, k)``: the sum of the factors of each user's ``rows`` (distinct items of their history)."""
-    out = np.zeros((n_users, factors.shape[1]), dtype=np.float32)
+    out = np.zeros((n_users, factors.shape[1]), dtype=factors.dtype)
     np.add.at(out, owner, factors[rows])
     return out
 

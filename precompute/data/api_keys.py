@@ -1,0 +1,112 @@
+"""API keys: create (the key is returned once), list, revoke, and find a presented key.
+
+A key is ``pf_`` and 43 URL-safe characters (256 random bits). The database keeps its SHA-256 only: a key has far
+too much entropy to be guessed from its hash, so a slow password hash would only cost every request. A presented key
+is found by its hash and then compared in constant time, so nothing about a stored key leaks through timing.
+
+Scopes say what a key may do: ``feed:read`` (``GET /feed``), ``events:write`` (``POST /events``), ``items:write``
+(the catalogue routes, and events naming items the catalogue lacks), ``metrics:read`` (``GET /metrics``) and
+``admin`` (boosts, the dashboard and RQ panel, ``status.json``; an admin key may do everything).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import hmac
+import re
+import secrets
+import time
+
+from sqlalchemy import Engine, select, update
+from sqlalchemy.exc import IntegrityError
+
+from ..errors import InvalidInput, NotFound
+from .models import ApiKey
+
+SCOPES = ("feed:read", "events:write", "items:write", "metrics:read", "admin")
+PREFIX = "pf_"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Key:
+    """What a request's key may do; never the key or its hash."""
+
+    name: str
+    scopes: frozenset[str]
+    rate: float | None = None
+    burst: int | None = None
+
+    def allows(self, scope: str) -> bool:
+        return scope in self.scopes or "admin" in self.scopes
+
+
+def digest(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def parse_scopes(text: str) -> frozenset[str]:
+    """``feed:read,events:write`` as a set; ``InvalidInput`` naming an unknown scope or an empty list."""
+    scopes = frozenset(s.strip() for s in text.split(",") if s.strip())
+    unknown = sorted(scopes - set(SCOPES))
+    if unknown:
+        raise InvalidInput(f"unknown scope {', '.join(unknown)}: scopes are {', '.join(SCOPES)}")
+    if not scopes:
+        raise InvalidInput(f"a key needs at least one scope of {', '.join(SCOPES)}")
+    return scopes
+
+
+def create(engine: Engine, name: str, scopes: frozenset[str], *, rate: float | None = None,
+           burst: int | None = None) -> str:
+    """Store a new key named ``name`` and return it (the only time it exists outside the client). ``InvalidInput``
+    for a malformed or taken name (a revoked key's name stays taken: its history keeps its meaning)."""
+    if not _NAME.fullmatch(name):
+        raise InvalidInput("a key name is 1 to 64 letters, digits, '_', '.' or '-', starting with a letter or digit")
+    if rate is not None and rate <= 0 or burst is not None and burst < 1:
+        raise InvalidInput("--rate must be above 0 and --burst at least 1")
+    key = PREFIX + secrets.token_urlsafe(32)
+    try:
+        with engine.begin() as conn:
+            conn.execute(ApiKey.__table__.insert().values(
+                name=name, key_hash=digest(key), scopes=",".join(sorted(scopes)), created_at=time.time(),
+                rate=rate, burst=burst))
+    except IntegrityError:
+        raise InvalidInput(f"a key named {name!r} exists already (revoked names stay taken)") from None
+    return key
+
+
+def listing(engine: Engine) -> list[dict]:
+    """Every key's name, scopes, limits and times (created, last used, revoked), oldest first; never a key or hash."""
+    with engine.connect() as conn:
+        rows = conn.execute(select(ApiKey.name, ApiKey.scopes, ApiKey.created_at, ApiKey.last_used_at,
+                                   ApiKey.revoked_at, ApiKey.rate, ApiKey.burst)
+                            .order_by(ApiKey.created_at, ApiKey.name)).all()
+    return [dict(r._mapping) for r in rows]
+
+
+def revoke(engine: Engine, name: str) -> None:
+    """Revoke the key named ``name`` (``NotFound`` if there is none, or it is revoked already)."""
+    with engine.begin() as conn:
+        done = conn.execute(update(ApiKey).where(ApiKey.name == name, ApiKey.revoked_at.is_(None))
+                            .values(revoked_at=time.time())).rowcount
+    if not done:
+        raise NotFound(f"no active key named {name!r}")
+
+
+def find(engine: Engine, key: str) -> tuple[Key | None, float | None]:
+    """The active key ``key`` is, with when it was last used; ``(None, None)`` for an unknown or revoked one."""
+    h = digest(key)
+    with engine.connect() as conn:
+        row = conn.execute(select(ApiKey.name, ApiKey.key_hash, ApiKey.scopes, ApiKey.rate, ApiKey.burst,
+                                  ApiKey.last_used_at)
+                           .where(ApiKey.key_hash == h, ApiKey.revoked_at.is_(None))).first()
+    if row is None or not hmac.compare_digest(row.key_hash, h):
+        return None, None
+    return Key(row.name, frozenset(row.scopes.split(",")), row.rate, row.burst), row.last_used_at
+
+
+def touch(engine: Engine, name: str, when: float) -> None:
+    """Record that the key was used at ``when``."""
+    with engine.begin() as conn:
+        conn.execute(update(ApiKey).where(ApiKey.name == name).values(last_used_at=when))

@@ -1,0 +1,235 @@
+"""API keys, scopes and rate limits (``api/auth.py``, ``precompute/data/api_keys.py``, ``precompute/feeds/limits.py``)."""
+
+import dataclasses
+import hashlib
+import logging
+import re
+import time
+
+import pytest
+from sqlalchemy import func, select
+
+from api import create_app
+from jobs.status import snapshot
+from precompute.data import api_keys
+from precompute.data.models import Event, Item
+from tests.conftest import manage
+
+PUBLIC = {"/livez", "/healthz"}
+#: The scope each route needs (None: any key); a route missing here fails the first test.
+SCOPES = {
+    ("GET", "/feed/<user_id>"): "feed:read",
+    ("POST", "/events"): "events:write",
+    ("PUT", "/items/<item_id>"): "items:write",
+    ("PATCH", "/items/<item_id>"): "items:write",
+    ("POST", "/items"): "items:write",
+    ("PUT", "/boosts/<item_id>"): "admin",
+    ("DELETE", "/boosts/<item_id>"): "admin",
+    ("GET", "/metrics"): "metrics:read",
+    ("GET", "/openapi.json"): None,
+    ("GET", "/dashboard"): "admin",
+    ("GET", "/dashboard/status.json"): "admin",
+}
+
+
+def key(world, name, scopes, **limits) -> str:
+    return api_keys.create(world.engine, f"{name}-{time.monotonic_ns()}", frozenset(scopes), **limits)
+
+
+def routes(app):
+    """(method, rule) of every route the app serves, but static files and the RQ panel's own."""
+    for rule in app.url_map.iter_rules():
+        if rule.endpoint == "static" or rule.rule.startswith("/dashboard/rq"):
+            continue
+        for method in sorted(rule.methods - {"HEAD", "OPTIONS"}):
+            yield method, rule.rule
+
+
+def call(client, method, rule, headers):
+    url = re.sub(r"<[^>]+>", "1", rule)
+    body = [{"user_id": 1, "item_id": 1, "type": "view"}] if rule == "/events" else {"items": []} \
+        if rule == "/items" else {"weight": 1.0} if "boosts" in rule else {}
+    return client.open(url, method=method, json=None if method in ("GET", "DELETE") else body, headers=headers)
+
+
+def test_every_route_but_the_probes_needs_a_key_with_its_scope(app, world):
+    client = app.test_client()
+    served = set(routes(app))
+    # given every route the app serves: each is either a probe or has a declared scope (a new route must say which)
+    assert {r for _, r in served} - PUBLIC - {r for _, r in SCOPES} == set()
+    holders = {scope: key(world, "holder", [scope]) for scope in api_keys.SCOPES}
+    for method, rule in sorted(served):
+        if rule in PUBLIC:
+            assert call(client, method, rule, {}).status_code == 200, rule
+            continue
+        scope = SCOPES[(method, rule)]
+        # when called without a key, with an unknown one, with keys of every other scope and with the right one
+        no_key = call(client, method, rule, {})
+        assert no_key.status_code == 401 and no_key.get_json()["error"], (method, rule)
+        unknown = call(client, method, rule, {"Authorization": "Bearer pf_not-a-key"})
+        assert unknown.status_code == (403 if rule.startswith("/dashboard") else 401), (method, rule)
+        for other, k in holders.items():
+            resp = call(client, method, rule, {"Authorization": f"Bearer {k}"})
+            if scope is None or other in (scope, "admin"):
+                assert resp.status_code not in (401, 403), (method, rule, other, resp.get_json())
+            else:
+                # then a key without the scope is a 403 that names the scope it lacks
+                assert resp.status_code == 403 and scope in resp.get_json()["error"], (method, rule, other)
+
+
+def test_a_key_without_events_write_stores_nothing(client, world):
+    reader = key(world, "reader", ["feed:read"])
+    with world.engine.connect() as conn:
+        before = conn.execute(select(func.count()).select_from(Event)).scalar()
+    resp = client.post("/events", json=[{"user_id": 5, "item_id": 5, "type": "view"}],
+                       headers={"Authorization": f"Bearer {reader}"})
+    assert resp.status_code == 403
+    with world.engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(Event)).scalar() == before
+
+
+def test_events_naming_unknown_items_create_them_only_for_a_key_with_items_write(client, world):
+    writer = key(world, "writer", ["events:write"])
+    unknown = [2_000_000_001, 2_000_000_002]
+    batch = [{"user_id": 7, "item_id": 3, "type": "view"}] + [{"user_id": 7, "item_id": i, "type": "view"}
+                                                              for i in unknown]
+
+    def stored():
+        with world.engine.connect() as conn:
+            return (conn.execute(select(func.count()).select_from(Item).where(Item.id.in_(unknown))).scalar(),
+                    conn.execute(select(func.count()).select_from(Event).where(Event.user_id == 7)).scalar())
+
+    before = stored()
+    # given a key with events:write only: the batch is refused whole, naming the unknown ids
+    resp = client.post("/events", json=batch, headers={"Authorization": f"Bearer {writer}"})
+    assert resp.status_code == 404 and all(str(i) in resp.get_json()["error"] for i in unknown)
+    assert stored() == before
+    # given a key with items:write too (the suite's client): they are created, the events stored
+    resp = client.post("/events", json=batch)
+    assert resp.status_code == 202 and resp.get_json()["items_created"] == 2
+    assert stored() == (2, before[1] + 3)
+
+
+def test_a_revoked_key_stops_working_within_a_second_on_every_api_process(settings, world):
+    k = key(world, "soon-revoked", ["feed:read"])
+    name = next(r["name"] for r in api_keys.listing(world.engine) if r["name"].startswith("soon-revoked"))
+    apps = [create_app(settings, {"TESTING": True}) for _ in range(2)]       # two API processes' worth
+    clients = [a.test_client() for a in apps]
+    headers = {"Authorization": f"Bearer {k}"}
+    assert all(c.get("/feed/1", headers=headers).status_code == 200 for c in clients)
+    api_keys.revoke(world.engine, name)
+    time.sleep(1.05)
+    assert all(c.get("/feed/1", headers=headers).status_code == 401 for c in clients)
+    for a in apps:
+        a.extensions["prefeed"]["engine"].dispose()
+
+
+def test_the_admin_token_is_an_admin_key(client, admin):
+    assert client.get("/dashboard/status.json", headers=admin).status_code == 200
+    assert client.get("/metrics", headers=admin).status_code == 200
+    assert client.get("/feed/1", headers=admin).status_code == 200
+
+
+def test_over_a_keys_rate_is_a_429_with_retry_after_shared_by_every_api_process(settings, world):
+    # given a key of 1 request/s with a burst of 3, used through two API processes
+    k = key(world, "slow", ["feed:read", "events:write"], rate=1.0, burst=3)
+    apps = [create_app(settings, {"TESTING": True}) for _ in range(2)]
+    clients = [a.test_client() for a in apps]
+    headers = {"Authorization": f"Bearer {k}"}
+    # when 3 requests go through one process and 2 through the other
+    codes = [clients[0].get("/feed/1", headers=headers).status_code for _ in range(3)]
+    refused = clients[1].get("/feed/1", headers=headers)
+    # then the burst is shared: the fourth request is refused wherever it lands, with when to come back
+    assert codes == [200] * 3 and refused.status_code == 429
+    assert refused.get_json()["error"] and 1 <= int(refused.headers["Retry-After"]) <= 2
+    # and a refused write stores nothing
+    with world.engine.connect() as conn:
+        before = conn.execute(select(func.count()).select_from(Event)).scalar()
+    resp = clients[1].post("/events", json={"user_id": 9, "item_id": 3, "type": "view"}, headers=headers)
+    assert resp.status_code == 429
+    with world.engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(Event)).scalar() == before
+    # and a second later there is room again
+    time.sleep(1.05)
+    assert clients[0].get("/feed/1", headers=headers).status_code == 200
+    for a in apps:
+        a.extensions["prefeed"]["engine"].dispose()
+
+
+def test_one_user_id_gets_at_most_its_events_per_minute(settings, world):
+    app = create_app(dataclasses.replace(settings, user_events_per_minute=5), {"TESTING": True})
+    client = app.test_client()
+    client.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {world.key}"
+
+    def count(uid):
+        with world.engine.connect() as conn:
+            return conn.execute(select(func.count()).select_from(Event).where(Event.user_id == uid)).scalar()
+
+    bot, other = 2_000_000_101, 2_000_000_102
+    # given a bot writing events for one user id: 4 are accepted, then a batch of 2 would pass the 5 per minute
+    assert client.post("/events", json=[{"user_id": bot, "item_id": 3, "type": "view"}] * 4).status_code == 202
+    resp = client.post("/events", json=[{"user_id": bot, "item_id": 4, "type": "view"},
+                                        {"user_id": other, "item_id": 4, "type": "view"}] * 2)
+    # then the whole batch is refused (the other user's events too: nothing half-written), with Retry-After
+    assert resp.status_code == 429 and int(resp.headers["Retry-After"]) >= 1
+    assert (count(bot), count(other)) == (4, 0)
+    # and another user id is not held back by the bot
+    assert client.post("/events", json={"user_id": other, "item_id": 4, "type": "view"}).status_code == 202
+    app.extensions["prefeed"]["engine"].dispose()
+
+
+def test_auth_off_opens_the_data_routes_only_and_says_so(settings, world, caplog):
+    with caplog.at_level(logging.WARNING):
+        app = create_app(dataclasses.replace(settings, auth=False), {"TESTING": True})
+    assert "PREFEED_AUTH=off" in caplog.text
+    client = app.test_client()
+    assert client.get("/feed/1").status_code == 200
+    assert client.post("/events", json={"user_id": 11, "item_id": 3, "type": "view"}).status_code == 202
+    assert client.put("/boosts/1", json={"weight": 1.0}).status_code == 401
+    assert client.get("/metrics").status_code == 401
+    app.extensions["prefeed"]["engine"].dispose()
+
+
+def test_no_key_hash_or_token_appears_in_logs_bodies_status_dashboard_or_metrics(settings, world, admin, r,
+                                                                                  capfd, caplog):
+    k = key(world, "secretive", ["feed:read", "events:write", "metrics:read"])
+    secrets_ = [k, hashlib.sha256(k.encode()).hexdigest(), "test-admin-token", world.key]
+    app = create_app(settings, {"TESTING": True})
+    client = app.test_client()
+    seen = []
+    with caplog.at_level(logging.DEBUG):
+        for headers in ({"Authorization": f"Bearer {k}"}, {"Authorization": f"Bearer {k}x"}, admin,
+                        {"Authorization": "Basic " + __import__("base64").b64encode(f"u:{k}".encode()).decode()}):
+            for method, url, body in (("GET", "/feed/1", None), ("POST", "/events", {"user_id": 1}),
+                                      ("PUT", "/boosts/1", {"weight": 1.0}), ("GET", "/metrics", None),
+                                      ("GET", "/dashboard", None), ("GET", "/dashboard/status.json", None)):
+                resp = client.open(url, method=method, json=body, headers=headers)
+                seen.append(resp.get_data(as_text=True))
+                seen.append(str(dict(resp.headers)))
+    seen.append(str(snapshot(settings, world.engine, r, r)))
+    done = manage(settings, "keys", "list")
+    seen += [done.stdout, done.stderr, manage(settings, "status").stdout]
+    out = capfd.readouterr()
+    seen += [out.out, out.err, caplog.text]
+    for text in seen:
+        for s in secrets_:
+            assert s not in text
+    app.extensions["prefeed"]["engine"].dispose()
+
+
+def test_keys_on_the_command_line(settings):
+    # create prints the key once, on stdout; list shows names and scopes, never a key or a hash
+    done = manage(settings, "keys", "create", "cli-shop", "--scopes", "feed:read,events:write", "--rate", "20")
+    assert done.returncode == 0 and re.fullmatch(r"pf_[A-Za-z0-9_-]{43}\n", done.stdout), done.stderr
+    k = done.stdout.strip()
+    listed = manage(settings, "keys", "list", "--json")
+    row = next(x for x in __import__("json").loads(listed.stdout) if x["name"] == "cli-shop")
+    assert row["scopes"] == "events:write,feed:read" and row["rate"] == 20 and row["revoked_at"] is None
+    assert k not in listed.stdout and hashlib.sha256(k.encode()).hexdigest() not in listed.stdout
+    # a taken name, an unknown scope and revoking twice are one line each, exit 2
+    for args in (("create", "cli-shop", "--scopes", "feed:read"), ("create", "x", "--scopes", "feed:reed")):
+        bad = manage(settings, "keys", *args)
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and bad.stderr.startswith("error: "), args
+    assert manage(settings, "keys", "revoke", "cli-shop").returncode == 0
+    again = manage(settings, "keys", "revoke", "cli-shop")
+    assert again.returncode == 2 and "no active key" in again.stderr
