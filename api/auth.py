@@ -123,7 +123,7 @@ def authorize(scope: str | None, presented: str | None = None) -> Key:
     if scope is not None and not key.allows(scope):
         raise Forbidden(f"this key lacks the scope {scope}")
     g.key = key
-    wait = ctx["limiter"].take([key_bucket(ctx, key)])
+    wait = ctx["limiter"].take_one(key_bucket(ctx, key))
     if wait > 0:
         raise TooManyRequests(f"over this key's rate of {_rate(key, settings):g} requests/s", retry_after=wait)
     return key

@@ -12,6 +12,7 @@ Every run is bounded in time and sends traffic only to 127.0.0.1.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -101,6 +102,11 @@ def run(quick: bool = False) -> dict:
                      "floor/feed (interleaved)"],
                     [[floor["redis_ping_us"], floor["livez_us"], floor["floor_us"], floor["feed_us"],
                       floor["floor_over_feed"]]]))
+        print(table("\nwhat the key check and the cursor cost a page (interleaved), median microseconds",
+                    ["page 1, no key (auth off)", "page 1 with a key", "page 2 by cursor (keyed)",
+                     "page 2 by offset (no key)", "keyed / no key", "cursor / offset"],
+                    [[floor["feed_open_us"], floor["feed_keyed_us"], floor["feed_cursor_us"], floor["feed_offset_us"],
+                      floor["keyed_over_open"], floor["cursor_over_offset"]]]))
         print(f"wrote {write_result('serve', out, quick)}")
         return out
     finally:
@@ -127,8 +133,9 @@ def _in_process(world, n_users: int, n: int = 3000) -> dict:
             for fn in calls.values():
                 fn(k)
         times: dict[str, list[float]] = {name: [] for name in calls}
+        order = list(calls.items())
         for k in range(n):
-            for name, fn in calls.items():
+            for name, fn in order[k % len(order):] + order[:k % len(order)]:     # each call first in turn
                 t0 = time.perf_counter()
                 fn(k)
                 times[name].append(time.perf_counter() - t0)
@@ -136,7 +143,20 @@ def _in_process(world, n_users: int, n: int = 3000) -> dict:
 
     out = per_call(dict(redis_ping_us=lambda k: r.ping(), livez_us=lambda k: client.get("/livez")))
     out.update(per_call({name: lambda k, p=p: client.get(p.format(k % n_users + 1)) for name, p in paths.items()}))
-    return {**out, "floor_over_feed": out["floor_us"] / out["feed_us"]}
+    # What the key check (with its rate) and the cursor cost a page, side by side in one loop: the same first page
+    # without a key (PREFEED_AUTH=off, no rate); the second page through a cursor, and by offset as before cursors.
+    open_client = create_app(dataclasses.replace(settings, auth=False)).test_client()
+    feed = paths["feed_us"]
+    cursors = [client.get(feed.format(u + 1)).get_json()["next_cursor"] for u in range(n_users)]
+    out.update(per_call({
+        "feed_keyed_us": lambda k: client.get(feed.format(k % n_users + 1)),
+        "feed_open_us": lambda k: open_client.get(feed.format(k % n_users + 1)),
+        "feed_cursor_us": lambda k: client.get(feed.format(k % n_users + 1) + f"&cursor={cursors[k % n_users]}"),
+        "feed_offset_us": lambda k: open_client.get(feed.format(k % n_users + 1) + "&offset=20"),
+    }))
+    return {**out, "floor_over_feed": out["floor_us"] / out["feed_us"],
+            "keyed_over_open": out["feed_keyed_us"] / out["feed_open_us"],
+            "cursor_over_offset": out["feed_cursor_us"] / out["feed_offset_us"]}
 
 
 def _gunicorn(world, target: str, port: int, workers: int) -> subprocess.Popen:

@@ -233,3 +233,19 @@ def test_keys_on_the_command_line(settings):
     assert manage(settings, "keys", "revoke", "cli-shop").returncode == 0
     again = manage(settings, "keys", "revoke", "cli-shop")
     assert again.returncode == 2 and "no active key" in again.stderr
+
+
+def test_process_shares_of_a_key_budget_never_let_more_through_than_the_budget(r, settings):
+    from precompute.feeds.limits import Bucket, Limiter
+
+    # given two API processes' limiters on one bucket of 5 requests/s with a burst of 100
+    bucket = Bucket(f"{settings.key_prefix}rate:key:shared", rate=5.0, burst=100)
+    processes = [Limiter(r), Limiter(r)]
+    # when 400 requests arrive as fast as they can, alternating between the processes
+    t0 = time.monotonic()
+    admitted = sum(processes[k % 2].take_one(bucket) == 0 for k in range(400))
+    elapsed = time.monotonic() - t0
+    # then no more than the burst and what refilled meanwhile got through, and at most each process's unspent share
+    # less
+    assert admitted <= 100 + 5 * elapsed + 1
+    assert admitted >= 100 - 2 * Limiter.SHARE

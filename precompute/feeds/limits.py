@@ -3,7 +3,9 @@
 Each bucket is one Redis string: its "theoretical arrival time" (GCRA, the token bucket stated with one number). A
 bucket of ``rate`` per second and ``burst`` lets a request of cost ``c`` through when ``tat + c / rate - burst / rate``
 is not in the future, and moves ``tat`` by ``c / rate``. One script call checks several buckets and charges them all or
-none, on Redis's own clock (``TIME``), so hosts with skewed clocks share one budget: one round trip per request.
+none, on Redis's own clock (``TIME``), so hosts with skewed clocks share one budget: one round trip per request. A
+key's request rate is charged through a per-process share instead (``Limiter.take_one``): one round trip per few
+requests, which is what keeps the page cost of the check small.
 
 Why not ``limits`` / Flask-Limiter: their strategies are fixed and moving windows (a moving window keeps one entry
 per request), not a bucket with a burst, and they take one round trip per limit where a request here may need
@@ -13,6 +15,8 @@ several (a key's rate and each user's events).
 from __future__ import annotations
 
 import math
+import threading
+import time
 from dataclasses import dataclass
 
 import redis
@@ -38,6 +42,21 @@ end
 return '0'
 """
 
+# KEYS[1]: one bucket; ARGV: rate, burst, most tokens wanted. Takes as many as it holds, up to that many: returns
+# "+<n>" (n >= 1 taken), or the seconds until one is there.
+_CLAIM = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local rate, burst, want = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local tat = math.max(tonumber(redis.call('GET', KEYS[1]) or '0'), now)
+local held = math.floor((now + burst / rate - tat) * rate + 1e-9)
+if held < 1 then return tostring(tat + 1 / rate - burst / rate - now) end
+local n = math.min(want, held)
+local next_tat = tat + n / rate
+redis.call('SET', KEYS[1], string.format('%.6f', next_tat), 'PX', math.ceil((next_tat - now) * 1000) + 1)
+return '+' .. n
+"""
+
 
 @dataclass(frozen=True)
 class Bucket:
@@ -48,8 +67,38 @@ class Bucket:
 
 
 class Limiter:
+    """``take``: all-or-nothing charges, one round trip. ``take_one``: one token of a busy bucket, mostly without a
+    round trip: the process claims a share of the bucket (a tenth of its burst, at most ``SHARE``) and spends it
+    locally for at most ``SHARE_SECONDS``; what it does not spend by then is lost to the others, so a key is never
+    let through more than its budget, and at most ``SHARE`` per process less while its clients are busy."""
+
+    #: Most tokens a process claims at once, and how long it may spend them.
+    SHARE, SHARE_SECONDS = 20, 0.25
+
     def __init__(self, r: redis.Redis) -> None:
         self._script = r.register_script(_SCRIPT)
+        self._claim = r.register_script(_CLAIM)
+        self._local: dict[str, tuple[int, float]] = {}       # bucket key -> (tokens held, claimed at)
+        self._lock = threading.Lock()
+
+    def take_one(self, bucket: Bucket) -> float:
+        """Like ``take([bucket])`` for a cost of 1, from the process's share when it holds one."""
+        now = time.monotonic()
+        with self._lock:
+            held, at = self._local.get(bucket.key, (0, 0.0))
+            if held > 0 and now - at < self.SHARE_SECONDS:
+                self._local[bucket.key] = (held - 1, at)
+                return 0.0
+        want = max(1, min(self.SHARE, bucket.burst // 10))
+        got = self._claim(keys=[bucket.key], args=[repr(float(bucket.rate)), bucket.burst, want])
+        got = got.decode() if isinstance(got, bytes) else str(got)
+        if not got.startswith("+"):
+            return max(float(got), 1e-6)
+        with self._lock:
+            if len(self._local) > 10_000:
+                self._local.clear()
+            self._local[bucket.key] = (int(got[1:]) - 1, now)
+        return 0.0
 
     def take(self, buckets: list[Bucket]) -> float:
         """Charge every bucket its cost if all have room and return 0; else charge none and return the seconds
