@@ -222,11 +222,12 @@ def for_batch(items: ItemTable, cov: CoVisit, hist: Histories, settings: Setting
     else:
         knn_rows, knn_w, knn_at = np.empty(0, np.int64), np.empty(0), np.zeros(n_users + 1, dtype=np.int64)
     # The latent model: each user's vector from their history's distinct items, their best unseen active items.
-    vectors = latent_top = None
+    dense = latent_top = None
     if cov.latent is not None:
-        vectors = latent.user_vectors(cov.latent, mine, mine_owner, n_users)
+        # Every item's score for every user of the batch, one product: the candidates' scores are gathered from it.
+        dense = latent.user_vectors(cov.latent, mine, mine_owner, n_users) @ cov.latent.T
         if settings.latent_candidates > 0:
-            latent_top = _latent_top(items, hist, vectors, cov.latent, settings.latent_candidates)
+            latent_top = _latent_top(items, hist, dense.copy(), settings.latent_candidates)
     no_rows = np.empty(0, dtype=np.int64)
     parts = []
     for u in range(n_users):
@@ -243,9 +244,8 @@ def for_batch(items: ItemTable, cov: CoVisit, hist: Histories, settings: Setting
     offsets = np.r_[0, np.cumsum(sizes)].astype(np.int64)
     rows = cat(0, np.int64)
     latent_score = np.zeros(len(rows))
-    if vectors is not None and len(rows):
-        owner = np.repeat(np.arange(n_users), sizes)
-        latent_score = np.einsum("ij,ij->i", vectors[owner], cov.latent[rows]).astype(np.float64)
+    if dense is not None and len(rows):
+        latent_score = dense[np.repeat(np.arange(n_users), sizes), rows]
     return Candidates(
         offsets=offsets,
         rows=rows,
@@ -260,9 +260,12 @@ def for_batch(items: ItemTable, cov: CoVisit, hist: Histories, settings: Setting
     )
 
 
-def _latent_top(items: ItemTable, hist: Histories, vectors: np.ndarray, factors: np.ndarray, n: int) -> np.ndarray:
-    """``(B, n)`` each user's best active items by the latent model that they have not seen (-1 past the end)."""
-    scores = vectors @ factors.T
-    scores[:, ~items.active] = -np.inf
+def _latent_top(items: ItemTable, hist: Histories, scores: np.ndarray, n: int) -> np.ndarray:
+    """``(B, n)`` each user's best active items by the latent model (``scores``, overwritten) that they have not
+    seen (-1 past the end)."""
+    inactive = items.__dict__.get("_inactive_rows")
+    if inactive is None:                    # computed once per item table
+        inactive = items.__dict__["_inactive_rows"] = np.flatnonzero(~items.active)
+    scores[:, inactive] = -np.inf
     scores[np.repeat(np.arange(len(hist)), np.diff(hist.seen_offsets)), hist.seen_rows] = -np.inf
     return latent.top(scores, n)[0]
