@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from precompute.ranking import candidates, features, popularity as live
+from precompute.ranking import candidates, features, latent, popularity as live
 
 DAY = 86400.0
 NAN = float("nan")
@@ -57,8 +57,10 @@ def candidates_of(settings, items, cov, rows, types, seen: set[int]) -> dict[int
     if cov.latent is not None:
         vector = [sum(float(cov.latent[r, d]) for r in recent) for d in range(cov.latent.shape[1])]
         factor = {n: sum(a * float(b) for a, b in zip(vector, cov.latent[n])) for n in range(len(items))}
-        best = sorted((n for n in factor if items.active[n] and n not in seen and factor[n] > 0),
-                      key=lambda n: (-factor[n], n))[: settings.latent_candidates]
+        # (compared at latent.DECIMALS: items with the same users tie, and go by row)
+        near9 = {n: round(v, latent.DECIMALS) for n, v in factor.items()}
+        best = sorted((n for n in factor if items.active[n] and n not in seen and near9[n] > 0),
+                      key=lambda n: (-near9[n], n))[: settings.latent_candidates]
         for n in best:
             flags[n] = flags.get(n, 0) | candidates.FROM_LATENT
     # the items with the most type-weighted interactions in the last hour and day, positive only, ties by row

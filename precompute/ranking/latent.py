@@ -66,14 +66,26 @@ def user_vectors(factors: np.ndarray, rows: np.ndarray, owner: np.ndarray, n_use
     return out
 
 
+#: Scores are compared at this many decimals: items the model cannot tell apart (the same users, so the same factors
+#: up to the last bits of the SVD and of a sum's order) tie, and ties go by column, whatever the arithmetic's order.
+DECIMALS = 9
+
+
 def top(scores: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ``n`` best columns of each row of ``scores`` (``(B, n)`` columns and scores, best first, ties by column;
-    a score ≤ 0 is no recommendation and comes back as column -1). Exclude a column with a score of -inf."""
+    """The ``n`` best columns of each row of ``scores`` (``(B, n)`` columns and scores rounded to ``DECIMALS``, best
+    first, ties by column; a score ≤ 0 is no recommendation and comes back as column -1). Exclude a column with a
+    score of -inf. ``scores`` is rounded in place."""
+    np.round(scores, DECIMALS, out=scores)
     n = min(n, scores.shape[1])
     if n < 1:
         return np.empty((len(scores), 0), np.int64), np.empty((len(scores), 0), scores.dtype)
-    part = np.argpartition(-scores, n - 1, axis=1)[:, :n]
-    val = np.take_along_axis(scores, part, axis=1)
-    order = np.lexsort((part, -val))
-    part, val = np.take_along_axis(part, order, axis=1), np.take_along_axis(val, order, axis=1)
+    # The n-th best score of each row; every column reaching it is a contender (argpartition alone would keep an
+    # arbitrary few of the columns tied with it), ranked by score then column.
+    kth = -np.partition(-scores, n - 1, axis=1)[:, n - 1]
+    part = np.empty((len(scores), n), dtype=np.int64)
+    val = np.empty((len(scores), n), dtype=scores.dtype)
+    for j, row in enumerate(scores):
+        idx = np.flatnonzero(row >= kth[j])
+        idx = idx[np.lexsort((idx, -row[idx]))[:n]]
+        part[j], val[j] = idx, row[idx]
     return np.where(val > 0, part, -1), val
