@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import time
 
-from flask import Blueprint, current_app
-
-from flask import g
+from flask import Blueprint, current_app, g
 
 from jobs.queues import notify_changed
 from precompute.data.event_types import EventTypes

@@ -20,7 +20,6 @@ import http.client
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from pathlib import Path
 import numpy as np
 from sqlalchemy import insert, select, text
 
+from cli.net import free_port, stop_all, wait_for_http
 from precompute.data import api_keys, engine as db
 from precompute.data.importing import import_events
 from precompute.data.log import load_events
@@ -138,13 +138,7 @@ class _Product:
         return self
 
     def __exit__(self, *exc) -> None:
-        for p in self.procs:
-            p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all(self.procs, timeout=30)
         self.engine.dispose()
         if self.server is not None:
             self.server.stop()
@@ -176,26 +170,16 @@ class _Product:
 
     def _start(self) -> None:
         env = self.settings.child_env()
-        self.port = _free_port()
+        self.port = free_port()
         manage = [sys.executable, str(ROOT / "manage.py")]
         quiet = dict(env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.procs.append(subprocess.Popen([*manage, "worker", "--workers", str(self.cfg["workers"])], **quiet))
         self.procs.append(subprocess.Popen([*manage, "serve", "--port", str(self.port), "--workers", "2"], **quiet))
+        wait_for_http(f"http://127.0.0.1:{self.port}/healthz", timeout=60)
         self.http = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if self._get("/healthz")[0] == 200:
-                    return
-            except OSError:
-                self.http.close()
-            if time.monotonic() > deadline:
-                raise RuntimeError("the API did not answer /healthz within 60 s")
-            time.sleep(0.2)
 
     def replay(self, steps, items, k: int) -> tuple[list[np.ndarray], int]:
         """Post the log after the cut in order; before each step, the user's caught-up feed (as item rows)."""
-        user, item, type_, ts = self.events
         names = [name for name, _ in self.settings.event_types]
         lists, late = [], 0
         with self.engine.connect() as conn:
@@ -236,12 +220,6 @@ class _Product:
         self.http.request("GET", path, headers=self.auth)
         reply = self.http.getresponse()
         return reply.status, json.loads(reply.read() or b"{}")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _x(ratio) -> str:

@@ -56,6 +56,14 @@ def command(group: click.Group = cli, **kwargs):
     return decorate
 
 
+def echo_table(rows: list[tuple[str, ...]]) -> None:
+    """Print ``rows`` (the header first) as left-aligned columns two spaces apart; a shorter row leaves its last
+    columns empty."""
+    widths = [max(len(r[i]) for r in rows if len(r) > i) for i in range(len(rows[0]))]
+    for r in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+
+
 def fail(message: str, code: int):
     """Print ``error: message`` on stderr and exit with ``code``."""
     click.echo(f"error: {message}", err=True)

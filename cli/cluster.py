@@ -15,7 +15,7 @@ from pathlib import Path
 
 import redis
 
-from .net import free_port
+from .net import free_port, stop_all
 
 SLOTS = 16384
 
@@ -79,13 +79,7 @@ class LocalCluster:
             raise
 
     def stop(self) -> None:
-        for proc in self.procs:
-            proc.terminate()
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_all(self.procs, timeout=10)
         self.procs = []
         shutil.rmtree(self.dir, ignore_errors=True)
 

@@ -19,7 +19,7 @@ from precompute.data import api_keys, bulk, engine as db, synthetic
 
 from . import command, fail
 from .embedded import ensure_redis
-from .net import free_port, wait_for_http
+from .net import free_port, stop_all, wait_for_http
 
 
 @command()
@@ -101,11 +101,5 @@ admin token: {token}
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
             signal.sigwait({signal.SIGINT, signal.SIGTERM})
     finally:
-        for child in children:
-            child.terminate()
-        for child in children:
-            try:
-                child.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                child.kill()
+        stop_all(children, timeout=10)
 

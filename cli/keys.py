@@ -13,7 +13,7 @@ import click
 
 from precompute.data import api_keys
 
-from . import cli, command
+from . import cli, command, echo_table
 from .data import ready_engine
 
 
@@ -31,7 +31,8 @@ def keys() -> None:
 @click.pass_obj
 def create(obj, name: str, scopes: str, rate: float | None, burst: int | None) -> None:
     """Create the key NAME and print it: the only time it is shown."""
-    key = api_keys.create(ready_engine(obj.settings), name, api_keys.parse_scopes(scopes), rate=rate, burst=burst)
+    wanted = api_keys.parse_scopes(scopes)          # a bad scope is refused before the database is touched
+    key = api_keys.create(ready_engine(obj.settings), name, wanted, rate=rate, burst=burst)
     click.echo(key)
     click.echo(f"key {name!r} created with {scopes}; it is not stored and cannot be shown again", err=True)
 
@@ -48,12 +49,9 @@ def list_(obj, as_json: bool) -> None:
     if not rows:
         click.echo("no API keys; create one with `manage.py keys create NAME --scopes feed:read,events:write`")
         return
-    table = [("NAME", "SCOPES", "RATE/S", "BURST", "CREATED (UTC)", "LAST USED (UTC)", "REVOKED (UTC)")]
-    table += [(r["name"], r["scopes"], _or(r["rate"]), _or(r["burst"]), _when(r["created_at"]),
-               _when(r["last_used_at"]), _when(r["revoked_at"])) for r in rows]
-    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
-    for r in table:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    echo_table([("NAME", "SCOPES", "RATE/S", "BURST", "CREATED (UTC)", "LAST USED (UTC)", "REVOKED (UTC)")]
+               + [(r["name"], r["scopes"], _or(r["rate"]), _or(r["burst"]), _when(r["created_at"]),
+                   _when(r["last_used_at"]), _when(r["revoked_at"])) for r in rows])
 
 
 @command(keys, name="revoke")

@@ -16,7 +16,7 @@ from precompute.evaluation.run import train as train_checked
 from precompute.ranking import bundle
 from precompute.ranking.layout import for_settings
 
-from . import cli, command
+from . import cli, command, echo_table
 from .data import ready_engine
 
 NONE = "—"          # a value an older bundle did not record
@@ -96,10 +96,7 @@ def list_(obj, as_json: bool) -> None:
         return
     header = ("", "VERSION", "TRAINED AT (UTC)", "DATA CLOCK (UTC)", "ROWS", "EVENTS", "NDCG@10", "BEST BASELINE",
               "TREES")
-    table = [header] + [_cells(row) for row in rows]
-    widths = [max(len(r[i]) for r in table if len(r) > i) for i in range(len(header))]
-    for r in table:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    echo_table([header] + [_cells(row) for row in rows])
 
 
 @command(models, name="promote")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 import time
 import urllib.request
 
@@ -12,6 +13,18 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def stop_all(procs: list[subprocess.Popen], timeout: float) -> None:
+    """Ask every process to stop (SIGTERM) at once, then wait up to ``timeout`` seconds for each; kill one that has
+    not stopped by then."""
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def wait_for_http(url: str, timeout: float = 30.0, headers: dict | None = None) -> None:

@@ -1,12 +1,14 @@
-"""API keys, scopes and rate limits (``api/auth.py``, ``precompute/data/api_keys.py``, ``precompute/feeds/limits.py``)."""
+"""API keys, scopes and rate limits (``api/auth.py``, ``precompute/data/api_keys.py``,
+``precompute/feeds/limits.py``)."""
 
+import base64
 import dataclasses
 import hashlib
+import json
 import logging
 import re
 import time
 
-import pytest
 from sqlalchemy import func, select
 
 from api import create_app
@@ -199,7 +201,7 @@ def test_no_key_hash_or_token_appears_in_logs_bodies_status_dashboard_or_metrics
     seen = []
     with caplog.at_level(logging.DEBUG):
         for headers in ({"Authorization": f"Bearer {k}"}, {"Authorization": f"Bearer {k}x"}, admin,
-                        {"Authorization": "Basic " + __import__("base64").b64encode(f"u:{k}".encode()).decode()}):
+                        {"Authorization": "Basic " + base64.b64encode(f"u:{k}".encode()).decode()}):
             for method, url, body in (("GET", "/feed/1", None), ("POST", "/events", {"user_id": 1}),
                                       ("PUT", "/boosts/1", {"weight": 1.0}), ("GET", "/metrics", None),
                                       ("GET", "/dashboard", None), ("GET", "/dashboard/status.json", None)):
@@ -223,7 +225,7 @@ def test_keys_on_the_command_line(settings):
     assert done.returncode == 0 and re.fullmatch(r"pf_[A-Za-z0-9_-]{43}\n", done.stdout), done.stderr
     k = done.stdout.strip()
     listed = manage(settings, "keys", "list", "--json")
-    row = next(x for x in __import__("json").loads(listed.stdout) if x["name"] == "cli-shop")
+    row = next(x for x in json.loads(listed.stdout) if x["name"] == "cli-shop")
     assert row["scopes"] == "events:write,feed:read" and row["rate"] == 20 and row["revoked_at"] is None
     assert k not in listed.stdout and hashlib.sha256(k.encode()).hexdigest() not in listed.stdout
     # a taken name, an unknown scope and revoking twice are one line each, exit 2

@@ -65,7 +65,8 @@ class Cursors:
             return None
         ids = np.sort(np.fromiter(scroll.served, dtype=np.int64, count=len(scroll.served)))
         deltas = np.diff(ids, prepend=np.int64(0)).astype("<i8")
-        payload = _HEAD.pack(_VERSION, scroll.user_id, scroll.slots, scroll.boosted) + zlib.compress(deltas.tobytes(), 1)
+        head = _HEAD.pack(_VERSION, scroll.user_id, scroll.slots, scroll.boosted)
+        payload = head + zlib.compress(deltas.tobytes(), 1)
         return self.signer.sign(base64.urlsafe_b64encode(payload).rstrip(b"=")).decode("ascii")
 
     def decode(self, cursor: str, user_id: int) -> Scroll | None:

@@ -33,7 +33,7 @@ class Keys:
         self.recomputed = f"{prefix}recomputed"        # zset user_id -> time of its last claim (queue Redis)
         self.drain_flag = f"{prefix}drain:pending"
         self.drain_scheduled_flag = f"{prefix}drain:scheduled"
-        self.cursor_secret = f"{prefix}cursor:secret"   # signs scroll cursors, unless PREFEED_CURSOR_SECRET (queue Redis)
+        self.cursor_secret = f"{prefix}cursor:secret"   # signs cursors, unless PREFEED_CURSOR_SECRET (queue Redis)
         # Popular lists hold 64-bit ids, all in one slot so they are replaced in one transaction.
         self.popular_global = f"{prefix}{{popular}}:global"
 

@@ -126,12 +126,9 @@ class LiveFeeds:
                 kept_ids, kept_scores = [ids[k] for k in keep], [scores[k] for k in keep]
             else:
                 kept_ids, kept_scores = ids, scores         # nothing dropped (most pages)
-            if scroll is None:
-                out = lift_boosts(kept_ids, kept_scores, self.live.live_boosts(), need, self.every, self.lookahead,
-                                  complete)
-            else:
-                out = lift_boosts(kept_ids, kept_scores, self.live.live_boosts(), need, self.every, self.lookahead,
-                                  complete, start=scroll.slots, boosted_before=scroll.boosted)
+            start, before = (0, 0) if scroll is None else (scroll.slots, scroll.boosted)
+            out = lift_boosts(kept_ids, kept_scores, self.live.live_boosts(), need, self.every, self.lookahead,
+                              complete, start=start, boosted_before=before)
             if out is not None:
                 page = Page(items=out[offset:need] if scroll is None else out, source="precomputed",
                             header=feed.header)

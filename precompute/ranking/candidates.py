@@ -108,10 +108,10 @@ def for_user(items: ItemTable, seen: np.ndarray, cov_rows: np.ndarray, cov_w: np
 
     Every co-visited item is kept (the strongest ``max_candidates`` if there are more), then the ``n_knn`` items
     most similar to the history (``knn_rows`` summed by ``knn_w``), then the latent model's best (``latent_rows``,
-    best first), then every recently popular one (as many as the cap leaves), then the most popular of the popular lists' items fill the rest. Every candidate carries its kNN
-    score, whichever source brought it. Item rows are in popularity order and the popular lists are ascending
-    runs of rows, so one stable sort (a linear merge of presorted runs) ranks their union, and the cap is a
-    prefix of it: nothing is partitioned or ranked per user.
+    best first), then every recently popular one (as many as the cap leaves), then the most popular of the popular
+    lists' items fill the rest. Every candidate carries its kNN score, whichever source brought it. Item rows are in
+    popularity order and the popular lists are ascending runs of rows, so one stable sort (a linear merge of
+    presorted runs) ranks their union, and the cap is a prefix of it: nothing is partitioned or ranked per user.
     """
     # The popular lists, merged: one stable sort of the concatenated runs ranks their union, and a row on several
     # lists (an item in two top categories, or also globally popular) sits in adjacent places, kept once. Each
