@@ -3,7 +3,7 @@
 Events are stored only when Redis answers (checked first), so an accepted event always has its recompute
 scheduled; if Redis fails between the database commit and the scheduling, the client gets a 503 and retries:
 events carrying an ``event_id`` are stored once however often they are posted, and the retry schedules the
-recompute. (Without ``event_id`` a retry stores the event again; ``manage.py precompute --stale`` finds users whose
+recompute. An ``event_id`` is the user's own key: the same id posted for another user is another event. (Without ``event_id`` a retry stores the event again; ``manage.py precompute --stale`` finds users whose
 feed fell behind.) An event naming an item the catalogue does not have creates it bare, in the same transaction
 (``items_created`` in the answer) when the key has the ``items:write`` scope; without it, or with
 ``PREFEED_EVENTS_CREATE_ITEMS=false``, the whole batch is refused (404 naming the ids). Each user id may have at most

@@ -146,8 +146,8 @@ def spec(settings: Settings) -> dict:
                     {"$ref": "#/components/schemas/Event"},
                     {"type": "array", "minItems": 1, "maxItems": settings.events_batch_max,
                      "items": {"$ref": "#/components/schemas/Event"}}]}),
-                "responses": {"202": _object("stored (events whose event_id was stored before: duplicates); items "
-                                             "the catalogue did not have created bare", {
+                "responses": {"202": _object("stored (events whose event_id was stored before for the same user: "
+                                             "duplicates); items the catalogue did not have created bare", {
                                                  "accepted": {"type": "integer"}, "duplicates": {"type": "integer"},
                                                  "items_created": {"type": "integer"}}),
                               "400": _ERROR, "404": {**_ERROR, "description": "an unknown item, when "

@@ -182,6 +182,22 @@ def test_event_batches_and_idempotency(client, world, pipeline, user_id):
     assert n == 3
 
 
+def test_an_event_id_is_the_users_own_and_another_user_may_use_it_too(client, world, pipeline):
+    # given a client that posts "order-2026-0001" for one user first
+    item = int(pipeline.items.ids[0])
+    first = {"user_id": 1_600_000_001, "item_id": item, "type": "purchase", "event_id": "order-2026-0001"}
+    assert _json(client.post("/events", json=first)) == {"accepted": 1, "duplicates": 0, "items_created": 0}
+    # when the real user's event carries the same id
+    mine = dict(first, user_id=1_600_000_002)
+    resp = client.post("/events", json=mine)
+    # then it is stored, not a silent duplicate; posting it again is one
+    assert _json(resp) == {"accepted": 1, "duplicates": 0, "items_created": 0}
+    assert _json(client.post("/events", json=mine)) == {"accepted": 0, "duplicates": 1, "items_created": 0}
+    with world.engine.connect() as conn:
+        assert sorted(conn.execute(select(Event.user_id).where(Event.client_event_id == "order-2026-0001"))
+                      .scalars().all()) == [1_600_000_001, 1_600_000_002]
+
+
 def test_new_user_is_created_by_their_first_event(client, world, pipeline):
     uid = 1_500_000_001
     resp = client.post("/events", json={"user_id": uid, "item_id": int(pipeline.items.ids[0]), "type": "view"})

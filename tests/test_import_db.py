@@ -163,6 +163,7 @@ def test_the_same_file_imported_twice_stores_nothing_twice(setup, tmp_path):
                                          "1,2,101,view\n2,2,100,view\n")
     keyed = write(tmp_path, "keyed.jsonl", '{"user_id": 1, "item_id": 2, "ts": 100, "event_id": "a"}\n'
                                            '{"user_id": 1, "item_id": 2, "ts": 100, "event_id": "b"}\n'
+                                           '{"user_id": 1, "item_id": 4, "ts": 200, "event_id": "a"}\n'
                                            '{"user_id": 3, "item_id": 4, "ts": 300, "event_id": "a"}\n'
                                            '{"user_id": 3, "item_id": 4, "ts": 300, "event_id": "api-1"}\n')
     first = import_events(engine, plain, "csv", s)
@@ -170,16 +171,16 @@ def test_the_same_file_imported_twice_stores_nothing_twice(setup, tmp_path):
     # then the repeated row is stored once, the rows differing in type or ts are distinct events
     assert (first.events_stored, first.duplicates) == (4, 1)
     keyed_first = import_events(engine, keyed, "jsonl", s)
-    # and with ids, the id decides: "a" twice is once, "a" and "b" are new though equal to a stored event,
-    # "api-1" is known
-    assert (keyed_first.events_stored, keyed_first.duplicates) == (2, 2)
+    # and with ids, the user's id decides: user 1's "a" twice is once, "a" and "b" are new though equal to a stored
+    # event, user 3's "a" is another event than user 1's, and user 3's "api-1" is known
+    assert (keyed_first.events_stored, keyed_first.duplicates) == (3, 2)
     before, rows = counts(engine), stored_events(engine)
     with engine.connect() as conn:
         versions = dict(conn.execute(select(User.id, User.history_version)).all())
     # when both are imported again
     again = [import_events(engine, plain, "csv", s), import_events(engine, keyed, "jsonl", s)]
     # then nothing is stored and no version moves
-    assert [(r.events_stored, r.duplicates, len(r.users_affected)) for r in again] == [(0, 5, 0), (0, 4, 0)]
+    assert [(r.events_stored, r.duplicates, len(r.users_affected)) for r in again] == [(0, 5, 0), (0, 5, 0)]
     assert counts(engine) == before and stored_events(engine) == rows
     with engine.connect() as conn:
         assert dict(conn.execute(select(User.id, User.history_version)).all()) == versions

@@ -61,6 +61,8 @@ def test_work_horses_inherit_init_instead_of_repeating_it(settings, r):
         assert p["pid"] != p["init_pid"]
         assert p["bundle_loads"] == 1
         assert p["mapper_configured_in"] == [p["init_pid"]]
+        # and numpy's BLAS runs on one thread in each horse (the parent's limit, inherited)
+        assert p["blas_threads"] == 1
     assert len({p["pid"] for p in procs}) == 4
 
 

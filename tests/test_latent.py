@@ -53,6 +53,17 @@ def test_the_best_items_leave_out_excluded_ones_and_mark_non_positive_scores():
     assert val[0].tolist() == [2.0, 2.0, 1.0]
 
 
+def test_scores_equal_at_the_compared_decimals_tie_and_go_by_column():
+    # given a first column a hair below the second (equal at latent.DECIMALS), and a clearly worse third
+    scores = np.array([[0.9999999999, 1.0000000001, 0.5], [0.5, 1.0000000001, 0.9999999999]])
+    # when the best one of each row is taken
+    rows, val = latent.top(scores, 1)
+    # then the tie goes to the lower column, whichever raw score was higher, and the scores are left as they were
+    assert rows.tolist() == [[0], [1]]
+    assert val.tolist() == [[1.0], [1.0]]
+    assert scores[0, 0] == 0.9999999999
+
+
 def test_factors_map_onto_item_rows_and_unknown_items_get_none():
     # given a model over items 100..109 and 200..209, and a table that knows 100, 205 and an item 300 it never saw
     user, item, positive = planted_log()

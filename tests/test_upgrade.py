@@ -8,7 +8,7 @@ from sqlalchemy import insert, select, text
 from sqlalchemy.exc import IntegrityError
 
 from precompute.data import engine as db
-from precompute.data.models import Event, Item, ItemAttribute, ItemCategory, StoredEventType
+from precompute.data.models import Event, Item, ItemAttribute, ItemCategory, StoredEventType, User
 from precompute.errors import ConfigError
 from precompute.ranking.item_table import load_item_table
 from precompute.ranking.layout import for_settings
@@ -28,7 +28,7 @@ CREATE TABLE events (id INTEGER NOT NULL PRIMARY KEY, user_id INTEGER REFERENCES
                      client_event_id VARCHAR(64) UNIQUE);
 INSERT INTO items VALUES (1, 3, 9.5, 100.0, TRUE, 0.7, 3, 4.5), (2, 0, 1.0, 200.0, FALSE, 0.1, 1, 2.0);
 INSERT INTO users VALUES (5, 0.0, 1);
-INSERT INTO events VALUES (1, 5, 2, 1, 50.0, NULL)
+INSERT INTO events VALUES (1, 5, 2, 1, 50.0, NULL), (2, 5, 1, 1, 60.0, 'order-1')
 """
 
 
@@ -58,7 +58,8 @@ def test_init_db_moves_the_one_category_items_table_to_categories_and_attributes
         assert sorted(conn.execute(select(ItemAttribute.item_id, ItemAttribute.name, ItemAttribute.value)).all()) == [
             (1, "photos", 3.0), (1, "quality", 0.7), (1, "seller_rating", 4.5),
             (2, "photos", 1.0), (2, "quality", 0.1), (2, "seller_rating", 2.0)]
-        assert conn.execute(select(Event.user_id, Event.item_id, Event.type, Event.ts)).all() == [(5, 2, 1, 50.0)]
+        assert conn.execute(select(Event.id, Event.user_id, Event.item_id, Event.type, Event.ts, Event.client_event_id)
+                            .order_by(Event.id)).all() == [(1, 5, 2, 1, 50.0, None), (2, 5, 1, 1, 60.0, "order-1")]
         # and its events keep the four types that version stored them with
         assert conn.execute(select(StoredEventType.name).order_by(StoredEventType.code)).scalars().all() == \
             ["view", "click", "contact", "purchase"]
@@ -68,6 +69,14 @@ def test_init_db_moves_the_one_category_items_table_to_categories_and_attributes
     with pytest.raises(IntegrityError):
         with engine.begin() as conn:
             conn.execute(insert(Event).values(user_id=5, item_id=777, type=1, ts=60.0))
+    # and an event id, unique across all users in that version, is now each user's own: another user's "order-1"
+    # is stored, user 5's again is refused (ids given: that version's PostgreSQL table generated none)
+    with engine.begin() as conn:
+        conn.execute(insert(User).values(id=6, created_at=0.0, history_version=0))
+        conn.execute(insert(Event).values(id=3, user_id=6, item_id=1, type=1, ts=70.0, client_event_id="order-1"))
+    with pytest.raises(IntegrityError):
+        with engine.begin() as conn:
+            conn.execute(insert(Event).values(id=4, user_id=5, item_id=1, type=1, ts=70.0, client_event_id="order-1"))
     engine.dispose()
 
 

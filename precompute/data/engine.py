@@ -55,11 +55,13 @@ def session_factory(engine: Engine) -> sessionmaker[Session]:
 def init_db(engine: Engine, settings: Settings | None = None) -> None:
     """Create missing tables, add the columns and indexes later versions introduced to existing ones, widen
     32-bit id columns to 64 bits on PostgreSQL, move an earlier version's item columns to their tables
-    (``upgrade.split_item_columns``) and, given ``settings``, record the declared event types and refuse a
-    declaration that contradicts the stored ones (``event_types.register``). Idempotent."""
+    (``upgrade.split_item_columns``), make event ids unique per user (``upgrade.scope_event_ids``) and, given
+    ``settings``, record the declared event types and refuse a declaration that contradicts the stored ones
+    (``event_types.register``). Idempotent."""
     try:
         Base.metadata.create_all(engine)
         upgrade.split_item_columns(engine)
+        upgrade.scope_event_ids(engine)
         with engine.begin() as conn:
             for table in Base.metadata.sorted_tables:
                 columns = {c["name"]: c for c in inspect(conn).get_columns(table.name)}

@@ -5,7 +5,7 @@ Times are epoch seconds (float) so they load straight into numpy arrays.
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Float, ForeignKey, Index, Integer, LargeBinary, SmallInteger, String
+from sqlalchemy import BigInteger, Float, ForeignKey, Index, Integer, LargeBinary, SmallInteger, String, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # Ids are 64-bit. SQLite's INTEGER is already 64-bit, and only "INTEGER PRIMARY KEY" is its rowid (auto-increment,
@@ -79,9 +79,14 @@ class Event(Base):
     __tablename__ = "events"
     # Covering index for history reads: a user's newest events come from the index alone, no table lookups.
     # ``ix_events_ts``: the log's clock (newest event time) is one index lookup.
+    # ``uq_events_user_event_id``: an event id is the user's own idempotency key; partial, so that the events that
+    # carry none (most imported logs) cost the index nothing.
     __table_args__ = (Index("ix_events_user_ts", "user_id", "ts", "id", "item_id", "type"),
                       Index("ix_events_item_type", "item_id", "type"),
-                      Index("ix_events_ts", "ts"))
+                      Index("ix_events_ts", "ts"),
+                      Index("uq_events_user_event_id", "user_id", "client_event_id", unique=True,
+                            sqlite_where=text("client_event_id IS NOT NULL"),
+                            postgresql_where=text("client_event_id IS NOT NULL")))
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     user_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("users.id"))
@@ -90,8 +95,9 @@ class Event(Base):
     ts: Mapped[float] = mapped_column(Float)
     #: Optional number the event carries (a rating, a watch time); NULL = none.
     value: Mapped[float | None] = mapped_column(Float, default=None)
-    #: Optional client-supplied idempotency key: an event posted twice with the same key is stored once.
-    client_event_id: Mapped[str | None] = mapped_column(String(64), unique=True, default=None)
+    #: Optional client-supplied idempotency key, unique per user: an event posted twice for a user with the same key
+    #: is stored once; another user's event with the same key is a different event.
+    client_event_id: Mapped[str | None] = mapped_column(String(64), default=None)
 
 
 class ApiKey(Base):

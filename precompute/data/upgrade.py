@@ -1,14 +1,16 @@
 """Bringing a database written by an earlier version up to date: the kept values on user rows
 (``users.recent``, ``history.py``; ``users.seen``, ``seen.py``) for users that have none, or one in an earlier
-layout, and the one-category ``items`` table of earlier versions (``split_item_columns``)."""
+layout, the one-category ``items`` table of earlier versions (``split_item_columns``), and event ids unique across
+all users where they are unique per user now (``scope_event_ids``)."""
 
 from __future__ import annotations
 
 from sqlalchemy import Engine, func, inspect, or_, select, text, update
+from sqlalchemy.schema import CreateTable
 
 from ..settings import Settings
 from . import history, seen
-from .models import User
+from .models import Event, User
 
 
 def fill_missing(engine: Engine, settings: Settings, batch: int = 500) -> int:
@@ -100,6 +102,54 @@ def split_item_columns(engine: Engine) -> bool:
             broken = cur.execute("PRAGMA foreign_key_check").fetchall()
             if broken:
                 raise RuntimeError(f"items table rebuild would break {len(broken)} foreign key(s): {broken[:3]}")
+            raw.commit()
+        except BaseException:
+            raw.rollback()
+            raise
+        finally:
+            cur.execute("PRAGMA foreign_keys=ON")
+    finally:
+        raw.close()
+    return True
+
+
+def scope_event_ids(engine: Engine) -> bool:
+    """Make ``client_event_id`` unique per user where an earlier version made it unique across all users (one
+    client's ``order-0001`` made another user's event with that id a silent duplicate). Drops the old unique
+    constraint; on SQLite, where a column's UNIQUE cannot be dropped, the events table is rebuilt (the documented
+    copy-and-rename, foreign key checks off meanwhile, ids kept). ``init_db`` then creates the per-user index
+    with the other missing ones. Returns whether there was anything to do. Run after ``create_all``."""
+    if engine.dialect.name == "postgresql":
+        old = [u["name"] for u in inspect(engine).get_unique_constraints("events")
+               if u["column_names"] == ["client_event_id"]]
+        with engine.begin() as conn:
+            for name in old:
+                conn.execute(text(f'ALTER TABLE events DROP CONSTRAINT "{name}"'))
+        return bool(old)
+    # SQLite: a column's UNIQUE is an automatic index (origin "u") that the inspector does not report.
+    with engine.connect() as conn:
+        automatic = [row[1] for row in conn.exec_driver_sql("PRAGMA index_list(events)") if row[3] == "u"]
+        if not any([c[2] for c in conn.exec_driver_sql(f'PRAGMA index_info("{name}")')] == ["client_event_id"]
+                   for name in automatic):
+            return False
+        have = {row[1] for row in conn.exec_driver_sql("PRAGMA table_info(events)")}
+    # The columns both layouts have (columns added since are NULL in the copy, as ``init_db`` adds them).
+    columns = ", ".join(c.name for c in Event.__table__.columns if c.name in have)
+    create = str(CreateTable(Event.__table__).compile(engine)).replace("CREATE TABLE events", "CREATE TABLE "
+                                                                       "events_upgraded", 1)
+    raw = engine.raw_connection()
+    try:
+        cur = raw.cursor()
+        cur.execute("PRAGMA foreign_keys=OFF")          # no effect inside a transaction: set before it begins
+        raw.commit()
+        try:
+            cur.execute(create)
+            cur.execute(f"INSERT INTO events_upgraded ({columns}) SELECT {columns} FROM events ORDER BY id")
+            cur.execute("DROP TABLE events")
+            cur.execute("ALTER TABLE events_upgraded RENAME TO events")
+            broken = cur.execute("PRAGMA foreign_key_check").fetchall()
+            if broken:
+                raise RuntimeError(f"events table rebuild would break {len(broken)} foreign key(s): {broken[:3]}")
             raw.commit()
         except BaseException:
             raw.rollback()

@@ -74,18 +74,21 @@ DECIMALS = 9
 def top(scores: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``n`` best columns of each row of ``scores`` (``(B, n)`` columns and scores rounded to ``DECIMALS``, best
     first, ties by column; a score ≤ 0 is no recommendation and comes back as column -1). Exclude a column with a
-    score of -inf. ``scores`` is rounded in place."""
-    np.round(scores, DECIMALS, out=scores)
+    score of -inf. ``scores`` is left as it is."""
     n = min(n, scores.shape[1])
     if n < 1:
         return np.empty((len(scores), 0), np.int64), np.empty((len(scores), 0), scores.dtype)
-    # The n-th best score of each row; every column reaching it is a contender (argpartition alone would keep an
-    # arbitrary few of the columns tied with it), ranked by score then column.
+    # The n-th best score of each row; every column that rounds to it or above is a contender (argpartition alone
+    # would keep an arbitrary few of the columns tied with it), ranked by rounded score then column. Rounding is
+    # monotone, so the contenders are among the columns within two units of the last decimal of the n-th best raw
+    # score: only those are rounded, not the whole matrix.
     kth = -np.partition(-scores, n - 1, axis=1)[:, n - 1]
+    slack = 2.0 * 10.0 ** -DECIMALS
     part = np.empty((len(scores), n), dtype=np.int64)
     val = np.empty((len(scores), n), dtype=scores.dtype)
     for j, row in enumerate(scores):
-        idx = np.flatnonzero(row >= kth[j])
-        idx = idx[np.lexsort((idx, -row[idx]))[:n]]
-        part[j], val[j] = idx, row[idx]
+        idx = np.flatnonzero(row >= kth[j] - slack)
+        near = np.round(row[idx], DECIMALS)
+        best = np.lexsort((idx, -near))[:n]
+        part[j], val[j] = idx[best], near[best]
     return np.where(val > 0, part, -1), val

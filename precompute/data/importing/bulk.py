@@ -7,7 +7,8 @@ its end when the file lists each user's rows together (users created in order), 
 once the indexes outgrow the page cache. ``CREATE INDEX`` instead sorts the keys once and writes the tree
 sequentially, several times cheaper. So when the events table is small relative to the file (``defer``), the
 import drops those two (``DEFERRED``) before its first chunk and builds them after its last one; it keeps
-``ix_events_user_ts`` (its duplicate probe and the history reads use it) and the unique ``client_event_id``.
+``ix_events_user_ts`` (its duplicate probe and the history reads use it) and ``uq_events_user_event_id``
+(partial: events with an ``event_id`` only).
 
 Meanwhile: history reads, recording and feeds are unaffected; the log clock (``clock.newest_event``,
 ``MAX(ts)``) and the per-item popularity counts (``item_table``) scan the events table instead of an index

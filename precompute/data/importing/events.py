@@ -1,15 +1,15 @@
 """Storing one chunk of imported events, idempotently: what is already stored is not stored again.
 
-**When two events are the same.** An event with an ``event_id`` is the stored event of that ``client_event_id``
-(the column is unique; the API uses the same key), whatever else it says. An event without one is the same as a
+**When two events are the same.** An event with an ``event_id`` is the stored event of that user with that
+``client_event_id`` (unique per user; the API uses the same key), whatever else it says. An event without one is the same as a
 stored event, or an earlier row of the file, with equal user, item, type and ts (``value`` is not part of it: it
 is what the event says, not which event it is). So a file imported twice, or an import cut short and run again,
 stores every event once. The price: two genuinely distinct events without ids that agree in all four fields
 (two views of one item in the same instant) are stored once; a log where that matters carries event ids.
 
 **How.** Inside the chunk, numpy keeps each key's first row. Against the table, one ``INSERT … SELECT`` from the
-staging table (``stage.py``) skips rows whose key is stored: ``ON CONFLICT (client_event_id) DO NOTHING`` for
-event ids, and for the others a ``NOT EXISTS`` probe of ``ix_events_user_ts (user_id, ts, id, item_id, type)``
+staging table (``stage.py``) skips rows whose key is stored: ``ON CONFLICT (user_id, client_event_id) DO NOTHING``
+for event ids, and for the others a ``NOT EXISTS`` probe of ``ix_events_user_ts (user_id, ts, id, item_id, type)``
 (the covering index history reads use: the probe seeks to (user, ts) and reads item and type from the index
 entry, never the table), so no new index on a table of tens of millions of rows is needed. The ``OR`` between the
 two keeps PostgreSQL from turning the probe into a hash anti-join over the whole events table.
@@ -56,7 +56,7 @@ WHERE s.client_event_id IS NOT NULL OR NOT EXISTS (
     SELECT 1 FROM events e
     WHERE e.user_id = s.user_id AND e.ts = s.ts AND e.item_id = s.item_id AND e.type = s.type)
 ORDER BY s.seq
-ON CONFLICT (client_event_id) DO NOTHING
+ON CONFLICT (user_id, client_event_id) WHERE client_event_id IS NOT NULL DO NOTHING
 {_RETURNING}
 """
 
@@ -70,8 +70,8 @@ class Written:
 
 
 def first_of_each(chunk: EventChunk) -> np.ndarray:
-    """Bool mask of the rows kept: every row with an event id (the unique column and ``ON CONFLICT`` keep the
-    first of each id, rows being inserted in file order), and the first of each (user, item, type, ts) among the
+    """Bool mask of the rows kept: every row with an event id (the unique index and ``ON CONFLICT`` keep the
+    first of each user's id, rows being inserted in file order), and the first of each (user, item, type, ts) among the
     rows without one."""
     keep = np.ones(len(chunk), dtype=bool)
     rest = np.arange(len(chunk)) if chunk.event_id is None else \
