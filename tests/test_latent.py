@@ -64,6 +64,24 @@ def test_scores_equal_at_the_compared_decimals_tie_and_go_by_column():
     assert scores[0, 0] == 0.9999999999
 
 
+def test_the_best_items_from_float32_scores_are_the_ones_the_exact_scores_give():
+    # given item factors on a coarse grid plus a difference in the 8th decimal (ties float32 cannot tell apart,
+    # 9 decimals can), and users' vectors summed from 30 items each
+    rng = np.random.default_rng(0)         # a seed where the n-th place hangs on float32's rounding error
+    factors = np.round(rng.standard_normal((3000, 8)), 1) + rng.standard_normal((3000, 8)) * 1e-8
+    vectors = np.stack([factors[rng.choice(3000, 30, replace=False)].sum(axis=0) for _ in range(20)])
+    exact = vectors @ factors.T
+    approx = vectors.astype(np.float32) @ factors.astype(np.float32).T
+    norm = float(np.sqrt((factors ** 2).sum(axis=1).max()))
+    # when the best 50 are taken from the float32 product, re-scored exactly
+    rows, val = latent.top(approx, 50, rescore=lambda j, cols: factors[cols] @ vectors[j],
+                           error=latent.float32_error(vectors, norm))
+    # then they are the best 50 of the exact scores, in the same order, with the same rounded scores
+    want_rows, want_val = latent.top(exact, 50)
+    assert rows.tolist() == want_rows.tolist()
+    np.testing.assert_array_equal(val, want_val)
+
+
 def test_factors_map_onto_item_rows_and_unknown_items_get_none():
     # given a model over items 100..109 and 200..209, and a table that knows 100, 205 and an item 300 it never saw
     user, item, positive = planted_log()

@@ -74,6 +74,16 @@ def _distinct(slot: np.ndarray, a: np.ndarray) -> np.ndarray:
     return a[slot[a] == pos]
 
 
+def _strongest(pick: np.ndarray, score: np.ndarray, row: np.ndarray, n: int) -> np.ndarray:
+    """The ``n`` elements of ``pick`` with the highest ``score``, ties by ``row`` (``0 < n < len(pick)``): the
+    contenders are every element reaching the n-th best score (a partition, not a sort), and only they are sorted."""
+    if n < 1:
+        return pick[:0]
+    kth = np.partition(score, len(score) - n)[len(score) - n]
+    top = np.flatnonzero(score >= kth)
+    return pick[top[np.lexsort((row[top], -score[top]))[:n]]]
+
+
 def recent_items(hist: Histories, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each user's ``k`` most recent distinct items, most recent first, for the whole batch at once.
 
@@ -151,7 +161,7 @@ def for_user(items: ItemTable, seen: np.ndarray, cov_rows: np.ndarray, cov_w: np
     room = max(min(n_knn, max_candidates - len(keep)), 0)
     pick = np.flatnonzero(items.active[near] & ~mark[near])
     if len(pick) > room:
-        pick = pick[np.lexsort((near[pick], -near_score[pick]))[:room]]
+        pick = _strongest(pick, near_score[pick], near[pick], room)
     close = near[pick]
     bits[close] |= FROM_KNN
     mark[close] = True
@@ -224,10 +234,12 @@ def for_batch(items: ItemTable, cov: CoVisit, hist: Histories, settings: Setting
     # The latent model: each user's vector from their history's distinct items, their best unseen active items.
     dense = latent_top = None
     if cov.latent is not None:
-        # Every item's score for every user of the batch, one product: the candidates' scores are gathered from it.
-        dense = latent.user_vectors(cov.latent, mine, mine_owner, n_users) @ cov.latent.T
+        # Every item's score for every user of the batch, one float32 product (the features are float32 anyway):
+        # the candidates' scores are gathered from it, and the best items found in it are re-scored exactly.
+        vectors = latent.user_vectors(cov.latent, mine, mine_owner, n_users)
+        dense = vectors.astype(np.float32) @ cov.latent32.T
         if settings.latent_candidates > 0:
-            latent_top = _latent_top(items, hist, dense.copy(), settings.latent_candidates)
+            latent_top = _latent_top(items, hist, dense, vectors, cov, settings.latent_candidates)
     no_rows = np.empty(0, dtype=np.int64)
     parts = []
     for u in range(n_users):
@@ -245,7 +257,7 @@ def for_batch(items: ItemTable, cov: CoVisit, hist: Histories, settings: Setting
     rows = cat(0, np.int64)
     latent_score = np.zeros(len(rows))
     if dense is not None and len(rows):
-        latent_score = dense[np.repeat(np.arange(n_users), sizes), rows]
+        latent_score = dense[np.repeat(np.arange(n_users), sizes), rows].astype(np.float64)
     return Candidates(
         offsets=offsets,
         rows=rows,
@@ -260,12 +272,16 @@ def for_batch(items: ItemTable, cov: CoVisit, hist: Histories, settings: Setting
     )
 
 
-def _latent_top(items: ItemTable, hist: Histories, scores: np.ndarray, n: int) -> np.ndarray:
-    """``(B, n)`` each user's best active items by the latent model (``scores``, overwritten) that they have not
-    seen (-1 past the end)."""
+def _latent_top(items: ItemTable, hist: Histories, scores: np.ndarray, vectors: np.ndarray, cov: CoVisit,
+                n: int) -> np.ndarray:
+    """``(B, n)`` each user's best active items by the latent model that they have not seen (-1 past the end), by
+    their exact scores (``vectors`` times the float64 factors). ``scores`` (the float32 product) get -inf at the
+    items left out: no candidate is one of them, so the candidates' scores gathered from it are unaffected."""
     inactive = items.__dict__.get("_inactive_rows")
     if inactive is None:                    # computed once per item table
         inactive = items.__dict__["_inactive_rows"] = np.flatnonzero(~items.active)
     scores[:, inactive] = -np.inf
     scores[np.repeat(np.arange(len(hist)), np.diff(hist.seen_offsets)), hist.seen_rows] = -np.inf
-    return latent.top(scores, n)[0]
+    factors = cov.latent
+    return latent.top(scores, n, rescore=lambda j, cols: factors[cols] @ vectors[j],
+                      error=latent.float32_error(vectors, cov.latent_norm))[0]

@@ -27,6 +27,10 @@ class CoVisit:
     knn: CoVisit | None = None
     #: The latent model's item factors by item row (``latent.py``), from the same file; None: none built.
     latent: np.ndarray | None = None
+    #: The same in float32, for the whole-catalogue product of a batch (``candidates.for_batch``), and the largest
+    #: item factor norm (which bounds that product's rounding error).
+    latent32: np.ndarray | None = None
+    latent_norm: float = 0.0
 
     def gather(self, rows: np.ndarray, row_weight: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """All neighbours of ``rows`` (one flat array, in ``rows`` order), their weight times the source row's
@@ -141,6 +145,8 @@ def index_for(items: ItemTable, pairs: dict[str, np.ndarray]) -> CoVisit:
         cov.knn = _csr(items, pairs["knn_src"], pairs["knn_dst"], pairs["knn_weight"])
     if "latent_ids" in pairs and len(pairs["latent_ids"]):
         cov.latent = latent.by_row(items, pairs)
+        cov.latent32 = cov.latent.astype(np.float32)
+        cov.latent_norm = float(np.sqrt(np.einsum("ij,ij->i", cov.latent, cov.latent).max(initial=0.0)))
     return cov
 
 

@@ -60,9 +60,16 @@ def by_row(items, stored: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def user_vectors(factors: np.ndarray, rows: np.ndarray, owner: np.ndarray, n_users: int) -> np.ndarray:
-    """``(n_users, k)``: the sum of the factors of each user's ``rows`` (distinct items of their history)."""
+    """``(n_users, k)``: the sum of the factors of each user's ``rows`` (distinct items of their history);
+    ``owner`` (each row's user) ascending."""
     out = np.zeros((n_users, factors.shape[1]), dtype=factors.dtype)
-    np.add.at(out, owner, factors[rows])
+    if len(rows) == 0:
+        return out
+    if np.any(owner[1:] < owner[:-1]):
+        raise ValueError("user_vectors: rows must be grouped by user, in ascending order")
+    # One sum per user's run of rows, in the rows' order.
+    users, start = np.unique(owner, return_index=True)
+    out[users] = np.add.reduceat(factors[rows], start, axis=0)
     return out
 
 
@@ -71,24 +78,37 @@ def user_vectors(factors: np.ndarray, rows: np.ndarray, owner: np.ndarray, n_use
 DECIMALS = 9
 
 
-def top(scores: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+def top(scores: np.ndarray, n: int, rescore=None, error: np.ndarray | float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """The ``n`` best columns of each row of ``scores`` (``(B, n)`` columns and scores rounded to ``DECIMALS``, best
     first, ties by column; a score ≤ 0 is no recommendation and comes back as column -1). Exclude a column with a
-    score of -inf. ``scores`` is left as it is."""
-    n = min(n, scores.shape[1])
+    score of -inf. ``scores`` is left as it is.
+
+    ``scores`` may be approximate (a float32 product) within ``error`` (per row, or one bound): the contenders are
+    then taken that much wider and ``rescore(j, columns)`` gives their exact scores, so the result is the one the
+    exact scores would give."""
+    m = scores.shape[1]
+    n = min(n, m)
     if n < 1:
-        return np.empty((len(scores), 0), np.int64), np.empty((len(scores), 0), scores.dtype)
+        return np.empty((len(scores), 0), np.int64), np.empty((len(scores), 0), np.float64)
     # The n-th best score of each row; every column that rounds to it or above is a contender (argpartition alone
     # would keep an arbitrary few of the columns tied with it), ranked by rounded score then column. Rounding is
     # monotone, so the contenders are among the columns within two units of the last decimal of the n-th best raw
-    # score: only those are rounded, not the whole matrix.
-    kth = -np.partition(-scores, n - 1, axis=1)[:, n - 1]
-    slack = 2.0 * 10.0 ** -DECIMALS
+    # score (widened by twice the error of approximate scores): only those are rounded, not the whole matrix.
+    kth = np.partition(scores, m - n, axis=1)[:, m - n]
+    slack = 2.0 * 10.0 ** -DECIMALS + 2.0 * np.broadcast_to(error, (len(scores),))
     part = np.empty((len(scores), n), dtype=np.int64)
-    val = np.empty((len(scores), n), dtype=scores.dtype)
+    val = np.empty((len(scores), n), dtype=np.float64)
     for j, row in enumerate(scores):
-        idx = np.flatnonzero(row >= kth[j] - slack)
-        near = np.round(row[idx], DECIMALS)
+        idx = np.flatnonzero(row >= kth[j] - slack[j])
+        raw = row[idx] if rescore is None else np.where(row[idx] == -np.inf, -np.inf, rescore(j, idx))
+        near = np.round(raw, DECIMALS)
         best = np.lexsort((idx, -near))[:n]
         part[j], val[j] = idx[best], near[best]
     return np.where(val > 0, part, -1), val
+
+
+def float32_error(vectors: np.ndarray, norm: float) -> np.ndarray:
+    """Per row of ``vectors`` (float64 user vectors), a bound on how far a float32 product of the row with item
+    factors of norm at most ``norm`` is from the exact one: a dot product of k terms in float32 is within
+    (k + 2)·2⁻²⁴·|u|·|v| (the inputs' rounding and the sum's), doubled for margin."""
+    return (vectors.shape[1] + 2) * 2.0 ** -23 * np.sqrt(np.einsum("ij,ij->i", vectors, vectors)) * norm
