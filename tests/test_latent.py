@@ -74,7 +74,7 @@ def test_the_best_items_from_float32_scores_are_the_ones_the_exact_scores_give()
     approx = vectors.astype(np.float32) @ factors.astype(np.float32).T
     norm = float(np.sqrt((factors ** 2).sum(axis=1).max()))
     # when the best 50 are taken from the float32 product, re-scored exactly
-    rows, val = latent.top(approx, 50, rescore=lambda j, cols: factors[cols] @ vectors[j],
+    rows, val = latent.top(approx, 50, rescore=lambda rows, cols: np.einsum("ij,ij->i", vectors[rows], factors[cols]),
                            error=latent.float32_error(vectors, norm))
     # then they are the best 50 of the exact scores, in the same order, with the same rounded scores
     want_rows, want_val = latent.top(exact, 50)

@@ -283,5 +283,5 @@ def _latent_top(items: ItemTable, hist: Histories, scores: np.ndarray, vectors: 
     scores[:, inactive] = -np.inf
     scores[np.repeat(np.arange(len(hist)), np.diff(hist.seen_offsets)), hist.seen_rows] = -np.inf
     factors = cov.latent
-    return latent.top(scores, n, rescore=lambda j, cols: factors[cols] @ vectors[j],
+    return latent.top(scores, n, rescore=lambda rows, cols: np.einsum("ij,ij->i", vectors[rows], factors[cols]),
                       error=latent.float32_error(vectors, cov.latent_norm))[0]

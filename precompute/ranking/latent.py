@@ -84,8 +84,8 @@ def top(scores: np.ndarray, n: int, rescore=None, error: np.ndarray | float = 0.
     score of -inf. ``scores`` is left as it is.
 
     ``scores`` may be approximate (a float32 product) within ``error`` (per row, or one bound): the contenders are
-    then taken that much wider and ``rescore(j, columns)`` gives their exact scores, so the result is the one the
-    exact scores would give."""
+    then taken that much wider and ``rescore(rows, columns)`` gives their exact scores, so the result is the one
+    the exact scores would give."""
     m = scores.shape[1]
     n = min(n, m)
     if n < 1:
@@ -96,14 +96,23 @@ def top(scores: np.ndarray, n: int, rescore=None, error: np.ndarray | float = 0.
     # score (widened by twice the error of approximate scores): only those are rounded, not the whole matrix.
     kth = np.partition(scores, m - n, axis=1)[:, m - n]
     slack = 2.0 * 10.0 ** -DECIMALS + 2.0 * np.broadcast_to(error, (len(scores),))
+    # Every row's contenders at once, grouped by row: re-scored, rounded, then one sort by row, rounded score
+    # (descending) and column, and the first n of each row kept.
+    floor = (kth - slack).astype(scores.dtype)
+    floor = np.nextafter(floor, -np.inf, dtype=scores.dtype)[:, None]      # compared in the scores' type, never above
+    row, col = np.divmod(np.flatnonzero(scores >= floor), m)                # (2-D nonzero is slower)
+    raw = scores[row, col].astype(np.float64)
+    if rescore is not None:
+        raw = np.where(raw == -np.inf, -np.inf, rescore(row, col))
+    near = np.round(raw, DECIMALS)
+    order = np.lexsort((col, -near, row))
+    row, col, near = row[order], col[order], near[order]
+    first = np.searchsorted(row, np.arange(len(scores)))
+    rank = np.arange(len(row)) - first[row]
+    keep = rank < n
     part = np.empty((len(scores), n), dtype=np.int64)
     val = np.empty((len(scores), n), dtype=np.float64)
-    for j, row in enumerate(scores):
-        idx = np.flatnonzero(row >= kth[j] - slack[j])
-        raw = row[idx] if rescore is None else np.where(row[idx] == -np.inf, -np.inf, rescore(j, idx))
-        near = np.round(raw, DECIMALS)
-        best = np.lexsort((idx, -near))[:n]
-        part[j], val[j] = idx[best], near[best]
+    part[row[keep], rank[keep]], val[row[keep], rank[keep]] = col[keep], near[keep]
     return np.where(val > 0, part, -1), val
 
 
