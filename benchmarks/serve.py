@@ -4,7 +4,9 @@
 - ``GET /floor/<user>?limit=20`` of the same app (``benchmarks/floor.py``): one ``GETRANGE`` of the page's bytes
   returned as the same JSON, no live rules (the serving floor: feed/floor is what the live rules cost),
 - ``GET /livez`` of the same app under the same gunicorn config (the framework floor),
-- a real-time endpoint that ranks the user's candidates at request time (the architecture prefeed replaces).
+- a real-time endpoint that ranks the user's candidates at request time (the architecture prefeed replaces);
+- the feed again under gunicorn's sync workers (before threaded ones, which ``manage.py serve`` runs so that slow
+  clients hold a thread, not a process): what the threads cost the page.
 
 The load generator is wrk when it is installed (``apt-get install wrk``), otherwise a bounded Python client.
 Every run is bounded in time and sends traffic only to 127.0.0.1.
@@ -27,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from cli.net import free_port, wait_for_http
+from cli.server import THREADS
 from precompute.feeds.client import redis_client
 from precompute.feeds.keys import Keys
 from precompute.feeds.live import LiveState
@@ -61,10 +64,12 @@ def run(quick: bool = False) -> dict:
             live.boost(int(i), float(rng.uniform(0.5, 3)), time.time() + 3600)
 
         floor = _in_process(world, cfg["users"])    # before any server runs beside it
-        api_port, rt_port = free_port(), free_port()
+        api_port, rt_port, sync_port = free_port(), free_port(), free_port()
         servers.append(_gunicorn(world, "benchmarks.floor:create_app()", api_port, cfg["http_workers"]))
         servers.append(_gunicorn(world, "benchmarks.realtime:create_app()", rt_port, cfg["http_workers"]))
-        for port in (api_port, rt_port):
+        servers.append(_gunicorn(world, "benchmarks.floor:create_app()", sync_port, cfg["http_workers"],
+                                 threads=None))
+        for port in (api_port, rt_port, sync_port):
             wait_for_http(f"http://127.0.0.1:{port}/feed/1", timeout=60, headers=world.auth)
         body = urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{api_port}/feed/1?limit=20",
                                                              headers=world.auth)).read()
@@ -73,13 +78,16 @@ def run(quick: bool = False) -> dict:
 
         # feed and floor taken side by side, ``repeats`` pairs, which of the two goes first alternating: this
         # machine's noise moves a single pair by +-25%, so the ratio is the median of the pairs' ratios.
-        pairs = []
+        pairs, classes = [], []
         for k in range(cfg["repeats"]):
             got = {path: _load(api_port, path, cfg, world.auth) for path in (FEED, FLOOR)[:: 1 if k % 2 == 0 else -1]}
             pairs.append((got[FEED], got[FLOOR]))
+            # the same feed from the sync-worker server, next to the threaded one's run just taken
+            classes.append((got[FEED], _load(sync_port, FEED, cfg, world.auth)))
         runs = {
             "feed": _median_run([f for f, _ in pairs]),
             "floor": _median_run([f for _, f in pairs]),
+            "feed_sync_workers": _median_run([f for _, f in classes]),
             "bare": _load(api_port, "/livez", cfg),
             "realtime": _load(rt_port, "/feed/{user}", cfg),
             # last: it writes events (the feeds above are read before any of them)
@@ -89,14 +97,16 @@ def run(quick: bool = False) -> dict:
                    ratio_feed_over_floor=median([f["rps"] / g["rps"] for f, g in pairs]),
                    ratio_feed_over_floor_per_pair=[f["rps"] / g["rps"] for f, g in pairs],
                    ratio_feed_over_bare=runs["feed"]["rps"] / runs["bare"]["rps"],
-                   ratio_feed_over_realtime=runs["feed"]["rps"] / runs["realtime"]["rps"])
+                   ratio_feed_over_realtime=runs["feed"]["rps"] / runs["realtime"]["rps"],
+                   ratio_threaded_over_sync=median([t["rps"] / s_["rps"] for t, s_ in classes]))
         print(table(f"serve: {cfg['connections']} connections, {cfg['seconds']}s each, gunicorn x"
                     f"{cfg['http_workers']}, load by {out['generator']}", ["endpoint", "rps", "p50 ms", "p99 ms",
                                                                           "errors"],
                     [[name, x["rps"], x["p50_ms"], x["p99_ms"], x["errors"]] for name, x in runs.items()]))
         each = ", ".join(f"{x:.2f}" for x in out["ratio_feed_over_floor_per_pair"])
         print(f"feed/floor = {out['ratio_feed_over_floor']:.2f} (median of the pairs: {each})   "
-              f"feed/bare = {out['ratio_feed_over_bare']:.2f}   feed/realtime = {out['ratio_feed_over_realtime']:.1f}x")
+              f"feed/bare = {out['ratio_feed_over_bare']:.2f}   feed/realtime = {out['ratio_feed_over_realtime']:.1f}x   "
+              f"threaded/sync workers = {out['ratio_threaded_over_sync']:.2f}")
         print(table("\nin-process cost per request (no HTTP server), median microseconds",
                     ["one Redis round trip (PING)", "GET /livez", "GET /floor (limit 20)", "GET /feed (limit 20)",
                      "floor/feed (interleaved)"],
@@ -159,8 +169,11 @@ def _in_process(world, n_users: int, n: int = 3000) -> dict:
             "cursor_over_offset": out["feed_cursor_us"] / out["feed_offset_us"]}
 
 
-def _gunicorn(world, target: str, port: int, workers: int) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "gunicorn", "--workers", str(workers), "--bind",
+def _gunicorn(world, target: str, port: int, workers: int, threads: int | None = THREADS) -> subprocess.Popen:
+    """gunicorn as ``manage.py serve`` runs it (threaded workers), or with sync workers (``threads=None``)."""
+    worker_class = ["--worker-class", "sync"] if threads is None else ["--worker-class", "gthread", "--threads",
+                                                                         str(threads)]
+    return subprocess.Popen([sys.executable, "-m", "gunicorn", "--workers", str(workers), *worker_class, "--bind",
                              f"127.0.0.1:{port}", "--log-level", "warning", target],
                             env=world.env(PYTHONPATH=str(ROOT)), cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)

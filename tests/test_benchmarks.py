@@ -13,7 +13,8 @@ from tests.conftest import ROOT
 EXPECTED = {
     "precompute": ["per_user_ms", "ratio_pipeline_to_catboost", "workers"],
     "fork": ["jobs_per_s", "ratio_b_over_a", "ratio_b_over_c"],
-    "serve": ["runs", "ratio_feed_over_floor", "ratio_feed_over_bare", "ratio_feed_over_realtime"],
+    "serve": ["runs", "ratio_feed_over_floor", "ratio_feed_over_bare", "ratio_feed_over_realtime",
+              "ratio_threaded_over_sync"],
     "freshness": ["p50_ms", "p99_ms", "timed_out"],
     "memory": ["processes", "feed_value_bytes_mean"],
     "scaling": ["by_users", "by_candidates", "by_trees", "plot"],

@@ -49,10 +49,10 @@ def _serve(settings, log_path, *args: str):
 
 
 def _worst_healthz_while_clients_trickle(port: int, base: str, rounds: int = 6, n: int = SLOW_CLIENTS,
-                                         probe_timeout: float = 5.0) -> float:
+                                         probe_timeout: float = 5.0) -> tuple[float, int]:
     """Open ``n`` connections to ``port`` that each send a request line, then one more header line every second,
-    never finishing; meanwhile ask ``base``'s ``/healthz`` once a second. The slowest answer, in seconds
-    (``probe_timeout`` for one that did not come)."""
+    never finishing; meanwhile ask ``base``'s ``/healthz`` once a second. Returns the slowest answer, in seconds
+    (``probe_timeout`` for one that did not come), and how many slow clients were answered or closed meanwhile."""
     clients = []
     try:
         for _ in range(n):
@@ -65,15 +65,15 @@ def _worst_healthz_while_clients_trickle(port: int, base: str, rounds: int = 6, 
                 conn.sendall(f"X-Slow-{k}: 1\r\n".encode())
             worst = max(worst, _healthz_seconds(base, probe_timeout))
             time.sleep(1.0)
-        # (the slow clients were still connected all along: nothing answered or closed them)
+        disturbed = 0
         for conn in clients:
             conn.setblocking(False)
             try:
-                got = conn.recv(1)
+                conn.recv(1)
             except BlockingIOError:
-                continue
-            raise AssertionError(f"a slow client was {'closed' if got == b'' else 'answered'} before it finished")
-        return worst
+                continue                    # nothing to read: still waiting, as it should be
+            disturbed += 1
+        return worst, disturbed
     finally:
         for conn in clients:
             conn.close()
@@ -83,9 +83,11 @@ def test_the_api_answers_healthz_within_a_second_while_fifty_clients_trickle_the
     # given the API as `manage.py serve` runs it, with two worker processes
     with _serve(settings, tmp_path / "api.log", "--workers", "2") as base:
         # when 50 connections send their request a header line per second, never finishing
-        worst = _worst_healthz_while_clients_trickle(int(base.rsplit(":", 1)[1]), base)
+        worst, disturbed = _worst_healthz_while_clients_trickle(int(base.rsplit(":", 1)[1]), base)
     # then /healthz still answers, within a second, every time it is asked meanwhile
     assert worst < 1.0, f"/healthz took {worst:.1f} s with {SLOW_CLIENTS} slow clients connected"
+    # and the slow clients are still connected, waiting (nothing answered or closed them)
+    assert disturbed == 0
 
 
 @pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx is not installed (apt-get install nginx-light)")
@@ -116,13 +118,14 @@ http {{
             base = f"http://127.0.0.1:{port}"
             wait_for_http(base + "/healthz", timeout=30)
             # when 50 connections trickle their headers to the proxy
-            worst = _worst_healthz_while_clients_trickle(port, base)
+            worst, disturbed = _worst_healthz_while_clients_trickle(port, base)
             # and, for comparison, 2 trickle straight to the one-thread API
-            direct = _worst_healthz_while_clients_trickle(int(api.rsplit(":", 1)[1]), api, rounds=2, n=2,
-                                                          probe_timeout=2.0)
+            direct, _ = _worst_healthz_while_clients_trickle(int(api.rsplit(":", 1)[1]), api, rounds=2, n=2,
+                                                             probe_timeout=2.0)
         finally:
             proxy.terminate()
             proxy.wait(timeout=30)
     # then through the proxy /healthz answers within a second every time, while the bare API stalls
     assert worst < 1.0, f"/healthz through the proxy took {worst:.1f} s with {SLOW_CLIENTS} slow clients"
+    assert disturbed == 0
     assert direct >= 1.0, "the one-thread API was expected to stall under slow clients of its own"
