@@ -13,7 +13,7 @@ from .common import Skipped
 #: Benchmark name → module (``import`` is a Python keyword, so its module is ``import_``).
 NAMES = {"precompute": "precompute", "fork": "fork", "serve": "serve", "freshness": "freshness", "memory": "memory",
          "scaling": "scaling", "soak": "soak", "import": "import_", "quality": "quality", "hosts": "hosts",
-         "protocols": "protocols", "ablation": "ablation", "served": "served"}
+         "protocols": "protocols", "ablation": "ablation", "served": "served", "report": "report"}
 
 
 @click.command()

@@ -60,3 +60,13 @@ def test_benchmark_runs_in_quick_mode(name, tmp_path):
         assert result["steps"] > 0 and result["same_score_share"] >= 0.8, result
     if name == "freshness":
         assert result["events"] > 0 and result["measured"] == result["events"]
+
+
+def test_the_quality_page_is_the_render_of_the_committed_results():
+    # given the protocols benchmark's committed results
+    from benchmarks import report
+
+    results = report.load(ROOT / "benchmarks" / "results")
+    assert results, "no benchmarks/results/protocols-*.json"
+    # then docs/quality.md is exactly what they render to (else: python -m benchmarks report)
+    assert report.PAGE.read_text() == report.render(results), "docs/quality.md is stale: python -m benchmarks report"
