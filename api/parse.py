@@ -9,7 +9,7 @@ from collections.abc import Collection
 import orjson
 from flask import request
 
-from precompute.data.importers import timestamps
+from precompute.data.parsing import timestamps
 from precompute.errors import InvalidInput, UnsupportedMediaType
 
 MAX_ID = 2**63 - 1             # ids are 64-bit: any positive signed 64-bit integer
@@ -79,7 +79,7 @@ def field_optional_number(obj: dict, name: str, lo: float = -math.inf) -> float 
 
 
 def field_time(obj: dict, name: str) -> float | None:
-    """Epoch seconds given as a number or an ISO-8601 string (read as the importers read times: no zone = UTC),
+    """Epoch seconds given as a number or an ISO-8601 string (read as the import parsers read times: no zone = UTC),
     within ``MAX_ABS_SECONDS`` of 1970; None when absent or null."""
     value = obj.get(name)
     if value is None:

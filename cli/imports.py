@@ -13,7 +13,7 @@ from collections.abc import Callable
 import click
 
 from precompute.data import importing
-from precompute.data.importers import EVENT_FORMATS, ITEM_FORMATS, RatingRule, Report
+from precompute.data.parsing import EVENT_FORMATS, ITEM_FORMATS, RatingRule, Report
 from precompute.errors import InvalidInput
 
 from . import command

@@ -1,4 +1,4 @@
-"""A bulk event import's speed measures (``precompute.data.importing.bulk``, ``events.insert_fresh``) change
+"""A bulk event import's speed measures (``precompute.data.importing.tuning``, ``events.insert_fresh``) change
 nothing but speed: the deferred indexes exist again at the end, or after a crash once ``init_db`` ran; rows a file
 repeats chunks apart are stored once although new users' rows skip the duplicate probe; the import connection's
 foreign key setting stays its own. Small files written here, tiny chunks to cross chunk boundaries."""
@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import exc, inspect, text
 
 from precompute.data import engine as db
-from precompute.data.importing import bulk, import_events
+from precompute.data.importing import import_events, tuning
 from tests.conftest import own_database
 from tests.test_import_db import stored_events, write
 
@@ -62,7 +62,7 @@ def test_an_import_into_a_table_larger_than_the_file_keeps_its_indexes(setup, tm
     # given a table already holding more events than the small file has bytes / ROW_BYTES
     import_events(engine, ratings(tmp_path, [(1, i, 3.0, i) for i in range(1, 400)], "old.csv"), "movielens", s)
     path = ratings(tmp_path, [(2, i, 3.0, i) for i in range(1, 9)])
-    assert (path.stat().st_size // bulk.ROW_BYTES) < 399
+    assert (path.stat().st_size // tuning.ROW_BYTES) < 399
     seen, told = [], []
     # when it is imported
     import_events(engine, path, "movielens", s, chunk_rows=4, notify=told.append,

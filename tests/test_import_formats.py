@@ -1,4 +1,4 @@
-"""The importers' parsing layer (``precompute.data.importers``): every format on small files written here, where
+"""The import's parsing layer (``precompute.data.parsing``): every format on small files written here, where
 the right answer is known, including malformed rows; strict mode; chunk boundaries; progress. No database."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from precompute.data.importers import DEFAULT_EVENT_TYPES, source, GENRES, RatingRule, Report, read_events, read_items
-from precompute.data.importers.cells import each, to_int
+from precompute.data.parsing import DEFAULT_EVENT_TYPES, source, GENRES, RatingRule, Report, read_events, read_items
+from precompute.data.parsing.cells import each, to_int
 from precompute.errors import ConfigError, InvalidInput
 
 # numpy warns when it meets a zone it would ignore, and a file left open warns when collected: both are errors

@@ -2,7 +2,7 @@
 alike.
 
 It is the newest event time the database holds (one lookup on ``ix_events_ts``; a scan of the events table while a
-bulk import has that index down, ``importing/bulk.py``), or ``PREFEED_AS_OF`` when set. Not the wall clock: a
+bulk import has that index down, ``importing/tuning.py``), or ``PREFEED_AS_OF`` when set. Not the wall clock: a
 replayed historical log then gets the same recency features at serve time that the model saw in training, where
 the clock is the time split. Everything at or before the clock is known, nothing after.
 """

@@ -18,7 +18,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from ..errors import NotFound
-from .importers.chunks import ItemChunk
+from .parsing.chunks import ItemChunk
 from .models import Item, ItemAttribute, ItemCategory
 
 #: Ids per ``IN (...)`` list: under SQLite's limit of bound parameters (32,766) with room to spare.

@@ -1,10 +1,10 @@
-"""Importing a catalogue or an event log into the database: the importers' chunks (``importers/``) written in
+"""Importing a catalogue or an event log into the database: the parsed chunks (``parsing/``) written in
 constant memory, one transaction per chunk, idempotently.
 
     result = import_events(engine, "ratings.csv", "movielens", settings, progress=bar_update)
     result.events_stored, result.duplicates, result.report.refused, result.users_affected
 
-**Chunks.** Each chunk (``importers.CHUNK_ROWS`` rows) commits on its own: events, new users and items, version
+**Chunks.** Each chunk (``parsing.CHUNK_ROWS`` rows) commits on its own: events, new users and items, version
 bumps and kept values together. A crash leaves whole chunks; running the import again stores the rest and nothing
 twice (``events.py`` says when two events are the same). Items are upserted whole (``items.upsert``) with
 ``keep_active``: an import does not revive an item an admin deactivated; new items are active.
@@ -33,8 +33,8 @@ from ...errors import as_prefeed_error, database_errors
 from ...settings import Settings
 from .. import items as catalogue
 from ..event_types import EventTypes
-from ..importers import CHUNK_ROWS, EventChunk, RatingRule, Report, read_events, read_items
-from . import bulk, events, kept, stage
+from ..parsing import CHUNK_ROWS, EventChunk, RatingRule, Report, read_events, read_items
+from . import events, kept, stage, tuning
 
 Progress = Callable[[int], None]
 
@@ -65,7 +65,7 @@ def default_rating_rule(settings: Settings) -> RatingRule:
 def import_items(engine: Engine, path: str | Path, format: str, settings: Settings, *, strict: bool = False,
                  encoding: str | None = None, progress: Progress | None = None,
                  chunk_rows: int = CHUNK_ROWS) -> ImportResult:
-    """Upsert the items of ``path`` (``importers.ITEM_FORMATS``) with their categories and declared attributes
+    """Upsert the items of ``path`` (``parsing.ITEM_FORMATS``) with their categories and declared attributes
     (``Settings.item_attributes``; other columns are ignored with a note), ``chunk_rows`` per transaction."""
     def chunks(report: Report, on_bytes: Progress | None) -> Iterator:
         return read_items(path, format, report=report, attributes=settings.item_attributes, encoding=encoding,
@@ -87,11 +87,11 @@ def import_events(engine: Engine, path: str | Path, format: str, settings: Setti
                   encoding: str | None = None, progress: Progress | None = None,
                   rating_rule: RatingRule | None = None, default_type: str | None = None,
                   chunk_rows: int = CHUNK_ROWS, notify: Callable[[str], None] | None = None) -> ImportResult:
-    """Store the events of ``path`` (``importers.EVENT_FORMATS``), creating unknown users, and unknown items bare
+    """Store the events of ``path`` (``parsing.EVENT_FORMATS``), creating unknown users, and unknown items bare
     unless ``Settings.events_create_items`` is off (then their rows are refused like bad rows). Types are the
     declared ``Settings.event_types``; ``default_type`` (default: the first declared) for rows without one;
     ``rating_rule`` for MovieLens ratings (default: ``default_rating_rule``). On a connection tuned for bulk
-    writing, with two indexes built at the end when the table is small next to the file (``bulk.py``;
+    writing, with two indexes built at the end when the table is small next to the file (``tuning.py``;
     ``notify`` hears of that last step, which has no progress of its own)."""
     types = EventTypes.of(settings).codes
     rule = rating_rule or default_rating_rule(settings)
@@ -105,15 +105,15 @@ def import_events(engine: Engine, path: str | Path, format: str, settings: Setti
 
     result = ImportResult(Report(strict=strict))
     affected = [np.empty(0, dtype=np.int64)]
-    with _connection(engine) as conn, bulk.tuned(conn):
+    with _connection(engine) as conn, tuning.tuned(conn):
         if strict:
             check = None if create else lambda chunk, report: events.refuse_unknown(
                 chunk, events.unknown_items(conn, chunk.item_id), report, name)
             _validate(chunks, progress, check)
             conn.rollback()                     # the checks' reads: no transaction left open between chunks
-        deferred = bulk.defer(conn, path)
+        deferred = tuning.defer(conn, path)
         if deferred:
-            bulk.drop_deferred(conn)
+            tuning.drop_deferred(conn)
         stage.create_stage(conn)
         known_items = events.KnownItems()
         for chunk in chunks(result.report, _after_check(progress, path, strict)):
@@ -128,7 +128,7 @@ def import_events(engine: Engine, path: str | Path, format: str, settings: Setti
             result.duplicates += len(chunk) - done.refused - len(done.stored)
             affected = [np.union1d(affected[0], users)]
         if deferred:
-            bulk.build_deferred(conn, notify)
+            tuning.build_deferred(conn, notify)
     result.users_affected = affected[0]
     return result
 

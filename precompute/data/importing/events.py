@@ -36,7 +36,7 @@ import numpy as np
 from sqlalchemy import Connection
 
 from .. import history, items, seen
-from ..importers import EventChunk, Report
+from ..parsing import EventChunk, Report
 from ..rows import table
 from . import stage
 from .stage import STAGE

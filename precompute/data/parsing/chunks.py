@@ -1,4 +1,4 @@
-"""What the importers yield: chunks of validated, normalized rows as numpy arrays, and the loop that makes them.
+"""What the parsers yield: chunks of validated, normalized rows as numpy arrays, and the loop that makes them.
 
 Every array of a chunk has one entry per accepted row (categories: one per category, with offsets), in file
 order. ``lines`` gives each row's line in the file, so a later stage (the database writer) can name the line of a

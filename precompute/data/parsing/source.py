@@ -1,6 +1,6 @@
 """A file read in binary blocks of whole lines: decoded text, exact line numbers, bytes read so far.
 
-Reading bytes ourselves, rather than through a text-mode file, gives three things the importers need: a byte count
+Reading bytes ourselves, rather than through a text-mode file, gives three things the parsers need: a byte count
 for a progress bar, a decode error tied to its line (a text-mode file raises ``UnicodeDecodeError`` mid-iteration
 and loses its place), and lines split only at ``\\n`` (``str.splitlines`` also splits at ``\\r``, ``\\x1c`` and
 Unicode line separators, which may sit inside a quoted CSV field). Memory is one block plus its lines.

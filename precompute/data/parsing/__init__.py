@@ -1,9 +1,9 @@
-"""Importers: catalogue and interaction-log files turned into validated, normalized chunks of numpy arrays.
+"""Parsing: catalogue and interaction-log files turned into validated, normalized chunks of numpy arrays.
 
-This package parses; it writes nothing. The caller (the import commands) stores each chunk and drives a progress
+This package parses; it writes nothing. ``importing/`` stores each chunk while the import commands drive a progress
 bar; here only ``errors`` and ``settings`` of prefeed are imported.
 
-    from precompute.data.importers import Report, read_events
+    from precompute.data.parsing import Report, read_events
     report = Report(strict=False)
     for chunk in read_events("ratings.csv", "movielens", report=report, progress=lambda done: ...):
         ...   # chunk.user_id, chunk.item_id, chunk.ts, chunk.type, chunk.value, chunk.event_id, chunk.lines
