@@ -74,7 +74,7 @@ _KEYED = {"401": {**_ERROR, "description": "no key, or an unknown or revoked one
 
 
 def _dashboard_paths(settings: Settings) -> dict:
-    """The operator's pages (README, "Operating prefeed"): HTML and a JSON snapshot, basic auth or bearer."""
+    """The operator's pages (docs/operating.md): HTML and a JSON snapshot, basic auth or bearer."""
     refusals = {"401": {**_ERROR, "description": "no credentials (with a basic-auth challenge)"},
                 "403": {**_ERROR, "description": "a wrong token"}}
     security = [{"dashboard": []}, {"admin": []}]

@@ -1,6 +1,6 @@
 """quality: offline evaluation (``manage.py evaluate``) on the synthetic marketplace at the demo's size, over several
 training seeds: every baseline's and the ranker's metrics (mean over seeds), the ranker / best-baseline ratio of
-each run, and the NDCG@10 chart the README shows (``benchmarks/results/quality.png``).
+each run, and an NDCG@10 chart (``benchmarks/results/quality.png``).
 
 The world is the one ``make demo`` seeds (same sizes, generator seed 0, its declared attributes); only the seed of
 the ranker's training varies, so the spread of the ratio is the noise of training, not of the data.

@@ -17,7 +17,7 @@ VERSION = 10
 
 
 def reference(ids, weights, every: int, lookahead: int) -> list[tuple[int, bool]]:
-    """The rule as the README states it, slot by slot, with plain lists."""
+    """The rule as docs/architecture.md states it, slot by slot, with plain lists."""
     organic = [p for p in range(len(ids)) if weights[p] <= 0]
     boosted = [p for p in range(len(ids)) if weights[p] > 0]
     out, n_boosted = [], 0

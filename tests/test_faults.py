@@ -131,7 +131,7 @@ def test_killed_workers_and_horses_lose_nothing(settings, r, world):
         last_kill = time.time()
 
         # then, with nothing run by hand but the supervisor's restarts, every user has a feed from the last rebuild
-        # and no job is left queued, scheduled, started or failed, within the bound the README states
+        # and no job is left queued, scheduled, started or failed, within the bound docs/operating.md states
         while not settled(state := _recovery_state(r, s, world.engine, users, rebuilt_at)):
             assert time.time() - last_kill < bound, \
                 f"{bound:.0f} s after the last of {kills} kills, still {state}"

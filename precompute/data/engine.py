@@ -19,7 +19,7 @@ def make_engine(url: str, settings: Settings | None = None) -> Engine:
     """The process's engine for ``url``. On PostgreSQL the pool holds at most ``PREFEED_DB_POOL_SIZE`` +
     ``PREFEED_DB_MAX_OVERFLOW`` connections and psycopg prepares statements on the server only with
     ``PREFEED_DB_PREPARED_STATEMENTS`` (``settings``; None: the declared defaults), so that by default ``url`` may
-    name a PgBouncer in transaction mode (README, "Database connections"). SQLite keeps SQLAlchemy's pool for
+    name a PgBouncer in transaction mode (docs/operating.md, "Database connections"). SQLite keeps SQLAlchemy's pool for
     files: a connection per thread, nothing to bound."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":

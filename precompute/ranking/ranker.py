@@ -231,7 +231,7 @@ def _pool(loss: str, X: np.ndarray, grade: np.ndarray, group: np.ndarray, names:
     """A CatBoost pool for ``loss``. YetiRank learns the grades' order within each user's group. Logloss learns
     whether a candidate is interacted with at all (target 1 for any grade > 0), each positive weighing its grade
     (view 1 … purchase 6), each negative 1: scores are then comparable across users and periods, and on both the
-    synthetic marketplace and MovieLens it ranked better than YetiRank (README, "Offline evaluation"). Groups stay,
+    synthetic marketplace and MovieLens it ranked better than YetiRank (docs/evaluation.md). Groups stay,
     for early stopping's NDCG (of the unweighted validation pool)."""
     from catboost import Pool
 
