@@ -83,4 +83,4 @@ def main() -> int:
     return result if isinstance(result, int) else 0
 
 
-from . import data, demo, evaluate, imports, keys, models, server, settings, status, workers  # noqa: E402,F401  (commands register themselves on ``cli``)
+from . import data, demo, docs, evaluate, imports, keys, models, server, settings, status, workers  # noqa: E402,F401  (commands register themselves on ``cli``)

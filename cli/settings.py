@@ -10,7 +10,8 @@ from . import command
 
 
 @command(name="settings")
-@click.option("--table", is_flag=True, help="Print every setting's default, unit and meaning (the README's table).")
+@click.option("--table", is_flag=True, help="Print every setting's default, unit and meaning (the table of "
+                                           "docs/configuration.md).")
 @click.pass_obj
 def show_settings(obj, table: bool) -> None:
     """Print each setting's environment variable and current value (tokens and URL passwords masked)."""

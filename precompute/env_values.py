@@ -19,8 +19,8 @@ NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 def setting(default: Any, env: str, doc: str, unit: str = "", minimum: float | None = 1,
             maximum: float | None = None, secret: bool = False, shown: str | None = None, kind: str = "") -> Any:
     """A ``Settings`` field read from ``env``. Numbers must lie in ``[minimum, maximum]``; tuples are
-    comma-separated numbers, each checked the same way. ``shown``: the default as the README states it, for
-    defaults derived from other settings. ``kind``: ``"names"`` for a comma-separated list of names,
+    comma-separated numbers, each checked the same way. ``shown``: the default as ``docs/configuration.md`` states
+    it, for defaults derived from other settings. ``kind``: ``"names"`` for a comma-separated list of names,
     ``"weights"`` for comma-separated ``name:weight`` pairs (names as ``env_values.NAME``, weights range-checked)."""
     meta = dict(env=env, doc=doc, unit=unit, minimum=minimum, maximum=maximum, secret=secret, shown=shown,
                 kind=kind)
@@ -113,7 +113,7 @@ def _kind(kind: type, article: bool = False) -> str:
 
 
 def markdown_table(cls: type) -> str:
-    """The README's table of the settings ``cls`` declares."""
+    """The table of the settings ``cls`` declares, as ``docs/configuration.md`` shows it."""
     rows = ["| variable | default | unit | meaning |", "|---|---|---|---|"]
     for f in dataclasses.fields(cls):
         m = f.metadata

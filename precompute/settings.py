@@ -3,7 +3,8 @@
 Every tunable is a field of ``Settings`` declared with ``setting(...)`` (in ``settings_core.py`` and
 ``settings_ranking.py``, which ``Settings`` inherits): its environment variable, default, unit and meaning live in
 that one declaration. ``from_env`` parses the environment from it, ``as_env`` writes it back for
-child processes, and ``markdown_table`` renders the README's table (``tests/test_settings.py`` checks they agree).
+child processes, and ``markdown_table`` renders the table of ``docs/configuration.md`` (``manage.py docs`` writes the
+page; ``tests/test_settings.py`` checks they agree).
 Code receives a ``Settings`` (or the values it needs) from its caller; nothing reads a module-level default.
 """
 
@@ -91,7 +92,7 @@ class Settings(RankingSettings, CoreSettings):
 
 
 def markdown_table() -> str:
-    """The README's table of settings, rendered from the declarations above."""
+    """The table of settings in ``docs/configuration.md``, rendered from the declarations above."""
     return _markdown_table(Settings)
 
 
