@@ -44,12 +44,14 @@ def test_a_two_factor_model_recovers_two_planted_taste_groups():
 
 
 def test_the_best_items_leave_out_excluded_ones_and_mark_non_positive_scores():
-    # given scores for two users, one item excluded (-inf) for the first, none positive for the second
-    scores = np.array([[0.5, 2.0, -np.inf, 1.0, 2.0], [0.0, -1.0, 0.0, 0.0, 0.0]], dtype=np.float32)
+    # given scores for three users, one item excluded (-inf) for the first, none positive for the second, one for
+    # the third
+    scores = np.array([[0.5, 2.0, -np.inf, 1.0, 2.0], [0.0, -1.0, 0.0, 0.0, 0.0], [-0.5, 0.25, -3.0, -1.0, -2.0]],
+                      dtype=np.float32)
     # when the three best are taken
     rows, val = latent.top(scores, 3)
-    # then they come best first, ties by column, and a user with no positive score gets no recommendation
-    assert rows.tolist() == [[1, 4, 3], [-1, -1, -1]]
+    # then they come best first, ties by column, and a user gets no recommendation past their positive scores
+    assert rows.tolist() == [[1, 4, 3], [-1, -1, -1], [1, -1, -1]]
     assert val[0].tolist() == [2.0, 2.0, 1.0]
 
 

@@ -12,7 +12,7 @@ from sqlalchemy import select, text, update
 from precompute.data import history
 from precompute.data.models import Item, User
 from precompute.data.recording import NewEvent, record
-from precompute.ranking import candidates, features, popularity, ranker
+from precompute.ranking import candidates, covisit, features, popularity, ranker
 from precompute.ranking.item_table import load_item_table
 from precompute.ranking.pipeline import STAGES
 from tests import reference
@@ -71,16 +71,25 @@ def test_popular_lists_are_each_categorys_most_popular_active_items(pipeline):
     assert np.all(np.diff(items.popularity) <= 0)
 
 
-def test_candidates_match_a_plain_python_reference(pipeline, world, user_id):
+@pytest.mark.parametrize("factorless", [False, True], ids=["every-item-factored", "a-third-without-factors"])
+def test_candidates_match_a_plain_python_reference(pipeline, world, user_id, factorless):
     # given a batch of users with long, short and no histories (user_id + 10**6 does not exist)
     batch = [user_id, user_id + 1, user_id + 2, user_id + 10**6]
     hist = histories(pipeline, batch)
+    cov = pipeline.cov
+    if factorless:
+        # and a latent model in which every third item has no factor (nobody interacted with it before the fit):
+        # the batch product leaves those out, and the rest must still be found by item row
+        cov = dataclasses.replace(cov)
+        factors = cov.latent.copy()
+        factors[::3] = 0.0
+        covisit.attach_latent(cov, factors)
     # when candidates are generated without a cap
     uncapped = dataclasses.replace(pipeline.settings, max_candidates=10**9)
-    cand = candidates.for_batch(pipeline.items, pipeline.cov, hist, uncapped)
+    cand = candidates.for_batch(pipeline.items, cov, hist, uncapped)
     for k in range(len(batch)):
         a, b = hist.offsets[k], hist.offsets[k + 1]
-        want = reference.candidates_of(pipeline.settings, pipeline.items, pipeline.cov, hist.item_rows[a:b],
+        want = reference.candidates_of(pipeline.settings, pipeline.items, cov, hist.item_rows[a:b],
                                        hist.types[a:b], seen_in_window(pipeline, batch[k]))
         lo, hi = cand.offsets[k], cand.offsets[k + 1]
         got = {int(r): (s, c, s0, f, kn, lt) for r, s, c, s0, f, kn, lt in zip(
@@ -102,7 +111,7 @@ def test_candidates_match_a_plain_python_reference(pipeline, world, user_id):
     hot = set(full[(cand.flags[: cand.offsets[1]] & recent) > 0].tolist()) - covisited
     assert hot, "the test world has items interacted with in the last day"
     cap = len(covisited) + len(hot) + 100
-    capped = candidates.for_batch(pipeline.items, pipeline.cov, hist.slice(0, 1),
+    capped = candidates.for_batch(pipeline.items, cov, hist.slice(0, 1),
                                   dataclasses.replace(pipeline.settings, max_candidates=cap))
     kept = set(capped.rows.tolist())
     assert len(kept) == len(capped.rows) == cap and covisited | hot < kept < set(full.tolist())

@@ -234,8 +234,9 @@ def for_batch(items: ItemTable, cov: CoVisit, hist: Histories, settings: Setting
     # The latent model: each user's vector from their history's distinct items, their best unseen active items.
     dense = latent_top = None
     if cov.latent is not None:
-        # Every item's score for every user of the batch, one float32 product (the features are float32 anyway):
-        # the candidates' scores are gathered from it, and the best items found in it are re-scored exactly.
+        # Every item's score for every user of the batch, one float32 product over the items with a factor (the
+        # others score 0): the candidates' scores are gathered from it, and the best items found in it are re-scored
+        # exactly.
         vectors = latent.user_vectors(cov.latent, mine, mine_owner, n_users)
         dense = vectors.astype(np.float32) @ cov.latent32.T
         if settings.latent_candidates > 0:
@@ -257,7 +258,9 @@ def for_batch(items: ItemTable, cov: CoVisit, hist: Histories, settings: Setting
     rows = cat(0, np.int64)
     latent_score = np.zeros(len(rows))
     if dense is not None and len(rows):
-        latent_score = dense[np.repeat(np.arange(n_users), sizes), rows].astype(np.float64)
+        col = cov.latent_col[rows]
+        has = col >= 0
+        latent_score[has] = dense[np.repeat(np.arange(n_users), sizes)[has], col[has]]
     return Candidates(
         offsets=offsets,
         rows=rows,
@@ -274,14 +277,20 @@ def for_batch(items: ItemTable, cov: CoVisit, hist: Histories, settings: Setting
 
 def _latent_top(items: ItemTable, hist: Histories, scores: np.ndarray, vectors: np.ndarray, cov: CoVisit,
                 n: int) -> np.ndarray:
-    """``(B, n)`` each user's best active items by the latent model that they have not seen (-1 past the end), by
-    their exact scores (``vectors`` times the float64 factors). ``scores`` (the float32 product) get -inf at the
-    items left out: no candidate is one of them, so the candidates' scores gathered from it are unaffected."""
+    """``(B, n)`` each user's best active items (rows) by the latent model that they have not seen (-1 past the
+    end), by their exact scores (``vectors`` times the float64 factors). ``scores`` (the float32 product, one column
+    per item with a factor: ``cov.latent_col``) get -inf at the items left out: no candidate is one of them, so the
+    candidates' scores gathered from it are unaffected."""
     inactive = items.__dict__.get("_inactive_rows")
     if inactive is None:                    # computed once per item table
         inactive = items.__dict__["_inactive_rows"] = np.flatnonzero(~items.active)
-    scores[:, inactive] = -np.inf
-    scores[np.repeat(np.arange(len(hist)), np.diff(hist.seen_offsets)), hist.seen_rows] = -np.inf
-    factors = cov.latent
-    return latent.top(scores, n, rescore=lambda rows, cols: np.einsum("ij,ij->i", vectors[rows], factors[cols]),
-                      error=latent.float32_error(vectors, cov.latent_norm))[0]
+    col = cov.latent_col[inactive]
+    scores[:, col[col >= 0]] = -np.inf
+    col = cov.latent_col[hist.seen_rows]
+    owner = np.repeat(np.arange(len(hist)), np.diff(hist.seen_offsets))
+    scores[owner[col >= 0], col[col >= 0]] = -np.inf
+    factors, item_row = cov.latent, cov.latent_rows
+    top = latent.top(scores, n, rescore=lambda rows, cols: np.einsum("ij,ij->i", vectors[rows],
+                                                                     factors[item_row[cols]]),
+                     error=latent.float32_error(vectors, cov.latent_norm))[0]
+    return np.where(top >= 0, cov.latent_rows[np.maximum(top, 0)], -1)

@@ -27,9 +27,12 @@ class CoVisit:
     knn: CoVisit | None = None
     #: The latent model's item factors by item row (``latent.py``), from the same file; None: none built.
     latent: np.ndarray | None = None
-    #: The same in float32, for the whole-catalogue product of a batch (``candidates.for_batch``), and the largest
-    #: item factor norm (which bounds that product's rounding error).
+    #: The item rows with a factor (an item nobody interacted with before the fit has none: its score is 0 for every
+    #: user), their factors in float32 for the catalogue product of a batch (``candidates.for_batch``), each item
+    #: row's column in that product (-1: no factor), and the largest factor norm (which bounds the product's error).
+    latent_rows: np.ndarray | None = None
     latent32: np.ndarray | None = None
+    latent_col: np.ndarray | None = None
     latent_norm: float = 0.0
 
     def gather(self, rows: np.ndarray, row_weight: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -144,10 +147,18 @@ def index_for(items: ItemTable, pairs: dict[str, np.ndarray]) -> CoVisit:
     if "knn_src" in pairs:
         cov.knn = _csr(items, pairs["knn_src"], pairs["knn_dst"], pairs["knn_weight"])
     if "latent_ids" in pairs and len(pairs["latent_ids"]):
-        cov.latent = latent.by_row(items, pairs)
-        cov.latent32 = cov.latent.astype(np.float32)
-        cov.latent_norm = float(np.sqrt(np.einsum("ij,ij->i", cov.latent, cov.latent).max(initial=0.0)))
+        attach_latent(cov, latent.by_row(items, pairs))
     return cov
+
+
+def attach_latent(cov: CoVisit, factors: np.ndarray) -> None:
+    """Give ``cov`` the latent model's item factors by row, with what the batch product needs of them."""
+    cov.latent = factors
+    cov.latent_rows = np.flatnonzero(np.any(factors != 0, axis=1))
+    cov.latent32 = factors[cov.latent_rows].astype(np.float32)
+    cov.latent_col = np.full(len(factors), -1, dtype=np.int64)
+    cov.latent_col[cov.latent_rows] = np.arange(len(cov.latent_rows))
+    cov.latent_norm = float(np.sqrt(np.einsum("ij,ij->i", factors, factors).max(initial=0.0)))
 
 
 def _csr(items: ItemTable, src: np.ndarray, dst: np.ndarray, weight: np.ndarray) -> CoVisit:

@@ -98,7 +98,9 @@ def top(scores: np.ndarray, n: int, rescore=None, error: np.ndarray | float = 0.
     slack = 2.0 * 10.0 ** -DECIMALS + 2.0 * np.broadcast_to(error, (len(scores),))
     # Every row's contenders at once, grouped by row: re-scored, rounded, then one sort by row, rounded score
     # (descending) and column, and the first n of each row kept.
-    floor = (kth - slack).astype(scores.dtype)
+    # A score that is not positive is no recommendation: columns that cannot be positive exactly (below -slack) never
+    # contend, so a row with fewer than n positive scores does not make every column a contender.
+    floor = np.maximum(kth - slack, -slack).astype(scores.dtype)
     floor = np.nextafter(floor, -np.inf, dtype=scores.dtype)[:, None]      # compared in the scores' type, never above
     row, col = np.divmod(np.flatnonzero(scores >= floor), m)                # (2-D nonzero is slower)
     raw = scores[row, col].astype(np.float64)
@@ -110,8 +112,8 @@ def top(scores: np.ndarray, n: int, rescore=None, error: np.ndarray | float = 0.
     first = np.searchsorted(row, np.arange(len(scores)))
     rank = np.arange(len(row)) - first[row]
     keep = rank < n
-    part = np.empty((len(scores), n), dtype=np.int64)
-    val = np.empty((len(scores), n), dtype=np.float64)
+    part = np.full((len(scores), n), -1, dtype=np.int64)
+    val = np.zeros((len(scores), n), dtype=np.float64)
     part[row[keep], rank[keep]], val[row[keep], rank[keep]] = col[keep], near[keep]
     return np.where(val > 0, part, -1), val
 
