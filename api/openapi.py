@@ -14,7 +14,13 @@ bp = Blueprint("openapi", __name__)
 _ID = {"type": "integer", "minimum": 1, "maximum": 2**63 - 1}
 _MAYBE_NUMBER = {"type": ["number", "null"]}
 _ERROR = {"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
-_ADMIN = [{"admin": []}]
+def _key(scope: str) -> list[dict]:
+    """A route behind a key with ``scope`` (an ``admin`` key has every scope)."""
+    return [{"key": [scope]}]
+
+
+_ADMIN = _key("admin")
+_ITEMS = _key("items:write")
 
 
 def _path_id(name: str) -> dict:
@@ -43,20 +49,20 @@ def _item_fields(settings: Settings) -> dict:
 def _items_paths(settings: Settings) -> dict:
     item = {"type": "object", "additionalProperties": False, "properties": _item_fields(settings)}
     written = {"item_id": _ID, "created": {"type": "boolean"}}
-    refusals = {"400": _ERROR, "401": _ERROR, "413": _ERROR, "415": _ERROR, "503": _ERROR}
+    refusals = {"400": _ERROR, "413": _ERROR, "415": _ERROR, **_KEYED, "503": _ERROR}
     return {
         "/items/{item_id}": {
-            "put": {"summary": "Create or replace a whole item", "security": _ADMIN,
+            "put": {"summary": "Create or replace a whole item", "security": _ITEMS,
                     "parameters": [_path_id("item_id")], "requestBody": _json_body(item),
                     "responses": {"200": _object("replaced", written), "201": _object("created", written),
                                   **refusals}},
-            "patch": {"summary": "Change the given fields of an item ({\"active\": false}: sold)", "security": _ADMIN,
+            "patch": {"summary": "Change the given fields of an item ({\"active\": false}: sold)", "security": _ITEMS,
                       "parameters": [_path_id("item_id")], "requestBody": _json_body(item),
                       "responses": {"200": _object("the item id and the fields changed", {"item_id": _ID}),
                                     "404": _ERROR, **refusals}}},
         "/items": {"post": {
             "summary": "Create or replace items, all or nothing (the same id twice: the last wins)",
-            "security": _ADMIN,
+            "security": _ITEMS,
             "requestBody": _json_body({"type": "object", "additionalProperties": False, "required": ["items"],
                                        "properties": {"items": {
                                            "type": "array", "minItems": 1, "maxItems": settings.items_batch_max,
@@ -77,7 +83,7 @@ def _dashboard_paths(settings: Settings) -> dict:
     """The operator's pages (docs/operating.md): HTML and a JSON snapshot, basic auth or bearer."""
     refusals = {"401": {**_ERROR, "description": "no credentials (with a basic-auth challenge)"},
                 "403": {**_ERROR, "description": "a wrong token"}}
-    security = [{"dashboard": []}, {"admin": []}]
+    security = [{"dashboard": []}, *_ADMIN]
     return {
         "/dashboard": {"get": {
             "summary": "Status at a glance, feed age over time, and a user lookup", "security": security,
@@ -105,8 +111,8 @@ def spec(settings: Settings) -> dict:
         "info": {"title": "prefeed", "version": "1", "description": "Precomputed, ranked recommendation feeds."},
         "components": {
             "securitySchemes": {"key": {"type": "http", "scheme": "bearer",
-                                        "description": "an API key (`manage.py keys create`) with the route's scope"},
-                                "admin": {"type": "http", "scheme": "bearer"},
+                                        "description": "an API key (`manage.py keys create`) with the route's scope "
+                                                       "(the scopes a route lists; an admin key has every scope)"},
                                 "dashboard": {"type": "http", "scheme": "basic",
                                               "description": "any user name, the admin token as password"}},
             "schemas": {
@@ -131,7 +137,7 @@ def spec(settings: Settings) -> dict:
         },
         "paths": {
             "/feed/{user_id}": {"get": {
-                "summary": "The user's ranked feed with live rules applied",
+                "summary": "The user's ranked feed with live rules applied", "security": _key("feed:read"),
                 "parameters": [_path_id("user_id"),
                                {"name": "limit", "in": "query",
                                 "schema": {"type": "integer", "minimum": 1, "maximum": settings.page_limit_max}},
@@ -141,7 +147,7 @@ def spec(settings: Settings) -> dict:
                 "responses": {"200": {"description": "feed", "content": {"application/json": {
                     "schema": {"$ref": "#/components/schemas/Feed"}}}}, "400": _ERROR, **_KEYED, "503": _ERROR}}},
             "/events": {"post": {
-                "summary": "Store interaction events and schedule recomputes",
+                "summary": "Store interaction events and schedule recomputes", "security": _key("events:write"),
                 "requestBody": _json_body({"oneOf": [
                     {"$ref": "#/components/schemas/Event"},
                     {"type": "array", "minItems": 1, "maxItems": settings.events_batch_max,
@@ -150,8 +156,8 @@ def spec(settings: Settings) -> dict:
                                              "duplicates); items the catalogue did not have created bare", {
                                                  "accepted": {"type": "integer"}, "duplicates": {"type": "integer"},
                                                  "items_created": {"type": "integer"}}),
-                              "400": _ERROR, "404": {**_ERROR, "description": "an unknown item, when "
-                                                     "PREFEED_EVENTS_CREATE_ITEMS is false"},
+                              "400": _ERROR, "404": {**_ERROR, "description": "unknown items (named), when the key lacks "
+                                                     "items:write or PREFEED_EVENTS_CREATE_ITEMS is false"},
                               "413": _ERROR, "415": _ERROR, **_KEYED, "503": _ERROR}}},
             "/boosts/{item_id}": {
                 "put": {"security": _ADMIN, "parameters": [_path_id("item_id")],
@@ -160,16 +166,17 @@ def spec(settings: Settings) -> dict:
                                        "maximum": settings.boost_max_weight},
                             "ttl_seconds": {"type": "integer", "minimum": 1,
                                             "maximum": settings.boost_max_ttl}}}),
-                        "responses": {"200": {"description": "boost set"}, "400": _ERROR, "401": _ERROR,
-                                      "404": _ERROR}},
+                        "responses": {"200": {"description": "boost set"}, "400": _ERROR, "404": _ERROR,
+                                      **_KEYED}},
                 "delete": {"security": _ADMIN, "parameters": [_path_id("item_id")],
-                           "responses": {"200": {"description": "boost removed"}, "401": _ERROR}}},
+                           "responses": {"200": {"description": "boost removed"}, **_KEYED}}},
             **_items_paths(settings),
             "/healthz": {"get": {"security": [], "responses": {"200": {"description": "all dependencies up"},
                                                                 "503": _ERROR}}},
             "/livez": {"get": {"security": [], "responses": {"200": {"description": "process up"}}}},
-            "/openapi.json": {"get": {"responses": {"200": {"description": "this document"}}}},
-            "/metrics": {"get": {"responses": {"200": {"description": "Prometheus metrics (text format)"}}}},
+            "/openapi.json": {"get": {"responses": {"200": {"description": "this document"}, **_KEYED}}},
+            "/metrics": {"get": {"security": _key("metrics:read"),
+                                 "responses": {"200": {"description": "Prometheus metrics (text format)"}, **_KEYED}}},
             **_dashboard_paths(settings),
         },
     }

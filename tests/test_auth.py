@@ -79,6 +79,16 @@ def test_every_route_but_the_probes_needs_a_key_with_its_scope(app, world):
                 assert resp.status_code == 403 and scope in resp.get_json()["error"], (method, rule, other)
 
 
+def test_the_openapi_document_states_each_routes_scope(app):
+    # given the scopes the test above holds every route to, and the document the app serves
+    spec = app.extensions["prefeed"]["openapi"]
+    for (method, rule), scope in SCOPES.items():
+        op = spec["paths"][re.sub(r"<(\w+)>", r"{\1}", rule)][method.lower()]
+        # then each route's security names a key with exactly that scope (docs/api.md is rendered from it)
+        assert {"key": [scope] if scope else []} in op.get("security", spec["security"]), (method, rule)
+    assert spec["paths"]["/livez"]["get"]["security"] == spec["paths"]["/healthz"]["get"]["security"] == []
+
+
 def test_a_key_without_events_write_stores_nothing(client, world):
     reader = key(world, "reader", ["feed:read"])
     with world.engine.connect() as conn:
