@@ -1,5 +1,11 @@
 """``manage.py demo``: the newcomer's path, every part real: embedded Valkey + SQLite, a seeded marketplace, a
-trained bundle, every feed precomputed by real RQ workers, the API under gunicorn."""
+trained bundle, every feed precomputed by real RQ workers, the API under gunicorn.
+
+Ctrl-C stops it all and prints one line. Each process the demo starts runs in a session of its own, out of the
+terminal's foreground process group, so the terminal's SIGINT reaches the demo alone; the demo then stops the
+others with SIGTERM, and the embedded server (``cli/embedded.py``, a session of its own too) after them. A process
+that took the terminal's SIGINT itself would quit at once, each in its own way: the server first, then workers
+printing tracebacks because it went away, the API server warning about its workers."""
 
 from __future__ import annotations
 
@@ -17,9 +23,11 @@ import click
 
 from precompute.data import api_keys, bulk, engine as db, synthetic
 
-from . import command, fail
+from . import command, embedded, fail
 from .embedded import ensure_redis
 from .net import free_port, stop_all, wait_for_http
+
+_STOPPING = {signal.SIGINT, signal.SIGTERM}
 
 
 @command()
@@ -32,6 +40,9 @@ from .net import free_port, stop_all, wait_for_http
 @click.pass_obj
 def demo(obj, users: int, items: int, events: int, port: int, once: bool) -> None:
     """Seed, train, precompute through real workers, serve, print a sample feed."""
+    # SIGTERM interrupts like Ctrl-C: either one ends in the cleanup below (then `aborted`, exit 130, while it
+    # sets up; one line and exit 0 once it serves), never with the processes started here left running.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     settings = ensure_redis(obj.settings)
     token = settings.admin_token or secrets.token_urlsafe(18)
     env = dict(os.environ, PREFEED_ADMIN_TOKEN=token)
@@ -40,34 +51,25 @@ def demo(obj, users: int, items: int, events: int, port: int, once: bool) -> Non
     # The synthetic marketplace's own attributes are model features unless the caller declared others.
     env.setdefault("PREFEED_ITEM_ATTRIBUTES", ",".join(synthetic.ATTRIBUTES))
     settings = dataclasses.replace(settings, item_attributes=tuple(env["PREFEED_ITEM_ATTRIBUTES"].split(",")))
-    manage = [sys.executable, os.path.abspath(sys.argv[0])]
     engine = db.make_engine(settings.database_url, settings)
     db.init_db(engine, settings)
 
-    def step(*args: str) -> None:
-        # The step prints its own one-line error; the demo adds which step stopped it, and exits with its code.
-        done = subprocess.run(manage + list(args), env=env)
-        if done.returncode != 0:
-            fail(f"demo stopped: `manage.py {args[0]}` failed (exit {done.returncode})", done.returncode)
+    with _Children([sys.executable, os.path.abspath(sys.argv[0])], env) as children:
+        children.step("seed", "--users", str(users), "--items", str(items), "--events", str(events), "--reset")
+        children.step("train", "--iterations", "150", "--users", str(max(20, min(users, 1500))))   # at least 20
+        children.step("precompute", "--all")
+        click.echo("draining the queue with 2 forking RQ workers ...")
+        t0 = time.perf_counter()
+        children.step("worker", "--workers", "2", "--burst")
+        click.echo(f"all {users} feeds precomputed in {time.perf_counter() - t0:.1f}s")
 
-    step("seed", "--users", str(users), "--items", str(items), "--events", str(events), "--reset")
-    step("train", "--iterations", "150", "--users", str(max(20, min(users, 1500))))   # train samples at least 20
-    step("precompute", "--all")
-    click.echo("draining the queue with 2 forking RQ workers ...")
-    t0 = time.perf_counter()
-    step("worker", "--workers", "2", "--burst")
-    click.echo(f"all {users} feeds precomputed in {time.perf_counter() - t0:.1f}s")
-
-    # A client's key: reads feeds and writes events (the admin token does the rest).
-    key = api_keys.create(engine, f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}",
-                          frozenset({"feed:read", "events:write"}))
-    auth = {"Authorization": f"Bearer {key}"}
-    port = port or free_port()
-    children = [
-        subprocess.Popen(manage + ["worker", "--workers", "1"], env=env),
-        subprocess.Popen(manage + ["serve", "--port", str(port)], env=env),
-    ]
-    try:
+        # A client's key: reads feeds and writes events (the admin token does the rest).
+        key = api_keys.create(engine, f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}",
+                              frozenset({"feed:read", "events:write"}))
+        auth = {"Authorization": f"Bearer {key}"}
+        port = port or free_port()
+        children.start("worker", "--workers", "1")
+        children.start("serve", "--port", str(port))
         base = f"http://127.0.0.1:{port}"
         try:
             wait_for_http(base + "/healthz")
@@ -93,13 +95,44 @@ try it:
 client key (feed:read, events:write): {key}
 admin token: {token}
 """)
-        if not once:
-            click.echo("serving; Ctrl-C to stop")
-            # Blocked first, so either signal is taken here (not by its default action, which would skip the
-            # cleanup below and leave workers, API and the embedded server running). The children were started
-            # before this, with the signals unblocked.
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-            signal.sigwait({signal.SIGINT, signal.SIGTERM})
-    finally:
-        stop_all(children, timeout=10)
+        if once:
+            return
+        # Blocked before the prompt, so a Ctrl-C from then on is taken here (not raised as KeyboardInterrupt at
+        # whatever line runs). The children were started before this, with the signals unblocked.
+        signal.pthread_sigmask(signal.SIG_BLOCK, _STOPPING)
+        click.echo("serving; Ctrl-C to stop")
+        signal.sigwait(_STOPPING)
+    click.echo(f"stopped: {children.stopped}")
 
+
+class _Children:
+    """The processes the demo starts, each in a session of its own; leaving the block stops them (SIGTERM, at
+    once, then a wait), then the embedded server if this process started one."""
+
+    def __init__(self, manage: list[str], env: dict[str, str]) -> None:
+        self.manage, self.env = manage, env
+        self.procs: list[subprocess.Popen] = []
+        self.stopped = ""           # what leaving the block stopped, for the demo's last line
+
+    def start(self, *args: str) -> subprocess.Popen:
+        """``manage.py ARGS`` in the background."""
+        self.procs.append(subprocess.Popen(self.manage + list(args), env=self.env, start_new_session=True))
+        return self.procs[-1]
+
+    def step(self, *args: str) -> None:
+        """``manage.py ARGS`` to its end. The step prints its own one-line error; the demo adds which step stopped
+        it, and exits with its code."""
+        proc = self.start(*args)
+        code = proc.wait()
+        self.procs.remove(proc)
+        if code != 0:
+            fail(f"demo stopped: `manage.py {args[0]}` failed (exit {code})", code)
+
+    def __enter__(self) -> _Children:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, _STOPPING)     # a second Ctrl-C does not cut the stopping short
+        self.stopped = "workers, API and embedded Valkey" if embedded.started() else "workers and API"
+        stop_all(self.procs, timeout=10)
+        embedded.stop()

