@@ -72,7 +72,7 @@ def fallback(ctx, uid: int, limit: int, offset: int, notify: bool = True, scroll
     seen = np.union1d(catalog.seen_items(ctx["engine"], uid, settings),
                       np.array([r[0] for r in recent], dtype=np.int64))
     if scroll is not None:                        # a scroll's next page: what it has not served, from the top
-        seen = np.union1d(seen, np.fromiter(scroll.served, dtype=np.int64, count=len(scroll.served)))
+        seen = np.union1d(seen, np.array(scroll.served, dtype=np.int64))
         offset = 0
     by_type = event_types.EventTypes.of(settings).weight_by_code()
     type_weight = event_types.by_code(by_type, [r[1] for r in recent]).tolist()

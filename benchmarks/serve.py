@@ -64,6 +64,7 @@ def run(quick: bool = False) -> dict:
             live.boost(int(i), float(rng.uniform(0.5, 3)), time.time() + 3600)
 
         floor = _in_process(world, cfg["users"])    # before any server runs beside it
+        cursor_chars = floor.pop("cursor_chars")    # sizes, not microseconds
         api_port, rt_port, sync_port = free_port(), free_port(), free_port()
         servers.append(_gunicorn(world, "benchmarks.floor:create_app()", api_port, cfg["http_workers"]))
         servers.append(_gunicorn(world, "benchmarks.realtime:create_app()", rt_port, cfg["http_workers"]))
@@ -94,6 +95,7 @@ def run(quick: bool = False) -> dict:
             "events": _load(api_port, EVENTS, cfg, world.auth),
         }
         out = dict(config=cfg, generator=runs["feed"]["generator"], runs=runs, in_process_us=floor,
+                   cursor_chars=cursor_chars,
                    ratio_feed_over_floor=median([f["rps"] / g["rps"] for f, g in pairs]),
                    ratio_feed_over_floor_per_pair=[f["rps"] / g["rps"] for f, g in pairs],
                    ratio_feed_over_bare=runs["feed"]["rps"] / runs["bare"]["rps"],
@@ -113,10 +115,11 @@ def run(quick: bool = False) -> dict:
                     [[floor["redis_ping_us"], floor["livez_us"], floor["floor_us"], floor["feed_us"],
                       floor["floor_over_feed"]]]))
         print(table("\nwhat the key check and the cursor cost a page (interleaved), median microseconds",
-                    ["page 1, no key (auth off)", "page 1 with a key", "page 2 by cursor (keyed)",
-                     "page 2 by offset (no key)", "keyed / no key", "cursor / offset"],
-                    [[floor["feed_open_us"], floor["feed_keyed_us"], floor["feed_cursor_us"], floor["feed_offset_us"],
-                      floor["keyed_over_open"], floor["cursor_over_offset"]]]))
+                    ["page 1, no key (auth off)", "page 1 with a key", "keyed / no key"],
+                    [[floor["feed_open_us"], floor["feed_keyed_us"], floor["keyed_over_open"]]]))
+        print(table("", ["page (with the key)", "by cursor", "by offset", "cursor / offset", "cursor characters"],
+                    [[k, floor[f"feed_cursor{s}_us"], floor[f"feed_offset{s}_us"], floor[f"cursor_over_offset{s}"],
+                      cursor_chars[f"page_{k}"]] for k, s in ((2, ""), (DEEP_PAGE, "_deep"))]))
         print(f"wrote {write_result('serve', out, quick)}")
         return out
     finally:
@@ -154,19 +157,40 @@ def _in_process(world, n_users: int, n: int = 3000) -> dict:
     out = per_call(dict(redis_ping_us=lambda k: r.ping(), livez_us=lambda k: client.get("/livez")))
     out.update(per_call({name: lambda k, p=p: client.get(p.format(k % n_users + 1)) for name, p in paths.items()}))
     # What the key check (with its rate) and the cursor cost a page, side by side in one loop: the same first page
-    # without a key (PREFEED_AUTH=off, no rate); the second page through a cursor, and by offset as before cursors.
+    # without a key (PREFEED_AUTH=off, no rate); pages 2 and DEEP_PAGE by cursor, and by offset as before cursors, all
+    # with the key (cursor/offset is the cursor's cost alone; the test client's work grows ~5 us per 100 characters).
     open_client = create_app(dataclasses.replace(settings, auth=False)).test_client()
     feed = paths["feed_us"]
-    cursors = [client.get(feed.format(u + 1)).get_json()["next_cursor"] for u in range(n_users)]
+    second = [client.get(feed.format(u + 1)).get_json()["next_cursor"] for u in range(n_users)]
+    deep = [(feed.format(u), c) for u in range(1, min(n_users, DEEP_USERS) + 1)
+            if (c := _scroll(client, feed.format(u), DEEP_PAGE))]
     out.update(per_call({
         "feed_keyed_us": lambda k: client.get(feed.format(k % n_users + 1)),
         "feed_open_us": lambda k: open_client.get(feed.format(k % n_users + 1)),
-        "feed_cursor_us": lambda k: client.get(feed.format(k % n_users + 1) + f"&cursor={cursors[k % n_users]}"),
-        "feed_offset_us": lambda k: open_client.get(feed.format(k % n_users + 1) + "&offset=20"),
+        "feed_cursor_us": lambda k: client.get(feed.format(k % n_users + 1) + f"&cursor={second[k % n_users]}"),
+        "feed_offset_us": lambda k: client.get(feed.format(k % n_users + 1) + "&offset=20"),
+        "feed_cursor_deep_us": lambda k: client.get("{}&cursor={}".format(*deep[k % len(deep)])),
+        "feed_offset_deep_us": lambda k: client.get(f"{deep[k % len(deep)][0]}&offset={20 * (DEEP_PAGE - 1)}"),
     }))
     return {**out, "floor_over_feed": out["floor_us"] / out["feed_us"],
             "keyed_over_open": out["feed_keyed_us"] / out["feed_open_us"],
-            "cursor_over_offset": out["feed_cursor_us"] / out["feed_offset_us"]}
+            "cursor_over_offset": out["feed_cursor_us"] / out["feed_offset_us"],
+            "cursor_over_offset_deep": out["feed_cursor_deep_us"] / out["feed_offset_deep_us"],
+            "cursor_chars": {"page_2": int(np.median([len(c) for c in second])),
+                             f"page_{DEEP_PAGE}": int(np.median([len(c) for _, c in deep]))}}
+
+
+DEEP_PAGE, DEEP_USERS = 20, 200     # the deep page measured, for up to this many users (those whose feed reaches it)
+
+
+def _scroll(client, path: str, page: int) -> str | None:
+    """The cursor of page ``page`` of a scroll from the top; None when the feed ends before."""
+    cursor = ""
+    for _ in range(page - 1):
+        cursor = client.get(path + (f"&cursor={cursor}" if cursor else "")).get_json()["next_cursor"]
+        if cursor is None:
+            break
+    return cursor
 
 
 def _gunicorn(world, target: str, port: int, workers: int, threads: int | None = THREADS) -> subprocess.Popen:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from itertools import compress
+from operator import not_
 
 import numpy as np
 import redis
@@ -103,7 +105,7 @@ class LiveFeeds:
         Past the read, a page works on Python lists: it looks at ~150 items, where each numpy call costs more than
         a list comprehension over them (one binary search over the inactive items is the exception)."""
         self.live.refresh()
-        served = scroll.served if scroll is not None else frozenset()
+        served = frozenset(scroll.served) if scroll is not None else frozenset()
         need = limit if scroll is not None else offset + limit
         n_read = need + len(served) + self.lookahead + limit
         keys = [self.keys.feed(user_id), self.keys.seen(user_id)]
@@ -120,12 +122,15 @@ class LiveFeeds:
             seen_ids = self._seen_since(keys[1], feed.header.history_version, tail)
             seen_since = [not off and i in seen_ids for i, off in zip(ids, inactive)] if seen_ids else \
                 [False] * len(ids)
-            if seen_ids or any(inactive) or served:
-                keep = [k for k, (off, again) in enumerate(zip(inactive, seen_since))
-                        if not (off or again) and ids[k] not in served]
-                kept_ids, kept_scores = [ids[k] for k in keep], [scores[k] for k in keep]
+            flagged = bool(seen_ids) or any(inactive)
+            if flagged or served:
+                # one flag per item, then two selections in C (itertools.compress); a scroll's page with nothing
+                # else dropped checks the served ids alone, in C too
+                keep = [not (off or again or i in served) for i, off, again in zip(ids, inactive, seen_since)] \
+                    if flagged else list(map(not_, map(served.__contains__, ids)))
+                kept_ids, kept_scores = list(compress(ids, keep)), list(compress(scores, keep))
             else:
-                kept_ids, kept_scores = ids, scores         # nothing dropped (most pages)
+                kept_ids, kept_scores = ids, scores         # nothing dropped (most offset pages)
             start, before = (0, 0) if scroll is None else (scroll.slots, scroll.boosted)
             out = lift_boosts(kept_ids, kept_scores, self.live.live_boosts(), need, self.every, self.lookahead,
                               complete, start=start, boosted_before=before)
