@@ -116,11 +116,30 @@ def _fmt(v) -> str:
 
 
 def write_result(name: str, data: dict, quick: bool) -> Path:
+    """Write ``results/<name>.json`` (``<name>-quick.json`` with ``quick``): ``data`` with the benchmark's name, the
+    date, the machine and the command that wrote it (``python -m benchmarks protocols`` for ``protocols-<log>``)."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"{name}{'-quick' if quick else ''}.json"
     payload = {"benchmark": name, "quick": quick, "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-               "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                           "platform": platform.platform()},
-               "command": " ".join(["python -m benchmarks", name] + (["--quick"] if quick else [])), **data}
+               "machine": machine(),
+               "command": " ".join(["python -m benchmarks", name.partition("-")[0]] + (["--quick"] if quick else [])),
+               **data}
     out.write_text(json.dumps(payload, indent=2))
     return out
+
+
+def machine() -> dict:
+    """What a figure was measured on: cores, CPU model, memory (GiB), Python, OS, and the load average (1, 5 and 15
+    minutes) as the run ended, since other work on a shared machine moves every timing."""
+    cpu = None
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
+    except OSError:
+        pass
+    try:
+        memory = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (1 << 30), 1)
+    except (ValueError, OSError):
+        memory = None
+    return {"cpus": os.cpu_count(), "cpu": cpu, "memory_gib": memory, "python": platform.python_version(),
+            "platform": platform.platform(), "load_average": [round(x, 2) for x in os.getloadavg()]}

@@ -1,22 +1,27 @@
-"""report: renders ``docs/quality.md`` (every method under both protocols, per log and cut, with candidate recall per
-source) from the protocols benchmark's results, ``benchmarks/results/protocols-<log>.json``: a number on the page is
-a number a run produced. ``python -m benchmarks report`` rewrites the page; ``tests/test_benchmarks.py`` fails when
-the page and the results disagree.
+"""report: renders the pages whose numbers come from benchmark runs, so that a number on a page is a number a run
+produced. ``docs/quality.md``: every method under both protocols, per log and cut, with candidate recall per source,
+from ``benchmarks/results/protocols-<log>.json``. ``docs/performance.md``: the latest full run of every benchmark,
+each with what it measures, its command, date and machine and a table of its figures, from the other results files
+(``<name>.json``, or ``<name>-<log>.json`` for those run on a log); a benchmark with no results file is listed as not
+run yet. ``python -m benchmarks report`` rewrites both pages; ``tests/test_benchmarks.py`` fails when a page and the
+results disagree.
 
-The results files are committed with the page (the other benchmarks' results are not): they are what the quality
-claims in the docs rest on.
+The results files of full runs are committed with the pages (quick runs' are not): they are what the docs' figures
+rest on. Earlier figures are in git's history of those files, not on the pages.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 
 from .common import RESULTS, ROOT
 
 PAGE = ROOT / "docs" / "quality.md"
-#: Logs in the order the page shows them (others after, by name).
+PERFORMANCE_PAGE = ROOT / "docs" / "performance.md"
+#: Logs in the order the pages show them (others after, by name).
 ORDER = ("synthetic", "pf-ml-1m", "pf-ml-100k")
 NAMES = {"synthetic": "Synthetic marketplace (the demo's world: 2,000 users, 3,000 items, 100,000 events)",
          "pf-ml-1m": "MovieLens-1M", "pf-ml-100k": "MovieLens-100K"}
@@ -24,19 +29,28 @@ NAMES = {"synthetic": "Synthetic marketplace (the demo's world: 2,000 users, 3,0
 
 def run(quick: bool = False) -> dict:
     results = load()
-    if not results:
+    if results:
+        PAGE.write_text(render(results))
+        print(f"wrote {PAGE.relative_to(ROOT)} from {len(results)} result file(s)")
+    else:
         print("no results/protocols-*.json: run `python -m benchmarks protocols` on a log first")
-        return {}
-    PAGE.write_text(render(results))
-    print(f"wrote {PAGE.relative_to(ROOT)} from {len(results)} result file(s)")
-    return {"page": str(PAGE), "logs": [r["log"] for r in results]}
+    latest = load_latest()
+    PERFORMANCE_PAGE.write_text(render_performance(latest))
+    missing = [name for name, found in latest.items() if not found]
+    print(f"wrote {PERFORMANCE_PAGE.relative_to(ROOT)} from {sum(map(len, latest.values()))} result file(s)"
+          + (f"; not run yet: {', '.join(missing)}" if missing else ""))
+    return {"page": str(PAGE), "logs": [r["log"] for r in results], "performance_page": str(PERFORMANCE_PAGE),
+            "not_run": missing}
 
 
 def load(folder: Path = RESULTS) -> list[dict]:
     files = [p for p in folder.glob("protocols-*.json") if not p.stem.endswith("-quick")]
-    results = [json.loads(p.read_text()) for p in files]
+    return _by_log([json.loads(p.read_text()) for p in files])
+
+
+def _by_log(results: list[dict]) -> list[dict]:
     rank = {name: k for k, name in enumerate(ORDER)}
-    return sorted(results, key=lambda r: (rank.get(r["log"], len(ORDER)), r["log"]))
+    return sorted(results, key=lambda r: (rank.get(r.get("log"), len(ORDER)), r.get("log", "")))
 
 
 def render(results: list[dict]) -> str:
@@ -106,7 +120,348 @@ def _ratio(ratio, interval) -> str:
 
 
 def _command(res: dict) -> str:
-    seeds = res.get("seeds", [0])
-    env = "" if res["log"] == "synthetic" else f"PREFEED_VAR_DIR=<{res['log']}> "
+    """What to type to write ``res`` again, with what its name alone does not say: the log's folder
+    (``PREFEED_VAR_DIR``), the protocols' training seeds, the import's row count and PostgreSQL run."""
+    name = res["benchmark"].partition("-")[0]
+    env = f"PREFEED_VAR_DIR=<{res['log']}> " if res.get("log", "synthetic") != "synthetic" else ""
+    seeds = res.get("seeds", [0]) if name == "protocols" else [0]
     env += f"PREFEED_BENCH_SEEDS={','.join(map(str, seeds))} " if seeds != [0] else ""
-    return f"{env}python -m benchmarks protocols"
+    options = ""
+    if name == "import":
+        from .import_ import FULL_ROWS
+
+        options += f" --rows {res['rows']}" if res.get("rows", FULL_ROWS) != FULL_ROWS else ""
+        options += " --postgres URL" if any(r.get("database") == "postgresql" for r in res.get("runs", [])) else ""
+    return f"{env}python -m benchmarks {name}{options}"
+
+
+# docs/performance.md
+
+
+def load_latest(folder: Path = RESULTS) -> dict[str, list[dict]]:
+    """Every benchmark's full results by its name, in the page's order: ``<name>.json``, and ``<name>-<log>.json``
+    for those run on a log (one per log); quick runs left out. An empty list: not run here yet."""
+    latest = {}
+    for name in SECTIONS:
+        paths = [folder / f"{name}.json", *folder.glob(f"{name}-*.json")]
+        results = [json.loads(p.read_text()) for p in paths if p.is_file() and not p.stem.endswith("-quick")]
+        latest[name] = _by_log([r for r in results if not r.get("quick")])
+    return latest
+
+
+def render_performance(latest: dict[str, list[dict]]) -> str:
+    out = ["# Performance",
+           "",
+           "Generated by `python -m benchmarks report` from the latest full run of each benchmark",
+           "(`benchmarks/results/<name>.json`, written by `python -m benchmarks <name>`); do not edit by hand. Each",
+           "section is one run: what the benchmark measures, the command, when and on what machine it ran, and the",
+           "figures it wrote, rounded. Earlier runs are in git's history of the results files. Timings on a shared",
+           "machine move with the other work on it, so each run shows the machine's load average (1, 5 and 15 minutes)",
+           "as it ended. Ranking quality under both protocols is on [quality.md](quality.md).",
+           ""]
+    missing = []
+    for name, (what, section) in SECTIONS.items():
+        if not latest.get(name):
+            missing.append(name)
+            continue
+        out += [f"## {name}", "", what, ""]
+        if name == "protocols":     # its page renders every run with its command, date and machine
+            out += section(latest[name]) + [""]
+            continue
+        for res in latest[name]:
+            if "log" in res:
+                out += [f"### {NAMES.get(res['log'], res['log'])}", ""]
+            out += [_provenance(res), ""] + section(res) + [""]
+    if missing:
+        out += ["## Not run yet", ""]
+        out += [f"- **{name}**: not run on this machine yet: `python -m benchmarks {name}`. {SECTIONS[name][0]}"
+                for name in missing]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _provenance(res: dict) -> str:
+    m = res.get("machine", {})
+    machine = ", ".join(x for x in (
+        f"{m['cpus']} CPUs" + (f" ({m['cpu']})" if m.get("cpu") else "") if m.get("cpus") else "",
+        f"{m['memory_gib']:g} GiB" if m.get("memory_gib") else "",
+        f"Python {m['python']}" if m.get("python") else "", m.get("platform", "")) if x)
+    load = m.get("load_average")
+    load = f"; load average {' / '.join(f'{x:.1f}' for x in load)} as it ended" if load else ""
+    return f"`{_command(res)}`, {res['date']}; {machine or 'machine not recorded'}{load}."
+
+
+# Formatting: figures rounded to what this machine's noise leaves meaningful; units in the headers.
+
+
+def _n(v, digits: int | None = None) -> str:
+    """A figure: thousands separated; floats to 3 significant digits (at least the units) unless ``digits``."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    if isinstance(v, int) or digits == 0:
+        return f"{v:,.0f}"
+    if digits is not None:
+        return f"{v:,.{digits}f}"
+    a = abs(v)      # by what the figure rounds to: 99.99 is "100", not "100.0"
+    return f"{v:,.0f}" if a >= 99.95 else f"{v:.1f}" if a >= 9.995 else f"{v:.2f}" if a >= 0.9995 else f"{v:.3f}"
+
+
+def _x(v) -> str:
+    return "–" if v is None else f"{v:.1f}×" if abs(v) >= 10 else f"{v:.2f}×"
+
+
+def _pct(v) -> str:
+    return "–" if v is None else f"{100 * v:.1f}%" if abs(v) < 0.1 else f"{100 * v:.0f}%"
+
+
+def _interval(iv) -> str:
+    return "–" if not iv else f"{iv[0]:.2f}–{iv[1]:.2f}"
+
+
+def _table(header: list[str], rows: list[list]) -> list[str]:
+    """A markdown table: the first column left, the others (figures) right."""
+    return ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1),
+            *("| " + " | ".join(str(c) for c in row) + " |" for row in rows)]
+
+
+def _precompute(res: dict) -> list[str]:
+    w, stages = res["workers"], res["per_user_ms"]
+    predict = res["catboost_predict_rows_per_s_per_core"]
+    predict_2 = w["catboost_predict_rows_per_s_per_core_2_processes"]
+    return [f"{res['users']:,} users × {res['candidates_per_user']:,.0f} candidates, {res['features']} features, "
+            f"{res['trees']:,} trees; medians of {res['config']['repeats']} passes.", "",
+            *_table(["per user, ms", *stages, "total"], [
+                ["in one process, one thread", *(_n(v) for v in stages.values()), _n(res["per_user_ms_total"])],
+                [f"in RQ jobs, 2 workers ({w['users_per_job']} users per job)",
+                 *(_n(w["per_user_ms_in_jobs"][k]) for k in stages), _n(sum(w["per_user_ms_in_jobs"].values()))]]),
+            "",
+            *_table(["item-scores per second per core", "rate", "vs CatBoost alone, 1 process",
+                     "vs CatBoost alone, 2 processes"], [
+                ["CatBoost predict alone on the same matrices, 1 process", _n(predict, 0), _x(1.0), "–"],
+                ["CatBoost predict alone, 2 processes at once", _n(predict_2, 0), _x(predict_2 / predict), _x(1.0)],
+                ["prefeed pipeline, one process", _n(res["pipeline_item_scores_per_s_per_core"], 0),
+                 f"**{_x(res['ratio_pipeline_to_catboost'])}**", "–"],
+                ["prefeed through 2 RQ workers, per busy worker-second", _n(w["item_scores_per_s_per_core"], 0),
+                 _x(w["ratio_to_catboost"]), f"**{_x(w['ratio_to_catboost_2_processes'])}**"],
+                ["the same, per second of the whole rebuild", _n(w["item_scores_per_s_per_core_over_span"], 0),
+                 _x(w["item_scores_per_s_per_core_over_span"] / predict),
+                 _x(w["ratio_to_catboost_2_processes_over_span"])]]),
+            "",
+            f"Through the workers: {w['jobs']} jobs, rebuild {_n(w['rebuild_s'])} s (+{_n(w['startup_s'])} s worker "
+            f"start-up), queue and fork overhead {_pct(w['queue_overhead_share'])} of busy worker time, "
+            f"{w['failed']} failed jobs. The 1-process ratio is the median of the passes' ratios "
+            f"({', '.join(_x(r) for r in res['ratios_per_repeat'])})."]
+
+
+def _fork(res: dict) -> list[str]:
+    cfg, r = res["config"], res["jobs_per_s"]
+    return [*_table(["variant", "jobs", "jobs/s", "users/s"], [
+        ["(a) stock `rq.Worker`, nothing initialised before fork: every job loads the bundle and matrices",
+         _n(cfg["jobs_a"]), _n(r["a"]), _n(r["a"])],
+        ["(b) prefeed worker, initialised once before fork", _n(cfg["jobs"]), _n(r["b"]), _n(r["b"])],
+        ["(c) stock `rq worker`, no-op jobs (the floor of queue and fork)", _n(cfg["jobs"]), _n(r["c"]), "–"],
+        [f"(d) prefeed worker, {cfg['batch']} users per job", _n(math.ceil(cfg["jobs"] / cfg["batch"])),
+         _n(r["d_jobs"]), _n(r["d_users"])]]),
+            "",
+            f"b/a = **{_x(res['ratio_b_over_a'])}** (init before fork against init in every job), "
+            f"b/c = {_n(res['ratio_b_over_c'], 2)} (a precompute job against a no-op job), "
+            f"d/b = {_x(res['ratio_d_users_over_b'])} in users/s."]
+
+
+#: The serve benchmark's runs and ratios as the page names them (others shown by their key).
+SERVE_RUNS = {"feed": "`GET /feed/<user>?limit=20`, boosts on 2% of items", "floor":
+              "`GET /floor/<user>?limit=20`: the page's bytes as the same JSON, no live rules",
+              "feed_sync_workers": "`GET /feed` under sync workers", "bare": "`GET /livez` (the framework floor)",
+              "realtime": "ranking the user's candidates per request (real time)",
+              "events": "`POST /events`, one event per request"}
+SERVE_RATIOS = {"ratio_feed_over_floor": "feed / floor", "ratio_feed_over_bare": "feed / `livez`",
+                "ratio_feed_over_realtime": "feed / real time", "ratio_threaded_over_sync": "threaded / sync workers"}
+
+
+def _serve(res: dict) -> list[str]:
+    cfg, runs = res.get("config", {}), res.get("runs", {})
+    rows = []
+    for key, x in runs.items():
+        label = SERVE_RUNS.get(key, key)
+        if len(x.get("all_rps") or []) > 1:
+            label += f" (median of {len(x['all_rps'])} runs)"
+        rows.append([label, _n(x.get("rps"), 0), _n(x.get("p50_ms")), _n(x.get("p99_ms")), _n(x.get("errors"))])
+    ratios = [f"{SERVE_RATIOS.get(k, k.removeprefix('ratio_'))} = **{_n(v, 2)}**" for k, v in res.items()
+              if k.startswith("ratio_") and isinstance(v, (int, float))]
+    inner = res.get("in_process_us", {})
+    out = [f"{cfg.get('connections', '?')} connections, {cfg.get('seconds', '?')} s per run, gunicorn × "
+           f"{cfg.get('http_workers', '?')}, load by {res.get('generator', '?')}.", "",
+           *_table(["endpoint", "requests/s", "p50 ms", "p99 ms", "errors"], rows), ""]
+    if ratios:
+        out += ["; ".join(ratios) + ".", ""]
+    if inner:
+        out += _table(["in process (Flask's test client, no HTTP server)", "median"],
+                      [[k.removesuffix("_us").replace("_", " "), f"{_n(v)} µs" if k.endswith("_us") else _x(v)]
+                       for k, v in inner.items()])
+    return out
+
+
+def _freshness(res: dict) -> list[str]:
+    cfg = res["config"]
+    return [f"{cfg['rate']} events/s for {cfg['seconds']} s on {cfg['users']:,} users, 2 workers.", "",
+            *_table(["events", "achieved events/s", "p50 ms", "p99 ms", "max ms",
+                     f"not fresh after {cfg['deadline']:g} s", "failed jobs"],
+                    [[_n(res["events"]), _n(res["achieved_rate"]), _n(res["p50_ms"]), _n(res["p99_ms"]),
+                      _n(res["max_ms"]), _n(res["timed_out"]), _n(res.get("failed_jobs"))]])]
+
+
+def _memory(res: dict) -> list[str]:
+    roles = {"pool": "pool parent (holds the pipeline)", "worker": "worker process (forked from it)",
+             "horse": "work horse (forked per job)"}
+    return [f"Peak per process during a {res['config']['rebuild_users']:,}-user rebuild through `manage.py worker "
+            "--workers 2`.", "",
+            *_table(["process", "count", "RSS MiB, median", "RSS MiB, max", "PSS MiB, median", "PSS MiB, max",
+                     "USS MiB, max"],
+                    [[roles.get(role, role), p["count"], _n(p["rss_mib_median"], 0), _n(p["rss_mib_max"], 0),
+                      _n(p["pss_mib_median"], 0), _n(p["pss_mib_max"], 0), _n(p["uss_mib_max"], 0)]
+                     for role, p in res["processes"].items()]),
+            "",
+            f"One user's feed ({res['feed_length']:,} items at most): {_n(res['feed_value_bytes_mean'], 0)} bytes of "
+            f"value, {_n(res['feed_redis_bytes_mean'], 0)} bytes in Redis with its key and overhead (`MEMORY "
+            f"USAGE`), means over the first 500 users."]
+
+
+def _scaling(res: dict) -> list[str]:
+    fixed = res["config"]["fixed_users"]
+    return [*_table(["users", "rebuild s", "ms per user"],
+                    [[_n(x["users"]), _n(x["seconds"]), _n(x["ms_per_user"])] for x in res["by_users"]]),
+            "",
+            *_table([f"candidates cap ({fixed} users)", "candidates per user", "ms per user", "model share"],
+                    [[_n(x["max_candidates"]), _n(x["candidates_per_user"], 0), _n(x["ms_per_user"]),
+                      _pct(x["model_share"])] for x in res["by_candidates"]]),
+            "",
+            *_table([f"trees ({fixed} users)", "ms per user", "model share"],
+                    [[_n(x["trees"]), _n(x["ms_per_user"]), _pct(x["model_share"])] for x in res["by_trees"]]),
+            "",
+            "The model share is CatBoost's part of the rebuild time. Trees are the trained model cut to its first N; "
+            "where early stopping kept fewer, the larger steps repeat the whole model."]
+
+
+def _soak(res: dict) -> list[str]:
+    cfg, api, wk = res["config"], res["api_rss_mib"], res["worker_rss_mib"]
+    return [f"{res['seconds']} s at about {cfg['rate']} requests/s ({_pct(cfg['event_share'])} events), gunicorn × 2 "
+            f"and 2 RQ workers, {cfg['users']:,} users.", "",
+            *_table(["requests", "events", "errors", "API RSS MiB, after warm-up → end",
+                     "workers' RSS MiB, after warm-up → end"],
+                    [[_n(res["requests"]), _n(res["events"]), _n(res["errors"]),
+                      f"{_n(api['after_warmup'], 0)} → {_n(api['end'], 0)} ({api['growth']:+.1%})",
+                      f"{_n(wk['after_warmup'], 0)} → {_n(wk['end'], 0)} ({wk['growth']:+.1%})"]])]
+
+
+def _import(res: dict) -> list[str]:
+    from .import_ import sizes
+
+    users, films = sizes(res["rows"])
+    databases = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
+    return [f"{res['rows']:,} ratings ({users:,} users, {films:,} films), files generated in "
+            f"{_n(res['generate_s'])} s.", "",
+            *_table(["database", "import s", "rows/s", "import peak RSS MiB", "train s", "train peak RSS MiB"],
+                    [[databases.get(r["database"], r["database"]), _n(r["import_s"]), _n(r["import_rows_per_s"], 0),
+                      _n(r["import_rss_mib"], 0), _n(r["train_s"]), _n(r["train_rss_mib"], 0)] for r in res["runs"]])]
+
+
+def _quality(res: dict) -> list[str]:
+    cfg, oracle = res["config"], res["oracle"]
+    rows = [[f"**{name}**" if name == "ranker" else name, _n(m["ndcg"], 4), _n(m["recall"], 4),
+             _n(m["recall100"], 4), _n(m["coverage"], 3), _n(m.get("candidate_recall"), 3)]
+            for name, m in res["methods"].items()]
+    rows.append(["ceiling: the generator's own probabilities", _n(oracle["ndcg"], 4), _n(oracle["recall"], 4),
+                 _n(oracle["recall100"], 4), _n(oracle.get("coverage"), 3), "–"])
+    per_seed = ", ".join(f"{_x(r['ratio'])} ({_interval(r['ratio_interval'])})" for r in res["runs"])
+    return [f"The static protocol at cut 0.8 on {cfg['users']:,} users, {cfg['items']:,} items and "
+            f"{cfg['events']:,} events, {res['users_judged']:,} users judged; mean over training seeds "
+            f"{', '.join(map(str, cfg['seeds']))}.", "",
+            *_table(["method", "NDCG@10", "Recall@10", "Recall@100", "coverage", "candidate recall"], rows),
+            "",
+            f"Ranker / best baseline ({res['best_baseline']}): **{_x(res['ratio'])}** on the mean NDCG@10; per seed, "
+            f"with its 95% interval: {per_seed}. Both protocols, per log and cut: [quality.md](quality.md)."]
+
+
+def _hosts(res: dict) -> list[str]:
+    cfg, probe = res["config"], res["worker_startup"]
+    load = res.get("load_average", [])
+    return [f"A full rebuild of {cfg['users']:,} users ({cfg['batch']} per job); {res['feed_store']}; "
+            f"medians of {cfg['rounds']} rounds; {res['cores']} cores shared by the servers and every host"
+            + (f" (load average {load[0]:.1f} before the rounds, {load[1]:.1f} after)" if len(load) == 2 else "")
+            + ".", "",
+            *_table(["worker processes", "hosts", "per host", "start-up s", "rebuild s", "users/s", "speed-up vs 1",
+                     "users done per host"],
+                    [[r["workers"], r["hosts"], r["per_host"].replace("+", " + "), _n(r["startup_s"]),
+                      _n(r["rebuild_s"]), _n(r["users_per_s"], 0), _x(r["speedup"]),
+                      " + ".join(f"{n:,}" for n in r["users_by_host"].values())] for r in res["runs"]]),
+            "",
+            f"A worker process alone on the first host is ready {_n(probe['process_s'])} s after launch: imports "
+            f"{_n(probe['import_s'])} s, then the model ({probe['trees']:,} trees) and item matrices "
+            f"({probe['items']:,} items) {_n(probe['init_s'])} s."]
+
+
+def _protocols(results: list[dict]) -> list[str]:
+    # Which logs have run is quality.md's to say: this page does not change when one more does.
+    return ["Its figures are on [quality.md](quality.md), every log with its command, date and machine."]
+
+
+def _ablation(res: dict) -> list[str]:
+    rows = [[r["variant"], _n(r["static_ndcg"], 4), _x(r["static_ratio"]), _n(r["replay_ndcg"], 4),
+             _x(r["replay_ratio"]), _n(r["candidate_recall"], 3)] for r in res["runs"]]
+    return [f"Cut {res['cut']:g}; the ratios are the ranker's to the best baseline of the same run.", "",
+            *_table(["variant", "static NDCG@10", "static ratio", "replay NDCG@10", "replay ratio",
+                     "replay candidate recall"], rows),
+            "", "Every method under both protocols, per log and cut: [quality.md](quality.md)."]
+
+
+def _served(res: dict) -> list[str]:
+    s, e = res["served"], res["evaluated"]
+    best = res["best_baseline"]
+    return [f"Cut {res['cut_quantile']:g}: {res['steps']:,} steps of {res['users']:,} users, the log after the cut "
+            f"posted through HTTP in {_n(res['replay_seconds'], 0)} s.", "",
+            *_table(["feed", "NDCG@10", f"ratio to {best}", "95% interval"], [
+                ["served: `GET /feed` once caught up", _n(s["ndcg"], 4), f"**{_x(s['ratio'])}**",
+                 _interval(s["interval"])],
+                ["evaluated: the replay protocol in process", _n(e["ndcg"], 4), _x(e["ratio"]),
+                 _interval(e["interval"])],
+                [f"best baseline ({best})", _n(res["baseline_ndcg"], 4), _x(1.0), ""]]),
+            "",
+            f"Served / evaluated: {_interval(res['served_vs_evaluated'])} (95% interval); steps scoring the same: "
+            f"{_pct(res['same_score_share'])}; reads still behind the user's events after the catch-up deadline: "
+            f"{res['late_reads']}."]
+
+
+#: The page's sections in order: a benchmark's name, what it measures (from its module's docstring) and how its
+#: figures are shown.
+SECTIONS = {
+    "precompute": ("A full feed rebuild, stage by stage (history, candidates, features, model, store), in one "
+                   "process and through 2 forking RQ workers, next to CatBoost's own predict on the identical "
+                   "feature matrices: how close the whole pipeline comes to the model's own speed.", _precompute),
+    "fork": ("Single-user precompute jobs on 2 forking RQ workers, four ways: what initialising once before fork "
+             "saves, what a job costs over a no-op job, and what batching users buys.", _fork),
+    "serve": ("Requests per second and latency at fixed concurrency on loopback, for the precomputed feed, its "
+              "serving floor (one read of the page's bytes), the framework floor, a real-time ranker and event "
+              "ingestion.", _serve),
+    "freshness": ("A steady stream of events while 2 workers run: for each, the time from its being accepted "
+                  "(as `POST /events` does) until the user's feed in Redis carries its history version.", _freshness),
+    "memory": ("RSS, PSS and USS of the worker processes during a full rebuild (the model and item matrices "
+               "shared copy-on-write show as PSS well below RSS), and the bytes one user's feed takes in Redis.",
+               _memory),
+    "scaling": ("How a rebuild's time grows with users, candidates per user and model size (trees), in one process "
+                "on one core.", _scaling),
+    "soak": ("Mixed feed reads and event posts against the API under gunicorn, with 2 RQ workers recomputing, for "
+             "a bounded time: memory should stay flat after warm-up and errors at zero.", _soak),
+    "import": ("A generated catalogue and rating log of MovieLens-25M's shape imported, then trained on, each in "
+               "a child process: import rows/s, wall time and peak RSS.", _import),
+    "quality": ("Offline evaluation (`manage.py evaluate`) on the synthetic marketplace at the demo's size over "
+                "several training seeds, against a ceiling that ranks by the generator's own probabilities.",
+                _quality),
+    "hosts": ("A full rebuild split across worker hosts (Linux network namespaces, run as root) sharing one queue "
+              "Redis, one feed store and one database, over TCP as between machines.", _hosts),
+    "protocols": ("`manage.py evaluate --protocol both` at three cuts: every method under the static and replay "
+                  "protocols, per log.", _protocols),
+    "ablation": ("What each candidate source and each column group adds, under both protocols: `evaluate` once "
+                 "with everything and once without each part.", _ablation),
+    "served": ("The replay protocol through the running product (events posted over HTTP, feeds read with "
+               "`GET /feed`) against what `evaluate --protocol replay` reports for the same model, users and "
+               "steps.", _served),
+}

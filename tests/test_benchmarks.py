@@ -70,3 +70,45 @@ def test_the_quality_page_is_the_render_of_the_committed_results():
     assert results, "no benchmarks/results/protocols-*.json"
     # then docs/quality.md is exactly what they render to (else: python -m benchmarks report)
     assert report.PAGE.read_text() == report.render(results), "docs/quality.md is stale: python -m benchmarks report"
+
+
+def test_the_performance_page_is_the_render_of_the_committed_results():
+    # given the latest full result of every benchmark, as committed
+    from benchmarks import report
+
+    latest = report.load_latest(ROOT / "benchmarks" / "results")
+    # then docs/performance.md is exactly what they render to
+    assert report.PERFORMANCE_PAGE.read_text() == report.render_performance(latest), \
+        "docs/performance.md is stale: python -m benchmarks report"
+
+
+def test_the_performance_page_shows_what_ran_and_lists_what_did_not(tmp_path):
+    # given a full freshness run, a quick one beside it, and no other results
+    from benchmarks import report
+    from benchmarks.__main__ import NAMES
+
+    result = dict(benchmark="freshness", quick=False, date="2026-01-02 03:04:05 UTC",
+                  command="python -m benchmarks freshness",
+                  machine=dict(cpus=2, python="3.11.7", platform="Linux", load_average=[1.0, 1.5, 2.0]),
+                  config=dict(users=2000, rate=100, seconds=20, deadline=10.0), events=2000, achieved_rate=99.99,
+                  measured=2000, timed_out=0, p50_ms=21.46, p99_ms=80.51, max_ms=111.2, failed_jobs=0)
+    (tmp_path / "freshness.json").write_text(json.dumps(result))
+    (tmp_path / "freshness-quick.json").write_text(json.dumps({**result, "quick": True, "p99_ms": 5.0}))
+    page = report.render_performance(report.load_latest(tmp_path))
+    # then the full run's figures are on the page with its command, date and load, rounded; the quick run's are not
+    assert "| 2,000 | 100 | 21.5 | 80.5 | 111 | 0 | 0 |" in page and "5.00" not in page
+    assert "`python -m benchmarks freshness`, 2026-01-02 03:04:05 UTC" in page and "1.0 / 1.5 / 2.0" in page
+    # and every other benchmark is listed as not run, with its command, rather than given figures
+    for name in set(NAMES) - {"report", "freshness"}:
+        assert f"**{name}**: not run on this machine yet: `python -m benchmarks {name}`" in page, name
+    # and a changed figure changes the page
+    result["p99_ms"] = 95.0
+    (tmp_path / "freshness.json").write_text(json.dumps(result))
+    assert report.render_performance(report.load_latest(tmp_path)) != page
+
+
+def test_every_benchmark_has_a_section_on_the_performance_page():
+    from benchmarks import report
+    from benchmarks.__main__ import NAMES
+
+    assert list(report.SECTIONS) == [n for n in NAMES if n != "report"]
