@@ -95,8 +95,7 @@ def run(quick: bool = False) -> dict:
             "events": _load(api_port, EVENTS, cfg, world.auth),
         }
         out = dict(config=cfg, generator=runs["feed"]["generator"], runs=runs, in_process_us=floor,
-                   cursor_chars=cursor_chars,
-                   ratio_feed_over_floor=median([f["rps"] / g["rps"] for f, g in pairs]),
+                   cursor_chars=cursor_chars, ratio_feed_over_floor=median([f["rps"] / g["rps"] for f, g in pairs]),
                    ratio_feed_over_floor_per_pair=[f["rps"] / g["rps"] for f, g in pairs],
                    ratio_feed_over_bare=runs["feed"]["rps"] / runs["bare"]["rps"],
                    ratio_feed_over_realtime=runs["feed"]["rps"] / runs["realtime"]["rps"],
@@ -158,8 +157,11 @@ def _in_process(world, n_users: int, n: int = 3000) -> dict:
     out.update(per_call({name: lambda k, p=p: client.get(p.format(k % n_users + 1)) for name, p in paths.items()}))
     # What the key check (with its rate) and the cursor cost a page, side by side in one loop: the same first page
     # without a key (PREFEED_AUTH=off, no rate); pages 2 and DEEP_PAGE by cursor, and by offset as before cursors, all
-    # with the key (cursor/offset is the cursor's cost alone; the test client's work grows ~5 us per 100 characters).
+    # with the key (cursor/offset is the cursor's cost alone) and no cookie jar (the API sets none; the test client's
+    # jar reads every URL back twice, ~2 us per 100 characters, which a long cursor's page would pay).
     open_client = create_app(dataclasses.replace(settings, auth=False)).test_client()
+    plain = client.application.test_client(use_cookies=False)
+    plain.environ_base.update(client.environ_base)
     feed = paths["feed_us"]
     second = [client.get(feed.format(u + 1)).get_json()["next_cursor"] for u in range(n_users)]
     deep = [(feed.format(u), c) for u in range(1, min(n_users, DEEP_USERS) + 1)
@@ -167,10 +169,10 @@ def _in_process(world, n_users: int, n: int = 3000) -> dict:
     out.update(per_call({
         "feed_keyed_us": lambda k: client.get(feed.format(k % n_users + 1)),
         "feed_open_us": lambda k: open_client.get(feed.format(k % n_users + 1)),
-        "feed_cursor_us": lambda k: client.get(feed.format(k % n_users + 1) + f"&cursor={second[k % n_users]}"),
-        "feed_offset_us": lambda k: client.get(feed.format(k % n_users + 1) + "&offset=20"),
-        "feed_cursor_deep_us": lambda k: client.get("{}&cursor={}".format(*deep[k % len(deep)])),
-        "feed_offset_deep_us": lambda k: client.get(f"{deep[k % len(deep)][0]}&offset={20 * (DEEP_PAGE - 1)}"),
+        "feed_cursor_us": lambda k: plain.get(feed.format(k % n_users + 1) + f"&cursor={second[k % n_users]}"),
+        "feed_offset_us": lambda k: plain.get(feed.format(k % n_users + 1) + "&offset=20"),
+        "feed_cursor_deep_us": lambda k: plain.get("{}&cursor={}".format(*deep[k % len(deep)])),
+        "feed_offset_deep_us": lambda k: plain.get(f"{deep[k % len(deep)][0]}&offset={20 * (DEEP_PAGE - 1)}"),
     }))
     return {**out, "floor_over_feed": out["floor_us"] / out["feed_us"],
             "keyed_over_open": out["feed_keyed_us"] / out["feed_open_us"],
@@ -185,11 +187,9 @@ DEEP_PAGE, DEEP_USERS = 20, 200     # the deep page measured, for up to this man
 
 def _scroll(client, path: str, page: int) -> str | None:
     """The cursor of page ``page`` of a scroll from the top; None when the feed ends before."""
-    cursor = ""
-    for _ in range(page - 1):
-        cursor = client.get(path + (f"&cursor={cursor}" if cursor else "")).get_json()["next_cursor"]
-        if cursor is None:
-            break
+    cursor = client.get(path).get_json()["next_cursor"]
+    for _ in range(page - 2):
+        cursor = cursor and client.get(f"{path}&cursor={cursor}").get_json()["next_cursor"]
     return cursor
 
 
