@@ -287,10 +287,10 @@ def _latent_top(items: ItemTable, hist: Histories, scores: np.ndarray, vectors: 
     col = cov.latent_col[inactive]
     scores[:, col[col >= 0]] = -np.inf
     col = cov.latent_col[hist.seen_rows]
-    owner = np.repeat(np.arange(len(hist)), np.diff(hist.seen_offsets))
-    scores[owner[col >= 0], col[col >= 0]] = -np.inf
+    has = col >= 0
+    scores[np.repeat(np.arange(len(hist)), np.diff(hist.seen_offsets))[has], col[has]] = -np.inf
     factors, item_row = cov.latent, cov.latent_rows
     top = latent.top(scores, n, rescore=lambda rows, cols: np.einsum("ij,ij->i", vectors[rows],
                                                                      factors[item_row[cols]]),
                      error=latent.float32_error(vectors, cov.latent_norm))[0]
-    return np.where(top >= 0, cov.latent_rows[np.maximum(top, 0)], -1)
+    return np.where(top >= 0, item_row[np.maximum(top, 0)], -1)
