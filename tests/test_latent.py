@@ -1,6 +1,8 @@
 """The latent factor model (``ranking/latent.py``) on a log with two planted taste groups."""
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from precompute.ranking import latent
 
@@ -111,3 +113,18 @@ def test_factors_map_onto_item_rows_and_unknown_items_get_none():
 def test_a_log_too_small_for_a_factor_has_no_model():
     model = latent.fit(np.array([1, 1]), np.array([5, 6]), np.array([True, True]), factors=8)
     assert len(model["latent_ids"]) == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 40), st.integers(0, 2 ** 32 - 1), st.sampled_from([0.0, 0.3, 0.9]))
+def test_the_nth_best_score_of_each_row_is_the_whole_rows_whatever_the_rows_hold(n_rows, n, seed, excluded):
+    # given rows of 2,000 scores with ties (a coarse grid), a share of excluded columns (-inf), and a row with none
+    # finite but a few
+    rng = np.random.default_rng(seed)
+    scores = np.round(rng.standard_normal((n_rows, 2000)), 1).astype(np.float32)
+    scores[rng.random(scores.shape) < excluded] = -np.inf
+    scores[0, 5:] = -np.inf
+    # when each row's n-th best is found from a sample of the columns
+    kth = latent._kth(scores, n)
+    # then it is the n-th best of the whole row
+    assert kth.tolist() == np.sort(scores, axis=1)[:, -n].tolist()

@@ -238,7 +238,7 @@ def for_batch(items: ItemTable, cov: CoVisit, hist: Histories, settings: Setting
         # others score 0): the candidates' scores are gathered from it, and the best items found in it are re-scored
         # exactly.
         vectors = latent.user_vectors(cov.latent, mine, mine_owner, n_users)
-        dense = vectors.astype(np.float32) @ cov.latent32.T
+        dense = vectors.astype(np.float32) @ cov.latent32
         if settings.latent_candidates > 0:
             latent_top = _latent_top(items, hist, dense, vectors, cov, settings.latent_candidates)
     no_rows = np.empty(0, dtype=np.int64)

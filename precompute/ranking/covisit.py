@@ -28,8 +28,9 @@ class CoVisit:
     #: The latent model's item factors by item row (``latent.py``), from the same file; None: none built.
     latent: np.ndarray | None = None
     #: The item rows with a factor (an item nobody interacted with before the fit has none: its score is 0 for every
-    #: user), their factors in float32 for the catalogue product of a batch (``candidates.for_batch``), each item
-    #: row's column in that product (-1: no factor), and the largest factor norm (which bounds the product's error).
+    #: user), their factors in float32 for the catalogue product of a batch (``candidates.for_batch``; ``(k, columns)``,
+    #: transposed and contiguous: BLAS reads it ~1.6x faster than a transposed view), each item row's column in that
+    #: product (-1: no factor), and the largest factor norm (which bounds the product's error).
     latent_rows: np.ndarray | None = None
     latent32: np.ndarray | None = None
     latent_col: np.ndarray | None = None
@@ -155,7 +156,7 @@ def attach_latent(cov: CoVisit, factors: np.ndarray) -> None:
     """Give ``cov`` the latent model's item factors by row, with what the batch product needs of them."""
     cov.latent = factors
     cov.latent_rows = np.flatnonzero(np.any(factors != 0, axis=1))
-    cov.latent32 = factors[cov.latent_rows].astype(np.float32)
+    cov.latent32 = np.ascontiguousarray(factors[cov.latent_rows].T, dtype=np.float32)
     cov.latent_col = np.full(len(factors), -1, dtype=np.int64)
     cov.latent_col[cov.latent_rows] = np.arange(len(cov.latent_rows))
     cov.latent_norm = float(np.sqrt(np.einsum("ij,ij->i", factors, factors).max(initial=0.0)))
