@@ -185,13 +185,11 @@ def for_user(items: ItemTable, seen: np.ndarray, cov_rows: np.ndarray, cov_w: np
 
     rows = np.concatenate([cov[keep], close, hot, fill])
     zeros = np.zeros(len(close) + len(hot) + len(fill))
-    # Every candidate's kNN score: a row among the neighbours has its slot there (the slot array is only trusted
-    # where it points back at the row).
-    knn_score = np.zeros(len(rows))
-    if len(near):
-        slot[near] = np.arange(len(near))       # the recent lists' dedupe wrote over some of these slots
-        at = np.minimum(slot[rows], len(near) - 1)
-        knn_score = np.where(near[at] == rows, near_score[at], 0.0)
+    # Every candidate's kNN score, through the all-zero ``_score`` scratch (reset right after).
+    score = items._score
+    score[near] = near_score
+    knn_score = score[rows]
+    score[near] = 0.0
     # Source bits: the lists a row is on (the category bit only for lists of the user's top categories).
     flags = bits[rows]
     bits[popular] = 0

@@ -107,6 +107,7 @@ class ItemTable:
         self._mark = np.zeros(n, dtype=bool)     # scratch for O(k) membership tests, always left all-False
         self._slot = np.zeros(n, dtype=np.int64)  # scratch for O(k) dedupe: written before read, never reset
         self._bits = np.zeros(n, dtype=np.uint8)  # scratch for popular-list source bits, always left all-zero
+        self._score = np.zeros(n)                 # scratch for per-item scores, always left all-zero
         # float32 copies the feature code gathers straight into its float32 columns.
         self.log_price32 = self.log_price.astype(np.float32)
         self.created_day32 = (self.created_at / DAY).astype(np.float32)
