@@ -46,7 +46,7 @@ def get_feed(user_id: str):
     n_boosted = sum(1 for _, _, b in page.items if b)
     next_cursor = None
     if scroll is not None and len(page.items) == limit:     # a short page is the feed's end: nothing to continue
-        next_cursor = ctx["cursors"].encode(scroll.after([i for i, _, _ in page.items], n_boosted))
+        next_cursor = ctx["cursors"].next(scroll, [i for i, _, _ in page.items], n_boosted)
     items = [{"item_id": i, "score": round(s, 6), "boosted": b} for i, s, b in page.items]
     ctx["metrics"].feed(page.source, n_boosted, header.computed_at if header else None)
     return json_response({

@@ -91,6 +91,16 @@ def test_a_cursor_carries_its_scroll_exactly(n, span):
         cursor.Cursors(b"another secret", 60).decode(token, 7)
 
 
+def test_the_next_cursor_carries_the_scroll_after_the_page():
+    # given a scroll and the page it serves next (ids in page order, two of them boosted)
+    cursors = cursor.Cursors(b"secret", 60)
+    scroll = cursor.Scroll(7, (3, 40, 900), 3, 1)
+    page = [77, 5, 10_000, 41]
+    # when the page's next cursor is read back, then it is the scroll after that page: ids merged, counts added
+    assert cursors.decode(cursors.next(scroll, page, 2), 7) == scroll.after(page, 2) == \
+        cursor.Scroll(7, (3, 5, 40, 41, 77, 900, 10_000), 7, 3)
+
+
 def test_a_cursor_of_another_layout_starts_the_scroll_over():
     # given a cursor signed with this key, by a version that wrote another layout
     cursors = cursor.Cursors(b"secret", 60)

