@@ -192,7 +192,9 @@ def _protocols(results: list[dict]) -> list[str]:
 def _ablation(res: dict) -> list[str]:
     rows = [[r["variant"], figure(r["static_ndcg"], 4), times(r["static_ratio"]), figure(r["replay_ndcg"], 4),
              times(r["replay_ratio"]), figure(r["candidate_recall"], 3)] for r in res["runs"]]
-    return [f"Cut {res['cut']:g}; the ratios are the ranker's to the best baseline of the same run.", "",
+    return [f"Cut {res['cut']:g}; the ratios are the ranker's to the best baseline of the same run. One training "
+            "seed per variant: a difference no larger than the spread between training seeds (the quality "
+            "benchmark's runs, [quality.md](quality.md)) is noise.", "",
             *table(["variant", "static NDCG@10", "static ratio", "replay NDCG@10", "replay ratio",
                      "replay candidate recall"], rows),
             "", "Every method under both protocols, per log and cut: [quality.md](quality.md)."]

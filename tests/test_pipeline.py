@@ -162,6 +162,25 @@ def test_training_and_precompute_build_identical_feature_rows(pipeline, world, u
     assert np.array_equal(X_t, X_s, equal_nan=True)
 
 
+def test_training_features_of_sampled_candidates_are_the_rows_of_the_whole_set(pipeline, world):
+    # given several users' candidates and their feature rows, and a sample of them that leaves out each user's
+    # strongest co-visited candidate (the features scale co-visitation by it)
+    users = users_with_history(world, 1, 6)
+    hist = histories(pipeline, users)
+    cand = pipeline.candidates(hist)
+    now = time.time()
+    X = features.build(pipeline.items, hist, cand, now)
+    keep = np.random.default_rng(0).random(len(cand.rows)) < 0.3
+    for k in range(len(users)):
+        a, b = cand.offsets[k], cand.offsets[k + 1]
+        keep[a + np.argmax(cand.cov_score[a:b])] = False
+    assert cand.cov_score[keep].any()
+    # when features are built for the sample only, as training does
+    X_keep = features.build(pipeline.items, hist, cand.take(keep), now)
+    # then they are the whole set's rows of the sample, column for column
+    assert np.array_equal(X_keep, X[keep], equal_nan=True)
+
+
 def test_history_truncation_is_the_same_on_both_paths(pipeline, world, user_id):
     events = ranker.load_events(world.engine)
     a = history.histories_from_arrays(np.array([user_id]), *events, pipeline.items,

@@ -4,6 +4,9 @@ import dataclasses
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import settings as hyp_settings
+from hypothesis import strategies as st
 
 from precompute.ranking import periods, ranker
 
@@ -145,3 +148,20 @@ def test_several_training_periods_each_learn_from_their_own_past(world):
     trained_pairs = {(c, u) for c, u in pairs if c != judge["cut"]}
     assert len({u for _, u in trained_pairs}) < len(trained_pairs)        # some user is in several periods
     assert len(np.unique(groups[0])) == len(trained_pairs) <= result.metrics["train_users"]
+
+
+@hyp_settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 40), min_size=1, max_size=12), st.integers(0, 45), st.integers(0, 2 ** 32 - 1))
+def test_each_group_keeps_the_rows_with_its_k_smallest_keys(sizes, k, seed):
+    # given groups of rows (some empty) with random keys, as training draws them to sample negatives
+    offsets = np.r_[0, np.cumsum(sizes)]
+    owner = np.repeat(np.arange(len(sizes)), sizes)
+    key = np.random.default_rng(seed).random(len(owner))
+    # when each group keeps its k smallest
+    kept = ranker.group_smallest(owner, offsets, key, k)
+    # then they are the first k of the group ranked by key (all of a group of at most k)
+    want = np.zeros(len(key), dtype=bool)
+    for g in range(len(sizes)):
+        a, b = offsets[g], offsets[g + 1]
+        want[a + np.argsort(key[a:b])[:k]] = True
+    assert kept.tolist() == want.tolist()

@@ -113,7 +113,7 @@ def judge(items: ItemTable, cov: CoVisit, events, cut: float, model, settings: S
         for c in distinct.tolist():
             windowed, ever = act.at(c, _WINDOWS)
             live_w = windowed[:, live_cols]
-            blocks.append(popularity.block(live_w, ever))
+            blocks.append(popularity.Counts(live_w, ever))
             lists.append(popularity.top_lists(live_w, items.active, lengths))
             scores["popular"].append(ever)
             for m, col in base_cols.items():

@@ -45,10 +45,34 @@ class Candidates:
     #: from strongest to weakest (stable): computed once here, reused by the features.
     category_weight: np.ndarray
     category_order: np.ndarray
+    #: Each user's largest ``cov_score`` among all their candidates (the features scale by it), when this is a
+    #: subset of them (``take``); None: computed from these.
+    cov_top: np.ndarray | None = None
 
     @property
     def owner(self) -> np.ndarray:
         return np.repeat(np.arange(len(self.offsets) - 1), np.diff(self.offsets))
+
+    def largest_cov_score(self) -> np.ndarray:
+        """``(B,)`` each user's largest co-visitation score over their candidates (0 without any)."""
+        if self.cov_top is not None:
+            return self.cov_top
+        top = np.zeros(len(self.offsets) - 1)
+        nonempty = np.diff(self.offsets) > 0
+        if np.any(nonempty):
+            # Candidates are grouped by user: a segment max (reduceat) instead of the much slower maximum.at.
+            top[nonempty] = np.maximum.reduceat(self.cov_score, self.offsets[:-1][nonempty])
+        return top
+
+    def take(self, keep: np.ndarray) -> Candidates:
+        """The candidates where ``keep`` (a mask over them) holds, still grouped by user; their feature rows are the
+        whole set's rows at ``keep`` (training builds features for its sampled examples only)."""
+        per_user = np.bincount(self.owner[keep], minlength=len(self.offsets) - 1)
+        return dataclasses.replace(
+            self, offsets=np.r_[0, np.cumsum(per_user)].astype(np.int64), rows=self.rows[keep],
+            cov_score=self.cov_score[keep], cov_count=self.cov_count[keep], cov_last=self.cov_last[keep],
+            knn_score=self.knn_score[keep], latent_score=self.latent_score[keep], flags=self.flags[keep],
+            cov_top=self.largest_cov_score())
 
 
 def category_weights(items: ItemTable, hist: Histories) -> np.ndarray:

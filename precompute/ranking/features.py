@@ -179,11 +179,7 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float | np.n
     knn[:] = cand.knn_score
     np.multiply(knn, np.repeat((1.0 / np.maximum(distinct_items, 1)).astype(np.float32), sizes), out=knn_norm)
     latent[:] = cand.latent_score
-    top = np.zeros(n_users)
-    if len(r):
-        # Candidates are grouped by user: a segment max (reduceat) instead of the much slower maximum.at.
-        nonempty = sizes > 0
-        top[nonempty] = np.maximum.reduceat(cand.cov_score, cand.offsets[:-1][nonempty])
+    top = cand.largest_cov_score()
     np.multiply(cov, np.repeat((1.0 / np.maximum(top, 1e-9)).astype(np.float32), sizes), out=cov_norm)
     # The candidate's all-time popularity rank (log) against the mean of the items the user interacted with (each
     # event counts): mainstream or niche for this user; NaN without.

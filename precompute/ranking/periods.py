@@ -78,11 +78,12 @@ class Period:
         """Users with history before the cut and a graded interaction after it, sorted."""
         return np.intersect1d(np.unique(self.known[0]), self.labels.judged())
 
-    def examples(self, user_ids: np.ndarray, settings: Settings) -> tuple[Histories, Candidates, np.ndarray,
-                                                                          np.ndarray]:
-        """Histories, candidates, feature rows and grades of ``user_ids`` at the cut."""
-        hist, cand, X = feature_rows(self.items, self.cov, self.known, user_ids, self.cut, settings)
-        return hist, cand, X, self.labels.grade(hist.user_ids[cand.owner], cand.rows)
+    def candidates(self, user_ids: np.ndarray, settings: Settings) -> tuple[Histories, Candidates, np.ndarray]:
+        """Histories, candidates and their grades of ``user_ids`` at the cut (their features: ``features.build``
+        at the cut)."""
+        hist = histories_from_arrays(user_ids, *self.known, self.items, settings, clock=self.cut)
+        cand = candidates.for_batch(self.items, self.cov, hist, settings)
+        return hist, cand, self.labels.grade(hist.user_ids[cand.owner], cand.rows)
 
 
 def feature_rows(items: ItemTable, cov: CoVisit, events: Events, user_ids: np.ndarray, now: float,

@@ -46,13 +46,31 @@ def block(windowed: np.ndarray, ever: np.ndarray) -> np.ndarray:
     Counts say how much an item sells; shares (log of the item's smoothed share of the window's interactions) say
     the same free of the log's pace, which differs between a training period and the time a feed is served. Trend:
     the share of the last week over the share of all time (> 0: rising)."""
-    n = max(len(ever), 1)
-    totals = windowed.sum(axis=0)
-    share = np.log((windowed + 1.0) / (totals + n))
-    week = windowed[:, [w for w, _ in WINDOWS].index("7d")]
-    trend = np.log((week + 1.0) / (week.sum() + n)) - np.log((ever + 1.0) / (ever.sum() + n))
-    out = np.column_stack([np.log1p(windowed), np.log1p(ever), share, trend])
-    return np.asfortranarray(out, dtype=np.float32)
+    return np.asfortranarray(Counts(windowed, ever)[slice(None)])
+
+
+_WEEK = [w for w, _ in WINDOWS].index("7d")
+
+
+class Counts:
+    """``block(windowed, ever)`` computed only for the rows asked (``counts[rows]``, the same numbers): replay and
+    training rank a few thousand candidates per clock, not the catalogue, and the logs of every item at every
+    replayed step's clock were a fifth of training's time."""
+
+    def __init__(self, windowed: np.ndarray, ever: np.ndarray) -> None:
+        n = max(len(ever), 1)
+        self.windowed, self.ever = windowed, ever
+        self.shape = (len(ever), 2 * len(WINDOWS) + 2)
+        self._totals = windowed.sum(axis=0) + n
+        self._week_total = windowed[:, _WEEK].sum() + n
+        self._ever_total = ever.sum() + n
+
+    def __getitem__(self, rows) -> np.ndarray:
+        """``(len(rows), k)`` float32: the "item_live" columns of item ``rows``."""
+        windowed, ever = self.windowed[rows], self.ever[rows]
+        share = np.log((windowed + 1.0) / self._totals)
+        trend = np.log((windowed[:, _WEEK] + 1.0) / self._week_total) - np.log((ever + 1.0) / self._ever_total)
+        return np.column_stack([np.log1p(windowed), np.log1p(ever), share, trend]).astype(np.float32)
 
 
 def top_lists(windowed: np.ndarray, active: np.ndarray, lengths: tuple[int, ...]) -> list[np.ndarray]:
@@ -73,7 +91,7 @@ class Live:
     """Popularity blocks of a batch of users: user ``k`` is at clock ``clocks[which[k]]`` and sees ``blocks[which[k]]``
     (``(n_items, len(names()))``) and the recent-popularity lists ``lists[which[k]]`` (one per ``SOURCES``)."""
 
-    blocks: list[np.ndarray]
+    blocks: list[np.ndarray | Counts]
     lists: list[list[np.ndarray]]
     which: np.ndarray
 
@@ -91,7 +109,7 @@ class Live:
         """``out[:, start:start+k]`` = each candidate's row of its user's block (user ``j``'s candidates at
         ``offsets[j]:offsets[j+1]``)."""
         k = self.blocks[0].shape[1]
-        if len(self.blocks) == 1:
+        if len(self.blocks) == 1 and isinstance(self.blocks[0], np.ndarray):
             for j in range(k):
                 np.take(self.blocks[0][:, j], rows, out=out[:, start + j], mode="clip")
             return
@@ -139,6 +157,6 @@ class Activity:
         blocks, lists = [], []
         for c in distinct.tolist():
             windowed, ever = self.at(c)
-            blocks.append(block(windowed, ever))
+            blocks.append(Counts(windowed, ever))
             lists.append(top_lists(windowed, self.items.active, lengths))
         return Live(blocks, lists, which.ravel().astype(np.int64))
