@@ -155,31 +155,25 @@ def _in_process(world, n_users: int, n: int = 3000) -> dict:
 
     out = per_call(dict(redis_ping_us=lambda k: r.ping(), livez_us=lambda k: client.get("/livez")))
     out.update(per_call({name: lambda k, p=p: client.get(p.format(k % n_users + 1)) for name, p in paths.items()}))
-    # What the key check (with its rate) and the cursor cost a page, side by side in one loop: the same first page
-    # without a key (PREFEED_AUTH=off, no rate); pages 2 and DEEP_PAGE by cursor, and by offset as before cursors, all
-    # with the key (cursor/offset is the cursor's cost alone) and no cookie jar (the API sets none; the test client's
-    # jar reads every URL back twice, ~2 us per 100 characters, which a long cursor's page would pay).
+    # What the key check (with its rate) and the cursor cost a page, each pair alternating in a loop of its own (in
+    # one loop of all six, the request after the open app's paid to warm the keyed app again, ~5 % of a page): the same
+    # first page without a key (PREFEED_AUTH=off, no rate); pages 2 and DEEP_PAGE by cursor and by offset, with the key
+    # and no cookie jar (the API sets none; the test client's jar reads every URL back twice, ~2 us per 100 characters).
     open_client = create_app(dataclasses.replace(settings, auth=False)).test_client()
     plain = client.application.test_client(use_cookies=False)
     plain.environ_base.update(client.environ_base)
     feed = paths["feed_us"]
-    second = [client.get(feed.format(u + 1)).get_json()["next_cursor"] for u in range(n_users)]
-    deep = [(feed.format(u), c) for u in range(1, min(n_users, DEEP_USERS) + 1)
-            if (c := _scroll(client, feed.format(u), DEEP_PAGE))]
-    # Each pair in a loop of its own: in one loop of all six, whichever request followed the open app's paid to warm
-    # the keyed app's caches again (the page-2 cursor, five turns of six), which charged the cursor ~5 %.
-    out.update(per_call({
-        "feed_keyed_us": lambda k: client.get(feed.format(k % n_users + 1)),
-        "feed_open_us": lambda k: open_client.get(feed.format(k % n_users + 1)),
-    }))
-    out.update(per_call({
-        "feed_cursor_us": lambda k: plain.get(feed.format(k % n_users + 1) + f"&cursor={second[k % n_users]}"),
-        "feed_offset_us": lambda k: plain.get(feed.format(k % n_users + 1) + "&offset=20"),
-    }))
-    out.update(per_call({
-        "feed_cursor_deep_us": lambda k: plain.get("{}&cursor={}".format(*deep[k % len(deep)])),
-        "feed_offset_deep_us": lambda k: plain.get(f"{deep[k % len(deep)][0]}&offset={20 * (DEEP_PAGE - 1)}"),
-    }))
+    first = [feed.format(u + 1) for u in range(n_users)]
+    second = [client.get(path).get_json()["next_cursor"] for path in first]
+    deep, deep_at = [(feed.format(u), c) for u in range(1, min(n_users, DEEP_USERS) + 1)
+                     if (c := _scroll(client, feed.format(u), DEEP_PAGE))], 20 * (DEEP_PAGE - 1)
+    for pair in ({"feed_keyed_us": lambda k: client.get(first[k % n_users]),
+                  "feed_open_us": lambda k: open_client.get(first[k % n_users])},
+                 {"feed_cursor_us": lambda k: plain.get(f"{first[k % n_users]}&cursor={second[k % n_users]}"),
+                  "feed_offset_us": lambda k: plain.get(f"{first[k % n_users]}&offset=20")},
+                 {"feed_cursor_deep_us": lambda k: plain.get("{}&cursor={}".format(*deep[k % len(deep)])),
+                  "feed_offset_deep_us": lambda k: plain.get("{}&offset={}".format(deep[k % len(deep)][0], deep_at))}):
+        out.update(per_call(pair))
     return {**out, "floor_over_feed": out["floor_us"] / out["feed_us"],
             "keyed_over_open": out["feed_keyed_us"] / out["feed_open_us"],
             "cursor_over_offset": out["feed_cursor_us"] / out["feed_offset_us"],

@@ -49,3 +49,25 @@ def top_desc_grouped(scores: np.ndarray, offsets: np.ndarray, k: int) -> tuple[n
     packed = packed[rank < k]
     new = np.r_[0, np.cumsum(np.minimum(np.diff(bounds), k))].astype(np.int64)
     return (packed & np.uint64(0xFFFFFFFF)).astype(np.int64), new
+
+
+def distinct(slot: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """Distinct values of ``a`` in O(len(a)) with no sort.
+
+    Every element writes its position into the per-item ``slot`` array; for a repeated value exactly one write
+    survives, and the element at that position is the one kept. Which one survives is up to NumPy, so the order
+    of the result is not specified (its set is). Slots are written before they are read, so none needs a reset.
+    """
+    pos = np.arange(len(a))
+    slot[a] = pos
+    return a[slot[a] == pos]
+
+
+def strongest(pick: np.ndarray, score: np.ndarray, row: np.ndarray, n: int) -> np.ndarray:
+    """The ``n`` elements of ``pick`` with the highest ``score``, ties by ``row`` (``0 < n < len(pick)``): the
+    contenders are every element reaching the n-th best score (a partition, not a sort), and only they are sorted."""
+    if n < 1:
+        return pick[:0]
+    kth = np.partition(score, len(score) - n)[len(score) - n]
+    top = np.flatnonzero(score >= kth)
+    return pick[top[np.lexsort((row[top], -score[top]))[:n]]]

@@ -4,7 +4,7 @@ popular; union, dedupe, drop seen and inactive items, cap.
 
 Work is whole-array numpy: per-user quantities that need the whole batch (category weights) are computed once per
 batch, the rest is a couple of dozen array ops per user, never a Python loop over items. Nothing is ranked:
-co-visited items are deduped in O(n) through a per-item scratch array (see ``_distinct``), popular ones come
+co-visited items are deduped in O(n) through a per-item scratch array (see ``arrays.distinct``), popular ones come
 ranked already (item rows are in popularity order).
 """
 
@@ -16,7 +16,7 @@ import numpy as np
 
 from ..data.history import Histories
 from ..settings import Settings
-from . import latent
+from . import arrays, latent
 from .covisit import CoVisit
 from .item_table import POPULAR_CATEGORY, POPULAR_GLOBAL, ItemTable
 from .popularity import FROM_RECENT_1D, FROM_RECENT_1H, SOURCES, Live
@@ -86,28 +86,6 @@ def category_weights(items: ItemTable, hist: Histories) -> np.ndarray:
                        minlength=n_users * n_cat).reshape(n_users, n_cat)
 
 
-def _distinct(slot: np.ndarray, a: np.ndarray) -> np.ndarray:
-    """Distinct values of ``a`` in O(len(a)) with no sort.
-
-    Every element writes its position into the per-item ``slot`` array; for a repeated value exactly one write
-    survives, and the element at that position is the one kept. Which one survives is up to NumPy, so the order
-    of the result is not specified (its set is). Slots are written before they are read, so none needs a reset.
-    """
-    pos = np.arange(len(a))
-    slot[a] = pos
-    return a[slot[a] == pos]
-
-
-def _strongest(pick: np.ndarray, score: np.ndarray, row: np.ndarray, n: int) -> np.ndarray:
-    """The ``n`` elements of ``pick`` with the highest ``score``, ties by ``row`` (``0 < n < len(pick)``): the
-    contenders are every element reaching the n-th best score (a partition, not a sort), and only they are sorted."""
-    if n < 1:
-        return pick[:0]
-    kth = np.partition(score, len(score) - n)[len(score) - n]
-    top = np.flatnonzero(score >= kth)
-    return pick[top[np.lexsort((row[top], -score[top]))[:n]]]
-
-
 def recent_items(hist: Histories, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each user's ``k`` most recent distinct items, most recent first, for the whole batch at once.
 
@@ -163,7 +141,7 @@ def for_user(items: ItemTable, seen: np.ndarray, cov_rows: np.ndarray, cov_w: np
         popular = glob
     # Distinct co-visited neighbours; weights and counts summed through each one's position in the slot array.
     slot = items._slot
-    cov = _distinct(slot, cov_rows)
+    cov = arrays.distinct(slot, cov_rows)
     slot[cov] = np.arange(len(cov))
     at = slot[cov_rows]
     cov_score = np.bincount(at, weights=cov_w, minlength=len(cov))
@@ -179,13 +157,13 @@ def for_user(items: ItemTable, seen: np.ndarray, cov_rows: np.ndarray, cov_w: np
     mark[cov] = True
     # kNN neighbours of the history: summed similarity per distinct item (through the slot array, as above); the
     # strongest active unseen ones not co-visited join.
-    near = _distinct(slot, knn_rows)
+    near = arrays.distinct(slot, knn_rows)
     slot[near] = np.arange(len(near))
     near_score = np.bincount(slot[knn_rows], weights=knn_w, minlength=len(near))
     room = max(min(n_knn, max_candidates - len(keep)), 0)
     pick = np.flatnonzero(items.active[near] & ~mark[near])
     if len(pick) > room:
-        pick = _strongest(pick, near_score[pick], near[pick], room)
+        pick = arrays.strongest(pick, near_score[pick], near[pick], room)
     close = near[pick]
     bits[close] |= FROM_KNN
     mark[close] = True
@@ -198,7 +176,7 @@ def for_user(items: ItemTable, seen: np.ndarray, cov_rows: np.ndarray, cov_w: np
     lists = [rows_ for rows_ in recent if len(rows_)]
     for rows_, (_, bit) in zip(recent, SOURCES):
         bits[rows_] |= bit
-    hot = _distinct(slot, np.concatenate(lists)) if lists else np.empty(0, dtype=np.int64)
+    hot = arrays.distinct(slot, np.concatenate(lists)) if lists else np.empty(0, dtype=np.int64)
     hot = hot[items.active[hot] & ~mark[hot]][: max(max_candidates - len(keep) - len(close), 0)]
     mark[hot] = True
     fill = popular[~mark[popular]][: max(max_candidates - len(keep) - len(close) - len(hot), 0)]
