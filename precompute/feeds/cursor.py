@@ -29,7 +29,6 @@ import secrets
 import struct
 import time
 import zlib
-from collections.abc import Sequence
 from itertools import accumulate
 from operator import sub
 from typing import NamedTuple
@@ -91,15 +90,7 @@ class Cursors:
     def encode(self, scroll: Scroll) -> str | None:
         """The cursor of ``scroll``; None once it has served ``MAX_SERVED`` items (the scroll ends there), or
         before it has served any (its next page is the top)."""
-        return self._encode(scroll.user_id, scroll.served, scroll.slots, scroll.boosted)
-
-    def next(self, scroll: Scroll, page_ids: list[int], page_boosted: int) -> str | None:
-        """The cursor of ``scroll.after(page_ids, page_boosted)``, without building that scroll (a page's last
-        step)."""
-        return self._encode(scroll.user_id, _merged(scroll.served, page_ids), scroll.slots + len(page_ids),
-                            scroll.boosted + page_boosted)
-
-    def _encode(self, user_id: int, ids: Sequence[int], slots: int, boosted: int) -> str | None:
+        ids = scroll.served
         if not 0 < len(ids) < MAX_SERVED:
             return None
         gaps = list(map(sub, ids[1:], ids))
@@ -108,11 +99,14 @@ class Cursors:
         form = width
         if len(body) > _RAW_MAX:
             body, form = zlib.compress(body, 1), width | _PACKED
-        payload = _HEAD.pack(_VERSION, user_id, slots, boosted, int(time.time()), ids[0], form) + body
-        mac = self._mac.copy()
-        mac.update(payload)
-        signed = binascii.b2a_base64(payload + mac.digest(), newline=False)
+        payload = _HEAD.pack(_VERSION, scroll.user_id, scroll.slots, scroll.boosted, int(time.time()), ids[0],
+                             form) + body
+        signed = binascii.b2a_base64(payload + self._sign(payload), newline=False)
         return signed.translate(_URLSAFE).rstrip(b"=").decode("ascii")
+
+    def next(self, scroll: Scroll, page_ids: list[int], page_boosted: int) -> str | None:
+        """The cursor of the scroll once it has served a page (``scroll.after``): a page's last step."""
+        return self.encode(scroll.after(page_ids, page_boosted))
 
     def decode(self, cursor: str, user_id: int) -> Scroll | None:
         """The scroll ``cursor`` continues, or None when it has expired (or has a layout this version does not
@@ -122,9 +116,7 @@ class Cursors:
         except (binascii.Error, UnicodeEncodeError):        # not base64, or not ASCII
             raw = b""
         payload = raw[:-_TAG]
-        mac = self._mac.copy()
-        mac.update(payload)
-        if not payload or not hmac.compare_digest(raw[-_TAG:], mac.digest()):
+        if not payload or not hmac.compare_digest(raw[-_TAG:], self._sign(payload)):
             raise InvalidInput("cursor is not one this API issued (or it was altered)")
         if payload[0] != _VERSION or len(payload) < _HEAD.size:
             return None                 # signed here, by a version that wrote another layout: start over
