@@ -71,3 +71,12 @@ def strongest(pick: np.ndarray, score: np.ndarray, row: np.ndarray, n: int) -> n
     kth = np.partition(score, len(score) - n)[len(score) - n]
     top = np.flatnonzero(score >= kth)
     return pick[top[np.lexsort((row[top], -score[top]))[:n]]]
+
+
+def padded_groups(values: np.ndarray, group: np.ndarray, first: np.ndarray, width: int, fill: float) -> np.ndarray:
+    """``(len(first), width)``: each group's ``values`` as one row, in their order, padded with ``fill``. Values
+    are grouped by ``group`` (ascending, contiguous; group ``g`` starts at ``first[g]``) and no group is wider than
+    ``width``. One partition along the rows then finds every group's k-th value at once."""
+    out = np.full((len(first), width), fill, dtype=values.dtype)
+    out[group, np.arange(len(values)) - first[group]] = values
+    return out

@@ -23,6 +23,8 @@ import numpy as np
 from scipy import sparse
 from scipy.sparse.linalg import svds
 
+from . import arrays
+
 KEYS = ("latent_ids", "latent_factors")
 
 
@@ -139,8 +141,7 @@ def _kth(scores: np.ndarray, n: int) -> np.ndarray:
     width = int(count.max())
     if 2 * width > m:
         return np.partition(scores, m - n, axis=1)[:, m - n]
-    padded = np.full((len(scores), width), -np.inf, dtype=scores.dtype)
-    padded[row, np.arange(len(row)) - np.repeat(np.cumsum(count) - count, count)] = scores[row, col]
+    padded = arrays.padded_groups(scores[row, col], row, np.cumsum(count) - count, width, -np.inf)
     return np.partition(padded, width - n, axis=1)[:, width - n]
 
 

@@ -81,17 +81,22 @@ class Period:
     def candidates(self, user_ids: np.ndarray, settings: Settings) -> tuple[Histories, Candidates, np.ndarray]:
         """Histories, candidates and their grades of ``user_ids`` at the cut (their features: ``features.build``
         at the cut)."""
-        hist = histories_from_arrays(user_ids, *self.known, self.items, settings, clock=self.cut)
-        cand = candidates.for_batch(self.items, self.cov, hist, settings)
+        hist, cand = candidates_at(self.items, self.cov, self.known, user_ids, self.cut, settings)
         return hist, cand, self.labels.grade(hist.user_ids[cand.owner], cand.rows)
+
+
+def candidates_at(items: ItemTable, cov: CoVisit, events: Events, user_ids: np.ndarray, now: float,
+                  settings: Settings) -> tuple[Histories, Candidates]:
+    """Training's path from an in-memory event log to candidates: the same candidate function precompute uses, on
+    histories truncated the same way, read at ``now``."""
+    hist = histories_from_arrays(user_ids, *events, items, settings, clock=now)
+    return hist, candidates.for_batch(items, cov, hist, settings)
 
 
 def feature_rows(items: ItemTable, cov: CoVisit, events: Events, user_ids: np.ndarray, now: float,
                  settings: Settings) -> tuple[Histories, Candidates, np.ndarray]:
-    """Training's path from an in-memory event log to feature rows: the same candidate and feature functions
-    precompute uses, on histories truncated the same way, read at ``now``."""
-    hist = histories_from_arrays(user_ids, *events, items, settings, clock=now)
-    cand = candidates.for_batch(items, cov, hist, settings)
+    """``candidates_at`` and the candidates' feature rows (``features.build`` at ``now``)."""
+    hist, cand = candidates_at(items, cov, events, user_ids, now, settings)
     return hist, cand, features.build(items, hist, cand, now=now)
 
 

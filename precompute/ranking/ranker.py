@@ -28,7 +28,7 @@ from sqlalchemy import Engine
 from ..data import log as event_log
 from ..errors import InvalidInput
 from ..settings import Settings
-from . import candidates, features, periods, popularity
+from . import arrays, candidates, features, periods, popularity
 from . import steps as replayed
 from .periods import Period, feature_rows  # noqa: F401  (feature_rows: training's feature path, used by tests)
 
@@ -232,8 +232,7 @@ def group_smallest(owner: np.ndarray, offsets: np.ndarray, key: np.ndarray, k: i
     width = int(sizes.max())
     if k >= width:
         return np.ones(len(key), dtype=bool)
-    padded = np.full((len(sizes), width), np.inf)
-    padded[owner, np.arange(len(key)) - offsets[owner]] = key
+    padded = arrays.padded_groups(key, owner, offsets[:-1], width, np.inf)
     return key <= np.partition(padded, k - 1, axis=1)[:, k - 1][owner]
 
 
