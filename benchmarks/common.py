@@ -71,7 +71,9 @@ class World:
 
 
 def make_world(users: int, items: int, events: int, iterations: int, *, seed_: int = 1,
-               train_users: int = 600, depth: int = 6) -> World:
+               train_users: int = 600, depth: int = 6, every_tree: bool = False) -> World:
+    """A fresh prefeed on a synthetic log, its model trained and promoted. ``every_tree``: no early stopping, so the
+    model has exactly ``iterations`` trees (a benchmark of what scoring costs needs a model of a known size)."""
     tmp = Path(tempfile.mkdtemp(prefix="prefeed-bench-"))
     server = None
     redis_url = os.environ.get("REDIS_URL")
@@ -85,7 +87,8 @@ def make_world(users: int, items: int, events: int, iterations: int, *, seed_: i
     settings = Settings(database_url=os.environ.get("DATABASE_URL") or f"sqlite:///{tmp / 'bench.db'}",
                         redis_url=redis_url, model_dir=tmp / "models", var_dir=tmp,
                         key_prefix=f"pfbench:{tag}:", queue_name=f"pfbench-{tag}", admin_token="bench",
-                        item_attributes=synthetic.ATTRIBUTES)
+                        item_attributes=synthetic.ATTRIBUTES,
+                        **({"train_early_stopping": 0} if every_tree else {}))
     engine = db.make_engine(settings.database_url, settings)
     db.init_db(engine, settings)
     bulk.load(engine, synthetic.generate(users, items, events, seed=seed_, now=time.time()), settings)

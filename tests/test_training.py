@@ -47,6 +47,14 @@ def test_early_stopping_keeps_fewer_trees_than_the_maximum(trained):
     assert len(result.stopping_users) > 0
 
 
+def test_early_stopping_zero_keeps_every_tree(world):
+    # given the learning rate that makes the run above stop early, and PREFEED_TRAIN_EARLY_STOPPING=0
+    settings = dataclasses.replace(world.settings, train_learning_rate=0.5, train_early_stopping=0)
+    result = ranker.train(world.engine, settings, iterations=60, depth=2, users=100)
+    # then every tree asked for is kept: a model of a known size (the precompute benchmark's)
+    assert result.metrics["trees"] == result.model.tree_count_ == 60
+
+
 def test_the_validation_period_follows_the_training_period(trained, world):
     # given the time splits one training run made
     result, calls = trained

@@ -9,7 +9,8 @@ by all events after it up to the validation cut (``periods.training_cuts``): on 
 briefly, one cut sees few users with history before it and labels after it, and a label window as long as the
 known future matches what a feed is judged on (everything the user does next, not only the next few days).
 CatBoost stops adding trees once NDCG@10 on the validation examples has not improved for
-``PREFEED_TRAIN_EARLY_STOPPING`` trees and keeps the best count (``train_iterations`` is the maximum).
+``PREFEED_TRAIN_EARLY_STOPPING`` trees and keeps the best count (``train_iterations`` is the maximum; 0 keeps every
+tree: a model of a known size, as the precompute benchmark needs).
 
 Labels: a candidate is relevant if the user interacted with it in the period after its cut, graded by the weight of
 the strongest interaction (``PREFEED_EVENT_TYPES``: view 1 … purchase 6 by default). Judging the trained model
@@ -109,13 +110,15 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
     names = list(judge.items.layout.names)
     loss = settings.train_loss
     progress(f"training CatBoost {loss} on {len(y_train)} rows x {X_train.shape[1]} features, at most "
-             f"{iterations} trees, stopping early on {len(y_eval)} validation rows")
+             f"{iterations} trees" + (f", stopping early on {len(y_eval)} validation rows"
+                                      if settings.train_early_stopping > 0 else ", no early stopping"))
     model = CatBoost(dict(loss_function=loss, iterations=iterations, depth=depth,
                           learning_rate=settings.train_learning_rate, random_seed=seed, verbose=False,
                           thread_count=-1, allow_writing_files=False, eval_metric=EVAL_METRIC,
                           **({"ignored_features": list(ignore)} if ignore else {})))
     stop = dict(eval_set=_pool(loss, X_eval, y_eval, g_eval, names, weighted=False), use_best_model=True,
-                early_stopping_rounds=settings.train_early_stopping) if (y_eval > 0).any() else {}
+                early_stopping_rounds=settings.train_early_stopping) \
+        if (y_eval > 0).any() and settings.train_early_stopping > 0 else {}
     model.fit(_pool(loss, X_train, y_train, g_train, names), **stop)
     del X_train, X_eval
 
