@@ -63,4 +63,4 @@ class RankingSettings:
                               "positive weighted by its grade) or `YetiRank` (pairwise, within each group)")
     train_early_stopping: int = setting(50, "PREFEED_TRAIN_EARLY_STOPPING", "training stops once validation "
                                         "NDCG@10 has not improved for this many trees (0: no early stopping, every "
-                                        "tree is kept)", unit="trees")
+                                        "tree is kept)", unit="trees", minimum=0)
