@@ -8,10 +8,13 @@ summed similarity a column (``ux_knn_score``), the classic item-kNN score Σ_{i 
 
 Built at training time with the co-visitation pairs and stored beside them in the bundle (``pairs["knn_*"]``), so a
 worker loads both from one file. Memory: the similarity of ``BLOCK`` source items to every item at a time (dense
-float32), never the item × item matrix.
+float32) per thread, never the item × item matrix.
 """
 
 from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from scipy import sparse
@@ -26,7 +29,7 @@ def build_pairs(ev_user: np.ndarray, ev_item: np.ndarray, positive: np.ndarray, 
     cosine, > 0), sorted by src then weight descending then dst. ``positive``: the events whose type weighs > 0."""
     user, item = ev_user[positive], ev_item[positive]
     if len(user) == 0 or top_k < 1:
-        return {k: np.empty(0, dtype=np.float64 if k == "knn_weight" else np.int64) for k in KEYS}
+        return _none()
     users, u = np.unique(user, return_inverse=True)
     ids, i = np.unique(item, return_inverse=True)
     x = sparse.csr_matrix((np.ones(len(u), dtype=np.float32), (u.ravel(), i.ravel())), shape=(len(users), len(ids)))
@@ -35,22 +38,29 @@ def build_pairs(ev_user: np.ndarray, ev_item: np.ndarray, positive: np.ndarray, 
     norms = np.sqrt(np.asarray(x.sum(axis=0)).ravel())
     xn = sparse.csc_matrix(x.multiply(1.0 / np.where(norms > 0, norms, 1.0)[None, :]), dtype=np.float32)
     xn_t = xn.T.tocsr()
-    src, dst, weight = [], [], []
     k = min(top_k, len(ids) - 1)
-    for lo in range(0, len(ids), BLOCK):
+    if k < 1:
+        return _none()
+
+    def block(lo: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         hi = min(lo + BLOCK, len(ids))
         sim = (xn_t[lo:hi] @ xn).toarray()
         sim[np.arange(hi - lo), np.arange(lo, hi)] = 0.0            # an item is not its own neighbour
-        if k < 1:
-            break
         top = np.argpartition(-sim, k - 1, axis=1)[:, :k]
         val = np.take_along_axis(sim, top, axis=1)
         owner = np.repeat(np.arange(lo, hi), k)
         top, val = top.ravel(), val.ravel()
         keep = val > 0
-        src.append(owner[keep]), dst.append(top[keep]), weight.append(val[keep].astype(np.float64))
-    if not src:
-        return build_pairs(ev_user, ev_item, np.zeros(len(ev_user), dtype=bool), top_k)
+        return owner[keep], top[keep], val[keep].astype(np.float64)
+
+    # SciPy's sparse product and NumPy's partition release the GIL: blocks on every core the process may use, as
+    # CatBoost trains on all of them (one dense block per thread in memory at a time).
+    with ThreadPoolExecutor(max_workers=len(os.sched_getaffinity(0))) as pool:
+        src, dst, weight = zip(*pool.map(block, range(0, len(ids), BLOCK)))
     s, d, w = np.concatenate(src), np.concatenate(dst), np.concatenate(weight)
     order = np.lexsort((d, -w, s))
     return {"knn_src": ids[s[order]], "knn_dst": ids[d[order]], "knn_weight": w[order]}
+
+
+def _none() -> dict[str, np.ndarray]:
+    return {k: np.empty(0, dtype=np.float64 if k == "knn_weight" else np.int64) for k in KEYS}
