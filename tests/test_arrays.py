@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from precompute.ranking.arrays import top_desc_grouped, unique_sorted
+from precompute.ranking.arrays import on_every_core, top_desc_grouped, unique_sorted
 
 scores = hnp.arrays(np.float32, st.integers(0, 300),
                     elements=st.floats(-1e6, 1e6, width=32) | st.sampled_from([0.0, -0.0, 1.5, -2.25]))
@@ -27,3 +27,15 @@ def test_top_desc_grouped_is_a_stable_descending_argsort_per_group_cut_at_k(grou
 @given(hnp.arrays(np.int64, st.integers(0, 200), elements=st.integers(-5, 50)))
 def test_unique_sorted_matches_numpy(a):
     assert np.array_equal(unique_sorted(a), np.unique(a))
+
+
+def test_on_every_core_returns_each_call_in_the_order_of_its_input():
+    # given calls that finish out of order (the first sleeps longest)
+    import time
+
+    def slow_square(x):
+        time.sleep((20 - x) / 2000)
+        return x * x
+
+    # then the results still come in input order
+    assert on_every_core(slow_square, range(20)) == [x * x for x in range(20)]

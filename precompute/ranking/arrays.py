@@ -7,6 +7,10 @@ here), so the hot path sorts explicitly.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 
@@ -80,3 +84,11 @@ def padded_groups(values: np.ndarray, group: np.ndarray, first: np.ndarray, widt
     out = np.full((len(first), width), fill, dtype=values.dtype)
     out[group, np.arange(len(values)) - first[group]] = values
     return out
+
+
+def on_every_core(fn: Callable, items: Iterable) -> list:
+    """``[fn(x) for x in items]``, on a thread per core this process may use: for blocks of NumPy and SciPy work
+    that release the GIL (sorts, partitions, sparse products), in training, which uses every core as CatBoost does.
+    At most one call per thread runs at a time, so memory is that of one block per core."""
+    with ThreadPoolExecutor(max_workers=len(os.sched_getaffinity(0))) as pool:
+        return list(pool.map(fn, items))

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..data import event_types
 from ..settings import Settings
-from . import latent
+from . import arrays, latent
 from .item_table import ItemTable
 
 
@@ -73,12 +73,12 @@ def build_pairs(ev_user: np.ndarray, ev_item: np.ndarray, ev_ts: np.ndarray, win
     counts 1/distance, in both directions (``Settings.covisit_window``, ``session_gap``, ``covisit_neighbours``),
     times ``ev_weight`` of both events when given (``event_factors``).
 
-    Memory: a few arrays of the log's length (session and item codes, int32) plus ``pairs_per_pass`` pairs, or 2 ×
-    ``window`` × the most frequent item's events if that is more (one item's pairs are reduced together; ML-25M's
-    most rated film: ~0.8 M pairs): the pairs are built and reduced for one range of source items at a time, from
-    each source event's neighbours ``1..window`` places before and after it. A pair's contributions are summed in
-    order of distance, as a single pass over the whole log would, so the weights and their ties are the same bit for
-    bit.
+    Memory: a few arrays of the log's length (session and item codes, int32) plus, per core, ``pairs_per_pass``
+    pairs, or 2 × ``window`` × the most frequent item's events if that is more (one item's pairs are reduced
+    together; ML-25M's most rated film: ~0.8 M pairs): the pairs are built and reduced for one range of source items
+    at a time on each core, from each source event's neighbours ``1..window`` places before and after it. A pair's
+    contributions are summed in order of distance, as a single pass over the whole log would, so the weights and
+    their ties are the same bit for bit.
     """
     n = len(ev_user)
     if n == 0 or window < 1:
@@ -101,14 +101,15 @@ def build_pairs(ev_user: np.ndarray, ev_item: np.ndarray, ev_ts: np.ndarray, win
     by_item = np.argsort(it, kind="stable")             # each item's events, in log position order
     first = np.r_[0, np.cumsum(np.bincount(it, minlength=len(item_ids)))]
     bound = np.cumsum(np.diff(first)) * 2 * window      # pairs sourced from items 0..k, at most
-    parts = []
-    lo = 0
-    while lo < len(item_ids):
+    ranges = [0]
+    while ranges[-1] < len(item_ids):
+        lo = ranges[-1]
         budget = (bound[lo - 1] if lo else 0) + pairs_per_pass
-        hi = max(int(np.searchsorted(bound, budget, side="right")), lo + 1)
-        parts.append(_top_of_range(by_item[first[lo]:first[hi]], it, session, factor, window, top_k, lo, hi,
-                                   len(item_ids)))
-        lo = hi
+        ranges.append(max(int(np.searchsorted(bound, budget, side="right")), lo + 1))
+    # The ranges are independent, and their sorts release the GIL: they run on every core, one range per thread.
+    parts = arrays.on_every_core(
+        lambda lh: _top_of_range(by_item[first[lh[0]]:first[lh[1]]], it, session, factor, window, top_k, *lh,
+                                 len(item_ids)), zip(ranges[:-1], ranges[1:]))
     s, d, w = (np.concatenate(c) for c in zip(*parts))
     return {"src": item_ids[s], "dst": item_ids[d], "weight": w}
 

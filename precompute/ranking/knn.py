@@ -13,11 +13,10 @@ float32) per thread, never the item × item matrix.
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 from scipy import sparse
+
+from . import arrays
 
 #: Source items whose similarities are computed together: a (BLOCK, items) float32 matrix (~70 MB at 70k items).
 BLOCK = 256
@@ -53,10 +52,8 @@ def build_pairs(ev_user: np.ndarray, ev_item: np.ndarray, positive: np.ndarray, 
         keep = val > 0
         return owner[keep], top[keep], val[keep].astype(np.float64)
 
-    # SciPy's sparse product and NumPy's partition release the GIL: blocks on every core the process may use, as
-    # CatBoost trains on all of them (one dense block per thread in memory at a time).
-    with ThreadPoolExecutor(max_workers=len(os.sched_getaffinity(0))) as pool:
-        src, dst, weight = zip(*pool.map(block, range(0, len(ids), BLOCK)))
+    # SciPy's sparse product and NumPy's partition release the GIL: the blocks run on every core.
+    src, dst, weight = zip(*arrays.on_every_core(block, range(0, len(ids), BLOCK)))
     s, d, w = np.concatenate(src), np.concatenate(dst), np.concatenate(weight)
     order = np.lexsort((d, -w, s))
     return {"knn_src": ids[s[order]], "knn_dst": ids[d[order]], "knn_weight": w[order]}
