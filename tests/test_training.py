@@ -14,21 +14,26 @@ from tests.conftest import manage
 from tests.test_cli import _one_line_error
 
 
+def recording(calls: list):
+    """A ``periods.each`` that records each period it yields: its cut, end, the newest event it knows and its item
+    table's clock."""
+    real = periods.each
+
+    def each(engine, settings_, events, cuts, users, n_steps=None):
+        for (cut, end), (at, found) in zip(cuts, real(engine, settings_, events, cuts, users, n_steps)):
+            calls.append(dict(cut=cut, end=end, known_max=float(at.known[3].max()), as_of=at.items.as_of))
+            yield at, found
+    return each
+
+
 @pytest.fixture(scope="module")
 def trained(world):
     """One training run on the session's small world that must stop early (a high learning rate overfits within a
     few dozen trees), with every time split it makes recorded."""
     settings = dataclasses.replace(world.settings, train_learning_rate=0.5, train_early_stopping=10)
     calls = []
-    real = periods.period
-
-    def recording(engine, settings_, events, cut, end=float("inf"), users=None):
-        at = real(engine, settings_, events, cut, end, users)
-        calls.append(dict(cut=cut, end=end, known_max=float(at.known[3].max()), as_of=at.items.as_of))
-        return at
-
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(periods, "period", recording)
+        patch.setattr(periods, "each", recording(calls))
         result = ranker.train(world.engine, settings, iterations=300, depth=4, users=300)
     return result, calls
 
@@ -120,12 +125,7 @@ def test_several_training_periods_each_learn_from_their_own_past(world):
     # given training with three periods on the small world, labelled by period, every time split recorded
     settings = dataclasses.replace(world.settings, train_periods=3, train_labels="period")
     calls, groups, pairs = [], [], set()
-    real_period, real_examples = periods.period, ranker._examples
-
-    def recording(engine, settings_, events, cut, end=float("inf"), users=None):
-        at = real_period(engine, settings_, events, cut, end, users)
-        calls.append(dict(cut=cut, end=end, known_max=float(at.known[3].max()), as_of=at.items.as_of))
-        return at
+    real_examples = ranker._examples
 
     from catboost import CatBoost
     real_fit = CatBoost.fit
@@ -140,7 +140,7 @@ def test_several_training_periods_each_learn_from_their_own_past(world):
         return X, y, g
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(periods, "period", recording)
+        patch.setattr(periods, "each", recording(calls))
         patch.setattr(CatBoost, "fit", fit)
         patch.setattr(ranker, "_examples", examples)
         result = ranker.train(world.engine, settings, iterations=20, depth=3, users=300)

@@ -13,16 +13,19 @@ slices (views) of the caller's arrays, never copies, which keeps a 25 M-event lo
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Iterator
 
 import numpy as np
 from sqlalchemy import Engine
 
 from ..data.history import Histories, histories_from_arrays
 from ..settings import Settings
-from . import candidates, covisit, features, knn, latent
+from . import ahead, candidates, covisit, features, knn, latent, steps
 from .candidates import Candidates
 from .covisit import CoVisit
 from .item_table import ItemTable, load_item_table
+from .steps import Steps
 
 Events = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]      # (user, item, type, ts) in (ts, id) order
 
@@ -123,15 +126,48 @@ def period(engine: Engine, settings: Settings, events: Events, cut: float, end: 
            users: np.ndarray | None = None) -> Period:
     """The split of ``events`` at ``cut``, labels from the events in ``(cut, end]``. ``users``: every user id of the
     log, sorted (``np.unique`` of the user column), when the caller has it already."""
+    return _known(events, cut, *_fit(engine, settings, events, cut, end, users))
+
+
+def each(engine: Engine, settings: Settings, events: Events, cuts: list[tuple[float, float]], users: np.ndarray,
+         n_steps: int | None = None) -> Iterator[tuple[Period, Steps | None]]:
+    """``period(cut, end)`` of each of ``cuts`` in turn and, given ``n_steps``, its replayed steps (``steps.find``).
+    The next one is computed in a forked child while the caller works on the current one (``ahead.py``): a
+    training's periods on two cores. The caller holds two periods at a time, the child a third while it works."""
+
+    def fit(cut: float, end: float) -> tuple:
+        items, cov, lab = _fit(engine, settings, events, cut, end, users)
+        return items, cov, lab, None if n_steps is None else steps.find(events, items, cut, end, n_steps)
+
+    pending = None
+    try:
+        for k, (cut, end) in enumerate(cuts):
+            # The first in this process while a child starts on the second; each later one from its child, whose
+            # successor starts as soon as it is in: at most one child at a time.
+            got = pending.result() if pending is not None else None
+            pending = ahead.Ahead(functools.partial(fit, *cuts[k + 1]), engine) if k + 1 < len(cuts) else None
+            items, cov, lab, found = got if got is not None else fit(cut, end)
+            yield _known(events, cut, items, cov, lab), found
+    finally:
+        if pending is not None:
+            pending.close()
+
+
+def _fit(engine: Engine, settings: Settings, events: Events, cut: float, end: float,
+         users: np.ndarray | None) -> tuple[ItemTable, CoVisit, Labels]:
     ev_user, ev_item, ev_type, ev_ts = events
     n_known = int(np.searchsorted(ev_ts, cut, side="right"))
     n_end = len(ev_ts) if end == float("inf") else int(np.searchsorted(ev_ts, end, side="right"))
-    known = slice(0, n_known)
     items = load_item_table(engine, settings, as_of=cut)
-    cov = covisit.index_for(items, pairs(events, known, settings))
+    cov = covisit.index_for(items, pairs(events, slice(0, n_known), settings))
     users = np.unique(ev_user) if users is None else users
-    return Period(cut=cut, known=(ev_user[known], ev_item[known], ev_type[known], ev_ts[known]), items=items,
-                  cov=cov, labels=labels(events, items, users, cut, n_known, n_end, settings))
+    return items, cov, labels(events, items, users, cut, n_known, n_end, settings)
+
+
+def _known(events: Events, cut: float, items: ItemTable, cov: CoVisit, lab: Labels) -> Period:
+    """The period at ``cut``: the log up to it as views of ``events`` (never copied into or out of a child)."""
+    n_known = int(np.searchsorted(events[3], cut, side="right"))
+    return Period(cut=cut, known=tuple(a[:n_known] for a in events), items=items, cov=cov, labels=lab)
 
 
 def pairs(events: Events, part: slice, settings: Settings) -> dict[str, np.ndarray]:

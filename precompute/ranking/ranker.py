@@ -21,7 +21,7 @@ against the baselines is evaluation's (``evaluation.run.train``, what ``manage.p
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 from sqlalchemy import Engine
@@ -29,7 +29,7 @@ from sqlalchemy import Engine
 from ..data import log as event_log
 from ..errors import InvalidInput
 from ..settings import Settings
-from . import arrays, candidates, features, periods, popularity
+from . import ahead, arrays, candidates, features, periods, popularity
 from . import steps as replayed
 from .periods import Period, feature_rows  # noqa: F401  (feature_rows: training's feature path, used by tests)
 
@@ -88,41 +88,46 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
     everyone = np.unique(ev_user)
     progress(f"{len(bounds) - 1} training period(s): features at {', '.join(f'{c:.0f}' for c in bounds[:-1])}, "
              f"each labelled up to the validation cut; validation: features at {valid_cut:.0f}, labels after")
-    judge = periods.period(engine, settings, events, valid_cut, users=everyone)
     rng = np.random.default_rng(seed)
     by_steps = settings.train_labels == "steps"
     by_user = replayed.ByUser(events) if by_steps else None
-    valid_steps = replayed.find(events, judge.items, valid_cut, float("inf"), settings.replay_steps) \
-        if by_steps else None
-    # Early stopping takes at most half of the users eligible at the validation cut: the promotion check judges the
-    # others (``evaluation.run.validate``), whose period then is still unseen by the model's selection.
-    eligible = valid_steps.users() if by_steps else judge.eligible()
-    n_valid = max(5, min(users // 5, len(eligible) // 2))
-    valid_users = _sample(eligible, n_valid, rng, "validation")
-    X_train, y_train, g_train, n_train = _periods(engine, settings, events, bounds, everyone, users - n_valid, rng,
-                                                  progress, by_user)
+    # The validation period, then each training period (the next one fitted in a child meanwhile: ``periods.each``).
+    fitted = periods.each(engine, settings, events, [(valid_cut, float("inf"))] + [(c, valid_cut) for c in bounds[:-1]],
+                          everyone, settings.replay_steps if by_steps else None)
+    try:
+        judge, valid_steps = next(fitted)
+        # Early stopping takes at most half of the users eligible at the validation cut: the promotion check judges
+        # the others (``evaluation.run.validate``), whose period then is still unseen by the model's selection.
+        eligible = valid_steps.users() if by_steps else judge.eligible()
+        n_valid = max(5, min(users // 5, len(eligible) // 2))
+        valid_users = _sample(eligible, n_valid, rng, "validation")
+        X_train, y_train, g_train, n_train = _periods(fitted, settings, events, bounds, everyone, users - n_valid,
+                                                      rng, progress, by_user)
+    finally:
+        fitted.close()                  # a child still fitting a period is stopped on an error
     if not (y_train > 0).any():
         raise InvalidInput("no training user has a relevant candidate; the log has too little structure to learn")
-    if by_steps:
-        X_eval, y_eval, g_eval = _step_examples(judge, events, by_user, valid_steps, valid_users, settings, rng)
-    else:
-        X_eval, y_eval, g_eval = _examples(judge, valid_users, settings, rng)
-    names = list(judge.items.layout.names)
-    loss = settings.train_loss
-    progress(f"training CatBoost {loss} on {len(y_train)} rows x {X_train.shape[1]} features, at most "
-             f"{iterations} trees" + (f", stopping early on {len(y_eval)} validation rows"
-                                      if settings.train_early_stopping > 0 else ", no early stopping"))
-    model = CatBoost(dict(loss_function=loss, iterations=iterations, depth=depth,
-                          learning_rate=settings.train_learning_rate, random_seed=seed, verbose=False,
-                          thread_count=-1, allow_writing_files=False, eval_metric=EVAL_METRIC,
-                          **({"ignored_features": list(ignore)} if ignore else {})))
-    stop = dict(eval_set=_pool(loss, X_eval, y_eval, g_eval, names, weighted=False), use_best_model=True,
-                early_stopping_rounds=settings.train_early_stopping) \
-        if (y_eval > 0).any() and settings.train_early_stopping > 0 else {}
-    model.fit(_pool(loss, X_train, y_train, g_train, names), **stop)
-    del X_train, X_eval
-
-    all_pairs = periods.pairs(events, slice(None), settings)      # serving index uses the whole log
+    # The serving index (the whole log's pairs) is fitted in a child meanwhile.
+    with ahead.Ahead(lambda: periods.pairs(events, slice(None), settings), engine) as whole:
+        if by_steps:
+            X_eval, y_eval, g_eval = _step_examples(judge, events, by_user, valid_steps, valid_users, settings, rng)
+        else:
+            X_eval, y_eval, g_eval = _examples(judge, valid_users, settings, rng)
+        names = list(judge.items.layout.names)
+        loss = settings.train_loss
+        progress(f"training CatBoost {loss} on {len(y_train)} rows x {X_train.shape[1]} features, at most "
+                 f"{iterations} trees" + (f", stopping early on {len(y_eval)} validation rows"
+                                          if settings.train_early_stopping > 0 else ", no early stopping"))
+        model = CatBoost(dict(loss_function=loss, iterations=iterations, depth=depth,
+                              learning_rate=settings.train_learning_rate, random_seed=seed, verbose=False,
+                              thread_count=-1, allow_writing_files=False, eval_metric=EVAL_METRIC,
+                              **({"ignored_features": list(ignore)} if ignore else {})))
+        stop = dict(eval_set=_pool(loss, X_eval, y_eval, g_eval, names, weighted=False), use_best_model=True,
+                    early_stopping_rounds=settings.train_early_stopping) \
+            if (y_eval > 0).any() and settings.train_early_stopping > 0 else {}
+        model.fit(_pool(loss, X_train, y_train, g_train, names), **stop)
+        del X_train, X_eval
+        all_pairs = whole.result()
     # ``data_clock``: the newest event the model saw; ``trees``: the count early stopping chose.
     metrics = dict(loss=loss, data_clock=float(ev_ts[-1]), train_users=n_train, train_rows=int(len(y_train)),
                    iterations=iterations, trees=int(model.tree_count_), depth=depth, cut=cut, valid_cut=valid_cut,
@@ -131,20 +136,18 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
                        validation=judge)
 
 
-def _periods(engine: Engine, settings: Settings, events: periods.Events, bounds: list[float], everyone: np.ndarray,
-             n: int, rng: np.random.Generator, progress: Callable[[str], None],
-             by_user: replayed.ByUser | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """Training examples of every training period: period ``p`` knows the log up to ``bounds[p]`` (its own item
-    table and co-visitation) and is labelled by all events after it up to the validation cut ``bounds[-1]``; up
-    to ``n / periods`` of its eligible users each. One period is held in memory at a time. Group ids are distinct
-    per (user, period).
+def _periods(fitted: Iterator[tuple[Period, replayed.Steps | None]], settings: Settings, events: periods.Events,
+             bounds: list[float], everyone: np.ndarray, n: int, rng: np.random.Generator,
+             progress: Callable[[str], None], by_user: replayed.ByUser | None = None
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Training examples of every training period (``fitted``, with their steps given ``by_user``): period ``p``
+    knows the log up to ``bounds[p]`` (its own item table and co-visitation) and is labelled by all events after it
+    up to the validation cut ``bounds[-1]``; up to ``n / periods`` of its eligible users each. Group ids are
+    distinct per (user, period).
     Returns the rows, grades, group ids and the number of (user, period) groups sampled."""
     n_periods = len(bounds) - 1
     Xs, ys, gs, sampled = [], [], [], 0
-    for p in range(n_periods):
-        learn = periods.period(engine, settings, events, bounds[p], bounds[-1], everyone)
-        found = replayed.find(events, learn.items, bounds[p], bounds[-1], settings.replay_steps) \
-            if by_user is not None else None
+    for p, (learn, found) in enumerate(fitted):
         eligible = found.users() if found is not None else learn.eligible()
         if len(eligible) < 5 and p < n_periods - 1:
             continue            # an early period with too few users to learn from: the later ones still count

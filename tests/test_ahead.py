@@ -1,0 +1,59 @@
+"""Work computed ahead in a forked child (``ranking/ahead.py``): its result, its errors, and a child that is lost."""
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from precompute.data import engine as db
+from precompute.errors import InvalidInput
+from precompute.ranking import ahead
+
+
+@pytest.fixture
+def engine(tmp_path):
+    e = db.make_engine(f"sqlite:///{tmp_path / 'a.db'}")
+    yield e
+    e.dispose()
+
+
+def test_the_result_is_computed_in_another_process_and_comes_back_whole(engine):
+    # given work that returns arrays and the process it ran in
+    work = ahead.Ahead(lambda: (os.getpid(), np.arange(100_000) * 2), engine)
+    # then its result is the work's, computed in a child
+    pid, values = work.result()
+    assert pid != os.getpid()
+    assert np.array_equal(values, np.arange(100_000) * 2)
+
+
+def test_an_error_in_the_child_is_raised_in_the_caller(engine):
+    def fails():
+        raise InvalidInput("too few users with history on both sides of the training cut")
+
+    with pytest.raises(InvalidInput, match="too few users"):
+        ahead.Ahead(fails, engine).result()
+
+
+def test_a_child_killed_before_its_result_is_a_clear_error(engine):
+    # given work whose process is killed (as the kernel's out-of-memory killer would)
+    work = ahead.Ahead(lambda: time.sleep(30), engine)
+    os.kill(work._proc.pid, signal.SIGKILL)
+    # then asking for its result says so, instead of waiting
+    with pytest.raises(ahead.ChildLost, match="exited with code -9"):
+        work.result()
+
+
+def test_leaving_the_block_stops_a_child_whose_result_is_not_wanted(engine):
+    with ahead.Ahead(lambda: time.sleep(30), engine) as work:
+        proc = work._proc
+    # then the child was killed, not waited for
+    assert not proc.is_alive() and proc.exitcode == -signal.SIGKILL
+
+
+def test_an_in_memory_database_is_not_forked_the_work_runs_in_the_caller():
+    # given an in-memory SQLite database, which a child could not read
+    e = db.make_engine("sqlite://")
+    # then the work runs in this process when its result is asked for
+    assert ahead.Ahead(os.getpid, e).result() == os.getpid()
