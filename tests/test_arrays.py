@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from precompute.ranking.arrays import on_every_core, top_desc_grouped, unique_sorted
+from precompute.ranking.arrays import on_every_core, strongest, top_desc_grouped, unique_sorted
 
 scores = hnp.arrays(np.float32, st.integers(0, 300),
                     elements=st.floats(-1e6, 1e6, width=32) | st.sampled_from([0.0, -0.0, 1.5, -2.25]))
@@ -39,3 +39,16 @@ def test_on_every_core_returns_each_call_in_the_order_of_its_input():
 
     # then the results still come in input order
     assert on_every_core(slow_square, range(20)) == [x * x for x in range(20)]
+
+
+@given(st.data())
+def test_strongest_is_the_first_n_by_score_then_row(data):
+    # given scores with many ties (a few distinct values) over distinct rows
+    m = data.draw(st.integers(2, 60))
+    score = np.array(data.draw(st.lists(st.sampled_from([0.5, 1.0, 1.5, 2.0]), min_size=m, max_size=m)))
+    row = np.array(data.draw(st.permutations(range(100, 100 + m))))
+    pick = np.arange(m) * 7
+    n = data.draw(st.integers(1, m - 1))
+    # then the picks are those a full sort by (score descending, row) puts first, in that order
+    want = pick[np.lexsort((row, -score))[:n]]
+    assert np.array_equal(strongest(pick, score, row, n), want)

@@ -125,20 +125,11 @@ def for_user(items: ItemTable, seen: np.ndarray, cov_rows: np.ndarray, cov_w: np
     popularity order and the popular lists are ascending runs of rows, so one stable sort (a linear merge of
     presorted runs) ranks their union, and the cap is a prefix of it: nothing is partitioned or ranked per user.
     """
-    # The popular lists, merged: one stable sort of the concatenated runs ranks their union, and a row on several
-    # lists (an item in two top categories, or also globally popular) sits in adjacent places, kept once. Each
-    # list's rows mark their source bit in the all-zero ``_bits`` scratch (reset below).
+    # The popular lists, merged (``ItemTable.popular``, kept per set of top categories); their rows mark their
+    # source bits in the all-zero ``_bits`` scratch (reset below).
     bits = items._bits
-    cat_lists = [items.category_popular[c] for c in top_cats]
-    for rows_ in cat_lists:
-        bits[rows_] |= FROM_CATEGORY
-    glob = items.global_popular
-    bits[glob] |= FROM_GLOBAL
-    if cat_lists:
-        popular = np.sort(np.concatenate([*cat_lists, glob]), kind="stable")
-        popular = popular[np.r_[True, popular[1:] != popular[:-1]]] if len(popular) else popular
-    else:
-        popular = glob
+    popular, popular_bits = items.popular(top_cats)
+    bits[popular] |= popular_bits
     # Distinct co-visited neighbours; weights and counts summed through each one's position in the slot array.
     slot = items._slot
     cov = arrays.distinct(slot, cov_rows)

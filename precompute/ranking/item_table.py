@@ -32,6 +32,8 @@ from .popularity import WINDOWS
 DAY = 86400.0
 #: Bits of the candidate sources for popular lists (``candidates.FROM_CATEGORY``/``FROM_GLOBAL``).
 POPULAR_CATEGORY, POPULAR_GLOBAL = 2, 4
+#: Sets of categories whose popular union ``ItemTable.popular`` keeps.
+POPULAR_CACHE = 4096
 
 
 
@@ -119,6 +121,25 @@ class ItemTable:
         bounds = np.searchsorted(a_cat, np.arange(n_cat + 1))
         self.category_popular = [a_row[bounds[c]: min(bounds[c] + self.n_category_popular, bounds[c + 1])]
                                  for c in range(n_cat)]
+        self._popular: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+
+    def popular(self, categories: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The union of ``categories``' popular lists and the global one, ascending rows (most popular first), and
+        each row's source bits (``POPULAR_CATEGORY``, ``POPULAR_GLOBAL``). Kept per set of categories (users share
+        their top categories), at most ``POPULAR_CACHE`` sets: their merge was ~10 % of the candidate stage."""
+        key = tuple(categories.tolist())
+        got = self._popular.get(key)
+        if got is None:
+            lists = [self.category_popular[c] for c in key]
+            rows = np.sort(np.concatenate([*lists, self.global_popular]), kind="stable")
+            rows = rows[np.r_[True, rows[1:] != rows[:-1]]] if len(rows) else rows
+            bits = np.where(np.isin(rows, self.global_popular), POPULAR_GLOBAL, 0).astype(np.uint8)
+            if lists:
+                bits |= np.where(np.isin(rows, np.concatenate(lists)), POPULAR_CATEGORY, 0).astype(np.uint8)
+            if len(self._popular) >= POPULAR_CACHE:
+                self._popular.clear()
+            got = self._popular[key] = (rows, bits)
+        return got
 
     def weight_of(self, types: np.ndarray) -> np.ndarray:
         """The declared weight of each event type code; 0 for codes past the declaration."""
