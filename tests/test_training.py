@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
-from precompute.ranking import periods, ranker
+from precompute.ranking import periods, ranker, steps
 
 from tests.conftest import manage
 from tests.test_cli import _one_line_error
@@ -173,3 +173,20 @@ def test_each_group_keeps_the_rows_with_its_k_smallest_keys(sizes, k, seed):
         a, b = offsets[g], offsets[g + 1]
         want[a + np.argsort(key[a:b])[:k]] = True
     assert kept.tolist() == want.tolist()
+
+
+def test_each_period_knows_what_a_full_load_at_its_cut_knows(world):
+    # given the validation cut and three training cuts, fitted one after the other (each next in a child, each
+    # later item table carrying the earlier one's counts forward)
+    settings = dataclasses.replace(world.settings, train_periods=3)
+    events = ranker.load_events(world.engine)
+    cuts = periods.training_cuts(events[3], settings)
+    plan = [(cuts[-1], float("inf"))] + [(c, cuts[-1]) for c in cuts[:-1]]
+    got = list(periods.each(world.engine, settings, events, plan, np.unique(events[0]), settings.replay_steps))
+    # then every period's item table, labels and steps are those of a period computed alone at its cut
+    for (cut, end), (at, found) in zip(plan, got):
+        alone = periods.period(world.engine, settings, events, cut, end)
+        for name in ("counts", "windowed", "first_seen", "active"):
+            assert np.array_equal(getattr(at.items, name), getattr(alone.items, name), equal_nan=True), (cut, name)
+        assert np.array_equal(at.labels.code, alone.labels.code) and at.known[3].max() <= cut
+        assert np.array_equal(found.rows, steps.find(events, alone.items, cut, end, settings.replay_steps).rows)

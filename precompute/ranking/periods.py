@@ -135,17 +135,20 @@ def each(engine: Engine, settings: Settings, events: Events, cuts: list[tuple[fl
     The next one is computed in a forked child while the caller works on the current one (``ahead.py``): a
     training's periods on two cores. The caller holds two periods at a time, the child a third while it works."""
 
-    def fit(cut: float, end: float) -> tuple:
-        items, cov, lab = _fit(engine, settings, events, cut, end, users)
+    def fit(cut: float, end: float, since: ItemTable | None = None) -> tuple:
+        items, cov, lab = _fit(engine, settings, events, cut, end, users, since)
         return items, cov, lab, None if n_steps is None else steps.find(events, items, cut, end, n_steps)
 
     pending = None
     try:
         for k, (cut, end) in enumerate(cuts):
             # The first in this process while a child starts on the second; each later one from its child, whose
-            # successor starts as soon as it is in: at most one child at a time.
+            # successor starts as soon as it is in: at most one child at a time. A later cut's item table carries
+            # this one's all-time counts forward (``load_item_table``'s ``since``): it reads only the events between.
             got = pending.result() if pending is not None else None
-            pending = ahead.Ahead(functools.partial(fit, *cuts[k + 1]), engine) if k + 1 < len(cuts) else None
+            since = got[0] if got is not None and k + 1 < len(cuts) and cut <= cuts[k + 1][0] else None
+            pending = ahead.Ahead(functools.partial(fit, *cuts[k + 1], since), engine) if k + 1 < len(cuts) \
+                else None
             items, cov, lab, found = got if got is not None else fit(cut, end)
             yield _known(events, cut, items, cov, lab), found
     finally:
@@ -154,11 +157,11 @@ def each(engine: Engine, settings: Settings, events: Events, cuts: list[tuple[fl
 
 
 def _fit(engine: Engine, settings: Settings, events: Events, cut: float, end: float,
-         users: np.ndarray | None) -> tuple[ItemTable, CoVisit, Labels]:
+         users: np.ndarray | None, since: ItemTable | None = None) -> tuple[ItemTable, CoVisit, Labels]:
     ev_user, ev_item, ev_type, ev_ts = events
     n_known = int(np.searchsorted(ev_ts, cut, side="right"))
     n_end = len(ev_ts) if end == float("inf") else int(np.searchsorted(ev_ts, end, side="right"))
-    items = load_item_table(engine, settings, as_of=cut)
+    items = load_item_table(engine, settings, as_of=cut, since=since)
     cov = covisit.index_for(items, pairs(events, slice(0, n_known), settings))
     users = np.unique(ev_user) if users is None else users
     return items, cov, labels(events, items, users, cut, n_known, n_end, settings)
