@@ -57,3 +57,18 @@ def test_an_in_memory_database_is_not_forked_the_work_runs_in_the_caller():
     e = db.make_engine("sqlite://")
     # then the work runs in this process when its result is asked for
     assert ahead.Ahead(os.getpid, e).result() == os.getpid()
+
+
+def _pid_ahead_in(url, out):
+    out.put(ahead.Ahead(os.getpid, db.make_engine(url)).result() == os.getpid())
+
+
+def test_in_a_daemonic_process_which_may_not_have_children_the_work_runs_in_it(tmp_path):
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    proc = ctx.Process(target=_pid_ahead_in, args=(f"sqlite:///{tmp_path / 'd.db'}", out), daemon=True)
+    proc.start()
+    assert out.get(timeout=30) is True
+    proc.join()

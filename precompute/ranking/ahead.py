@@ -5,8 +5,9 @@ the replayed steps) takes no random numbers and shares nothing, so the next one 
 parent builds the current one's examples (which draw from the training's random generator, in order). The child
 inherits the parent's memory (the event log) copy-on-write; only its result comes back, pickled through a pipe.
 
-Where a fork cannot be had (no ``fork`` start method, or an in-memory SQLite database a child could not read) the
-work runs in the caller when its result is asked for: the same results, one after the other.
+Where a fork cannot be had (no ``fork`` start method, an in-memory SQLite database a child could not read, or a
+daemonic process, which may not have children) the work runs in the caller when its result is asked for: the same
+results, one after the other.
 """
 
 from __future__ import annotations
@@ -70,7 +71,9 @@ class Ahead:
 def _can_fork(engine: Engine) -> bool:
     url = engine.url
     in_memory = url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:")
-    return "fork" in multiprocessing.get_all_start_methods() and not in_memory
+    # A daemonic process (multiprocessing's) may not start children of its own.
+    return ("fork" in multiprocessing.get_all_start_methods() and not in_memory
+            and not multiprocessing.current_process().daemon)
 
 
 def _child(fn: Callable[[], Any], engine: Engine, send) -> None:
