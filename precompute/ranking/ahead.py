@@ -47,7 +47,7 @@ class Ahead:
             ok, value = self._recv.recv()
         except EOFError:
             self._proc.join()
-            raise ChildLost(f"the process computing the next training period exited with code "
+            raise ChildLost(f"the process computing ahead (a training period's fit) exited with code "
                             f"{self._proc.exitcode} before its result (out of memory?)") from None
         finally:
             self._recv.close()
@@ -86,5 +86,5 @@ def _child(fn: Callable[[], Any], engine: Engine, send) -> None:
     try:
         send.send(out)
     except Exception as exc:                   # an exception that does not pickle: its text still reaches the parent
-        send.send((False, ChildLost(f"the next training period failed: {out[1]!r} ({exc})")))
+        send.send((False, ChildLost(f"the work computed ahead failed: {out[1]!r} ({exc})")))
     send.close()
