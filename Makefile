@@ -2,6 +2,9 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Test processes: most of the suite waits on servers, workers and subprocesses, so two share two cores well.
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 .PHONY: demo test test-prod test-pgbouncer bench bench-quick clean
 
@@ -15,13 +18,13 @@ demo: $(STAMP)
 	$(BIN)/python manage.py demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
 
 # The same suite against a real PostgreSQL and Redis (set PREFEED_TEST_DATABASE_URL / PREFEED_TEST_REDIS_URL).
 test-prod: $(STAMP)
 	PREFEED_TEST_DATABASE_URL=$${PREFEED_TEST_DATABASE_URL:-postgresql://root@127.0.0.1:5432/test} \
 	PREFEED_TEST_REDIS_URL=$${PREFEED_TEST_REDIS_URL:-redis://127.0.0.1:6379/0} \
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
 
 # The same suite through a private PgBouncer in transaction mode in front of that PostgreSQL (needs the pgbouncer
 # binary: apt-get install pgbouncer). Not part of `make test`.
