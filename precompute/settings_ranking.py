@@ -61,6 +61,6 @@ class RankingSettings:
                                  "validation cut", unit="periods")
     train_loss: str = setting("Logloss", "PREFEED_TRAIN_LOSS", "CatBoost objective: `Logloss` (pointwise, each "
                               "positive weighted by its grade) or `YetiRank` (pairwise, within each group)")
-    train_early_stopping: int = setting(50, "PREFEED_TRAIN_EARLY_STOPPING", "training stops once validation "
-                                        "NDCG@10 has not improved for this many trees (0: no early stopping, every "
-                                        "tree is kept)", unit="trees", minimum=0)
+    train_early_stopping: int = setting(200, "PREFEED_TRAIN_EARLY_STOPPING", "training stops once validation "
+                                        "NDCG@10 has not improved for this many trees and keeps the best count (0: "
+                                        "no early stopping, every tree is kept)", unit="trees", minimum=0)
