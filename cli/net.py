@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
 import time
@@ -27,7 +28,8 @@ def start_valkey():
         try:
             server.start()
             return server
-        except ValkeyServerStartupError:
+        except (OSError, ValkeyServerStartupError):     # taken before start() checked it, or before the bind
+            shutil.rmtree(server.data_dir, ignore_errors=True)     # the failed server's own temporary folder
             if attempt == 4:
                 raise
 

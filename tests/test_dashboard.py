@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from cli.net import start_valkey
 from jobs.queues import make_queue, schedule_drain
 from jobs.status import snapshot
 from precompute.feeds.codec import encode
@@ -16,7 +17,7 @@ from precompute.feeds.dirty import DirtyUsers
 from precompute.feeds.keys import Keys
 from precompute.feeds.live import LiveState
 from precompute.feeds.store import FeedStore
-from tests.conftest import manage, start_valkey, users_with_history
+from tests.conftest import manage, users_with_history
 
 TOKEN = "test-admin-token"
 

