@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from precompute.ranking.arrays import on_every_core, strongest, top_desc_grouped, unique_sorted
+from precompute.ranking.arrays import lookup, on_every_core, strongest, top_desc_grouped, unique_sorted
 
 scores = hnp.arrays(np.float32, st.integers(0, 300),
                     elements=st.floats(-1e6, 1e6, width=32) | st.sampled_from([0.0, -0.0, 1.5, -2.25]))
@@ -52,3 +52,11 @@ def test_strongest_is_the_first_n_by_score_then_row(data):
     # then the picks are those a full sort by (score descending, row) puts first, in that order
     want = pick[np.lexsort((row, -score))[:n]]
     assert np.array_equal(strongest(pick, score, row, n), want)
+
+
+@given(st.sets(st.integers(0, 50), max_size=20), st.lists(st.integers(-5, 55), max_size=30))
+def test_lookup_gives_each_querys_value_or_missing(keys, query):
+    keys = np.array(sorted(keys), dtype=np.int64)
+    values = keys * 10.0 + 1
+    got = lookup(keys, values, np.array(query, dtype=np.int64), missing=-1.0)
+    assert got.tolist() == [q * 10.0 + 1 if q in set(keys.tolist()) else -1.0 for q in query]

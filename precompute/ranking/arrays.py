@@ -55,6 +55,15 @@ def top_desc_grouped(scores: np.ndarray, offsets: np.ndarray, k: int) -> tuple[n
     return (packed & np.uint64(0xFFFFFFFF)).astype(np.int64), new
 
 
+def lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray, missing: float = 0.0) -> np.ndarray:
+    """``values`` at each of ``query`` in ``keys`` (sorted ascending, distinct, one value each); ``missing`` where a
+    query is not among them. One binary search per query: how a batch's grades are read from sorted codes."""
+    if len(keys) == 0:
+        return np.full(len(query), missing, dtype=np.result_type(values, missing))
+    at = np.minimum(np.searchsorted(keys, query), len(keys) - 1)
+    return np.where(keys[at] == query, values[at], missing)
+
+
 def distinct(slot: np.ndarray, a: np.ndarray) -> np.ndarray:
     """Distinct values of ``a`` in O(len(a)) with no sort.
 

@@ -21,7 +21,7 @@ from sqlalchemy import Engine
 
 from ..data.history import Histories, histories_from_arrays
 from ..settings import Settings
-from . import ahead, candidates, covisit, features, knn, latent, steps
+from . import ahead, arrays, candidates, covisit, features, knn, latent, steps
 from .candidates import Candidates
 from .covisit import CoVisit
 from .item_table import ItemTable, load_item_table
@@ -50,11 +50,7 @@ class Labels:
 
     def grade(self, user_ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """The grade of each (user, item row) pair; 0 where the user did not interact with the item."""
-        code = self.position(user_ids) * self.span + rows
-        if not len(self.code):
-            return np.zeros(len(code))
-        at = np.minimum(np.searchsorted(self.code, code), len(self.code) - 1)
-        return np.where(self.code[at] == code, self.rel[at], 0.0)
+        return arrays.lookup(self.code, self.rel, self.position(user_ids) * self.span + rows)
 
     def of_user(self, user_id: int) -> tuple[np.ndarray, np.ndarray]:
         """Item rows and grades of one user's interactions in the period."""

@@ -68,7 +68,7 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
     the cuts, candidates) comes from ``settings``. ``events``: the log as (user, item, type, ts) arrays in (ts, id)
     order (``load_events``), when the caller has read it already (evaluation trains on the part before its cut);
     default: the database's, up to ``settings.as_of``."""
-    from catboost import CatBoost, Pool
+    from catboost import CatBoost
 
     if settings.train_cut_quantile >= settings.train_valid_quantile:
         raise InvalidInput("PREFEED_TRAIN_CUT_QUANTILE must be below PREFEED_TRAIN_VALID_QUANTILE (training learns "
@@ -183,10 +183,7 @@ def _step_examples(at: Period, events: periods.Events, by_user: replayed.ByUser,
         live = act.live(part.clock, lengths)
         cand = candidates.for_batch(at.items, at.cov, hist, settings, live)
         owner = cand.owner
-        t_code = part.owner * span + part.rows
-        code = owner * span + cand.rows
-        at_ = np.minimum(np.searchsorted(t_code, code), max(len(t_code) - 1, 0))
-        rel = np.where(t_code[at_] == code, part.rel[at_], 0.0) if len(t_code) else np.zeros(len(code))
+        rel = arrays.lookup(part.owner * span + part.rows, part.rel, owner * span + cand.rows)
         keep = (rel > 0) | group_smallest(owner, cand.offsets, rng.random(len(rel)), negatives)
         has_pos = np.bincount(owner[rel > 0], minlength=len(part)) > 0
         keep &= has_pos[owner]

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..data.history import Histories
 from ..settings import Settings
+from . import arrays
 from .item_table import ItemTable
 
 Events = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]      # (user, item, type, ts) in (ts, id) order
@@ -96,9 +97,9 @@ def find(events: Events, items: ItemTable, cut: float, end: float, n_steps: int,
     pre = np.flatnonzero(np.isin(ev_user[:n_cut], u))
     pre_rows = items.rows(ev_item[pre])
     pre_code = np.searchsorted(who, ev_user[pre]) * span + np.where(pre_rows < 0, span - 1, pre_rows)
-    at = np.minimum(np.searchsorted(uniq, pre_code), len(uniq) - 1)
+    at = arrays.lookup(uniq, np.arange(len(uniq)), pre_code, missing=-1)
     touched = np.zeros(len(uniq), dtype=bool)
-    touched[at[uniq[at] == pre_code]] = True
+    touched[at[at >= 0]] = True
     fresh = (first_of[inv] == step) & ~touched[inv] & (w > 0) & (rows >= 0)
     t_code, t_inv = np.unique(step[fresh] * span + rows[fresh], return_inverse=True)
     rel = np.zeros(len(t_code))
