@@ -38,10 +38,9 @@ from precompute.settings import Settings
 from .common import ROOT, make_world, median, table, write_result
 
 FULL = dict(users=2000, items=20_000, events=300_000, iterations=None, seconds=10, connections=16, http_workers=2,
-            repeats=5)
+            repeats=5, calls=3000, deep_users=200)
 QUICK = dict(users=150, items=2000, events=15_000, iterations=30, seconds=2, connections=4, http_workers=1,
-             repeats=1)
-
+             repeats=1, calls=300, deep_users=20)
 
 FEED, FLOOR = "/feed/{user}?limit=20", "/floor/{user}?limit=20"
 
@@ -63,7 +62,7 @@ def run(quick: bool = False) -> dict:
         for i in boosted:
             live.boost(int(i), float(rng.uniform(0.5, 3)), time.time() + 3600)
 
-        floor = _in_process(world, cfg["users"])    # before any server runs beside it
+        floor = _in_process(world, cfg["users"], cfg["calls"], cfg["deep_users"])    # before any server runs
         cursor_chars = floor.pop("cursor_chars")    # sizes, not microseconds
         api_port, rt_port, sync_port = free_port(), free_port(), free_port()
         servers.append(_gunicorn(world, "benchmarks.floor:create_app()", api_port, cfg["http_workers"]))
@@ -105,8 +104,8 @@ def run(quick: bool = False) -> dict:
                                                                           "errors"],
                     [[name, x["rps"], x["p50_ms"], x["p99_ms"], x["errors"]] for name, x in runs.items()]))
         each = ", ".join(f"{x:.2f}" for x in out["ratio_feed_over_floor_per_pair"])
-        print(f"feed/floor = {out['ratio_feed_over_floor']:.2f} (median of the pairs: {each})   "
-              f"feed/bare = {out['ratio_feed_over_bare']:.2f}   feed/realtime = {out['ratio_feed_over_realtime']:.1f}x   "
+        print(f"feed/floor = {out['ratio_feed_over_floor']:.2f} (median of the pairs: {each})   feed/bare = "
+              f"{out['ratio_feed_over_bare']:.2f}   feed/realtime = {out['ratio_feed_over_realtime']:.1f}x   "
               f"threaded/sync workers = {out['ratio_threaded_over_sync']:.2f}")
         print(table("\nin-process cost per request (no HTTP server), median microseconds",
                     ["one Redis round trip (PING)", "GET /livez", "GET /floor (limit 20)", "GET /feed (limit 20)",
@@ -128,10 +127,10 @@ def run(quick: bool = False) -> dict:
         world.close()
 
 
-def _in_process(world, n_users: int, n: int = 3000) -> dict:
+def _in_process(world, n_users: int, n: int, deep_users: int) -> dict:
     """What one request costs the app itself, measured through Flask's test client, next to a bare Redis round
     trip: the part of /feed no server choice can remove. Floor and feed requests alternate in one loop, so the
-    machine's noise moves both alike."""
+    machine's noise moves both alike. ``n`` requests per endpoint and loop."""
     from .floor import create_app
 
     settings = world.settings
@@ -165,7 +164,7 @@ def _in_process(world, n_users: int, n: int = 3000) -> dict:
     feed = paths["feed_us"]
     first = [feed.format(u + 1) for u in range(n_users)]
     second = [client.get(path).get_json()["next_cursor"] for path in first]
-    deep, deep_at = [(feed.format(u), c) for u in range(1, min(n_users, DEEP_USERS) + 1)
+    deep, deep_at = [(feed.format(u), c) for u in range(1, min(n_users, deep_users) + 1)
                      if (c := _scroll(client, feed.format(u), DEEP_PAGE))], 20 * (DEEP_PAGE - 1)
     for pair in ({"feed_keyed_us": lambda k: client.get(first[k % n_users]),
                   "feed_open_us": lambda k: open_client.get(first[k % n_users])},
@@ -182,7 +181,7 @@ def _in_process(world, n_users: int, n: int = 3000) -> dict:
                              f"page_{DEEP_PAGE}": int(np.median([len(c) for _, c in deep]))}}
 
 
-DEEP_PAGE, DEEP_USERS = 20, 200     # the deep page measured, for up to this many users (those whose feed reaches it)
+DEEP_PAGE = 20     # the deep page measured, for up to ``deep_users`` users (those whose feed reaches it)
 
 
 def _scroll(client, path: str, page: int) -> str | None:
