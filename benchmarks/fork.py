@@ -30,7 +30,8 @@ QUICK = dict(users=200, items=2000, events=20_000, jobs=60, jobs_a=6, batch=20)
 
 def run(quick: bool = False) -> dict:
     cfg = QUICK if quick else FULL
-    world = make_world(cfg["users"], cfg["items"], cfg["events"], 30 if quick else Settings().train_iterations)
+    world = make_world(cfg["users"], cfg["items"], cfg["events"], 30 if quick else Settings().train_iterations,
+                       quick=quick)
     try:
         r = redis_client(world.settings.redis_url)
         queue = make_queue(world.settings, r)

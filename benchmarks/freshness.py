@@ -27,7 +27,8 @@ QUICK = dict(users=150, items=2000, events=15_000, rate=20, seconds=3, deadline=
 
 def run(quick: bool = False) -> dict:
     cfg = QUICK if quick else FULL
-    world = make_world(cfg["users"], cfg["items"], cfg["events"], 30 if quick else Settings().train_iterations)
+    world = make_world(cfg["users"], cfg["items"], cfg["events"], 30 if quick else Settings().train_iterations,
+                       quick=quick)
     worker = None
     try:
         s = world.settings

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from . import servers
-from .common import ROOT, Skipped, median, table, write_result
+from .common import QUICK_TRAIN_PERIODS, ROOT, Skipped, median, table, write_result
 from .netns import Lab, stop, unavailable, wait_until
 
 FULL = dict(users=10_000, items=30_000, events=600_000, train_users=3000, iterations=None, batch=250,
@@ -80,7 +80,8 @@ def _measure(lab: Lab, tmp: Path, cfg: dict, quick: bool) -> dict:
     # The same settings on every host; MODEL_DIR is one directory they all see (a shared volume in production).
     settings = servers.configure(Settings(
         database_url=servers.database_url(), redis_url=servers.queue_url(), model_dir=tmp / "models",
-        var_dir=tmp / "var", item_attributes=synthetic.ATTRIBUTES, batch_size=cfg["batch"]), feeds)
+        var_dir=tmp / "var", item_attributes=synthetic.ATTRIBUTES, batch_size=cfg["batch"],
+        **({"train_periods": QUICK_TRAIN_PERIODS} if quick else {})), feeds)
     env = settings.child_env()
     h1 = lab.hosts[0]
 

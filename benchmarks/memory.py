@@ -25,7 +25,8 @@ MiB = 1 << 20
 
 def run(quick: bool = False) -> dict:
     cfg = QUICK if quick else FULL
-    world = make_world(cfg["users"], cfg["items"], cfg["events"], 30 if quick else Settings().train_iterations)
+    world = make_world(cfg["users"], cfg["items"], cfg["events"], 30 if quick else Settings().train_iterations,
+                       quick=quick)
     try:
         s = world.settings
         r = redis_client(s.redis_url)

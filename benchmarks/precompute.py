@@ -40,7 +40,7 @@ def _run(quick: bool) -> dict:
     # size every run (1,000 oblivious trees of depth 6), so it costs the same to evaluate, which is all this benchmark
     # needs of it. (Early stopping kept 59-184 trees from run to run, and the totals moved with it.)
     world = make_world(cfg["users"], cfg["items"], cfg["events"], cfg["iterations"], train_users=200,
-                       every_tree=True)
+                       every_tree=True, quick=quick)
     try:
         s = world.settings
         pipeline = world.pipeline()

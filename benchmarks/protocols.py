@@ -22,7 +22,7 @@ from precompute.data import bulk, engine as db, synthetic
 from precompute.evaluation.run import evaluate
 from precompute.settings import Settings
 
-from .common import table, write_result
+from .common import QUICK_TRAIN_PERIODS, table, write_result
 
 FULL = dict(cuts=(0.7, 0.8, 0.9), seeds=(0,), users=2000, items=3000, events=100_000, iterations=None)
 QUICK = dict(cuts=(0.8,), seeds=(0,), users=300, items=1500, events=30_000, iterations=30)
@@ -41,7 +41,8 @@ def open_log(quick: bool):
         engine.dispose()
         tmp = Path(tempfile.mkdtemp(prefix="prefeed-protocols-"))
         settings = Settings(database_url=f"sqlite:///{tmp / 'p.db'}", var_dir=tmp, model_dir=tmp / "models",
-                            item_attributes=synthetic.ATTRIBUTES)
+                            item_attributes=synthetic.ATTRIBUTES,
+                            **({"train_periods": QUICK_TRAIN_PERIODS} if quick else {}))
         engine = db.make_engine(settings.database_url, settings)
         db.init_db(engine, settings)
         market = synthetic.generate(cfg["users"], cfg["items"], cfg["events"], seed=0, now=time.time())

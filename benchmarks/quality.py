@@ -24,7 +24,7 @@ from precompute.evaluation.run import LIST_LENGTH, evaluate, scene
 from precompute.evaluation.split import cut_time
 from precompute.settings import Settings
 
-from .common import RESULTS, table, write_result
+from .common import QUICK_TRAIN_PERIODS, RESULTS, table, write_result
 
 FULL = dict(users=2000, items=3000, events=100_000, seeds=(0, 1, 2), iterations=None)
 QUICK = dict(users=300, items=1500, events=30_000, seeds=(0,), iterations=30)
@@ -35,7 +35,8 @@ def run(quick: bool = False) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="prefeed-quality-"))
     try:
         settings = Settings(database_url=f"sqlite:///{tmp / 'quality.db'}", var_dir=tmp, model_dir=tmp / "models",
-                            item_attributes=synthetic.ATTRIBUTES)
+                            item_attributes=synthetic.ATTRIBUTES,
+                            **({"train_periods": QUICK_TRAIN_PERIODS} if quick else {}))
         engine = db.make_engine(settings.database_url, settings)
         db.init_db(engine, settings)
         market = synthetic.generate(cfg["users"], cfg["items"], cfg["events"], seed=0, now=time.time())

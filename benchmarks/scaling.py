@@ -21,7 +21,7 @@ QUICK = dict(users=150, items=2000, events=15_000, user_steps=[25, 50], candidat
 def run(quick: bool = False) -> dict:
     cfg = QUICK if quick else FULL
     world = make_world(cfg["users"], cfg["items"], cfg["events"], max(cfg["tree_steps"]) if quick
-                       else Settings().train_iterations)
+                       else Settings().train_iterations, quick=quick)
     try:
         base = world.pipeline()
         r = base.store.r

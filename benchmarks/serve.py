@@ -48,7 +48,8 @@ FEED, FLOOR = "/feed/{user}?limit=20", "/floor/{user}?limit=20"
 def run(quick: bool = False) -> dict:
 
     cfg = QUICK if quick else FULL
-    world = make_world(cfg["users"], cfg["items"], cfg["events"], cfg["iterations"] or Settings().train_iterations)
+    world = make_world(cfg["users"], cfg["items"], cfg["events"], cfg["iterations"] or Settings().train_iterations,
+                       quick=quick)
     servers = []
     try:
         s = world.settings

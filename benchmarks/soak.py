@@ -25,7 +25,7 @@ MiB = 1 << 20
 
 def run(quick: bool = False) -> dict:
     cfg = QUICK if quick else FULL
-    world = make_world(cfg["users"], cfg["items"], cfg["events"], cfg["iterations"])
+    world = make_world(cfg["users"], cfg["items"], cfg["events"], cfg["iterations"], quick=quick)
     procs = []
     try:
         pipeline = world.pipeline()
