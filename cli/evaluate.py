@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import click
 
-from precompute.evaluation import report
-from precompute.evaluation.run import evaluate as run_evaluation
-
 from . import command
 from .data import ready_engine
 
@@ -33,10 +30,14 @@ from .data import ready_engine
 def evaluate(obj, cut: float, k: int, json_path: str | None, chart: str | None, recent_days: float,
              users: int | None, iterations: int | None, protocol: str, steps: int, seed_: int) -> None:
     """Judge baselines and the ranker (trained on the past) on the log after a time cut."""
+    from precompute.evaluation import report     # the ranking stack, for this command only (cli/models.py)
+    from precompute.evaluation.run import evaluate as run_evaluation
+
     for path in (json_path, chart):
         report.check_writable(path)
     ev = run_evaluation(ready_engine(obj.settings), obj.settings, cut_quantile=cut, k=k, recent_days=recent_days,
-                        users=users, seed=seed_, iterations=iterations, protocol=protocol, steps=steps, progress=lambda m: click.echo(f"  {m}"))
+                        users=users, seed=seed_, iterations=iterations, protocol=protocol, steps=steps,
+                        progress=lambda m: click.echo(f"  {m}"))
     click.echo(report.table(ev))
     if json_path:
         report.write_json(ev, json_path)

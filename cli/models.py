@@ -2,6 +2,9 @@
 
 Bundles are immutable and versioned (``precompute.ranking.bundle``); ``train`` writes one every time and makes it
 current only if it beats the best baseline on its validation users (or with ``--force``).
+
+The bundle module and training are imported by the commands that use them: they bring SciPy and pandas, which were
+over a third of the CPU time every other ``manage.py`` command took to start (tests/test_settings.py keeps them out).
 """
 
 from __future__ import annotations
@@ -12,8 +15,6 @@ import time
 import click
 
 from precompute.errors import BundleError, NotPromoted
-from precompute.evaluation.run import train as train_checked
-from precompute.ranking import bundle
 from precompute.ranking.layout import for_settings
 
 from . import cli, command, echo_table
@@ -35,6 +36,9 @@ def train(obj, iterations: int | None, depth: int | None, users: int | None, see
     """Train the ranker on a time split, write a bundle, and promote it if it beats the best baseline.
 
     A bundle that does not is kept (``models list``) but not made current: one line on stderr, exit 5."""
+    from precompute.evaluation.run import train as train_checked
+    from precompute.ranking import bundle
+
     settings = obj.settings
     engine = ready_engine(settings)
     t0 = time.perf_counter()
@@ -81,6 +85,8 @@ def models() -> None:
 @click.pass_obj
 def list_(obj, as_json: bool) -> None:
     """Every bundle, newest first, with its validation NDCG@10 against the best baseline; * marks the current."""
+    from precompute.ranking import bundle
+
     model_dir = obj.settings.model_dir
     try:
         current = bundle.current_version(model_dir)
@@ -111,6 +117,8 @@ def models_promote(obj, version: int) -> None:
 @click.pass_obj
 def rollback(obj) -> None:
     """Make the previous current bundle (in MODEL_DIR/HISTORY) current again."""
+    from precompute.ranking import bundle
+
     done = bundle.rollback(obj.settings.model_dir, for_settings(obj.settings))
     click.echo(f"rolled back: bundle {done.version} is current; `manage.py precompute --stale` rebuilds the "
                f"feeds of other bundles")
@@ -125,12 +133,16 @@ def promote(obj, version: int) -> None:
 
 
 def _promote(settings, version: int) -> None:
+    from precompute.ranking import bundle
+
     bundle.promote(settings.model_dir, version, for_settings(settings))
     click.echo(f"bundle {version} is current; `manage.py precompute --stale` rebuilds the feeds of other bundles")
 
 
 def _row(model_dir, version: int, current: int | None) -> dict:
     """One bundle as plain values (UTC ISO times); ``broken``: why it fails its checks, else None."""
+    from precompute.ranking import bundle
+
     row = dict(version=version, current=version == current, broken=None, trained_at=None, data_clock=None,
                train_rows=None, events=None, ndcg10=None, baseline=None, baseline_ndcg10=None, trees=None)
     try:
