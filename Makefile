@@ -2,9 +2,11 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# Test processes: most of the suite waits on servers, workers and subprocesses, so two share two cores well.
+# Test processes: most of the suite waits on servers, workers and subprocesses, so two share two cores well. Tests
+# are handed out one at a time (loadgroup), except those marked with one xdist_group: they run in one process, so a
+# module-scoped fixture they share (a training, a world, a cluster) is built once.
 TEST_WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS)
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 .PHONY: demo test test-prod test-pgbouncer bench bench-quick clean
 

@@ -25,7 +25,7 @@ from precompute.feeds.client import redis_client
 from .common import ROOT, make_world, table, write_result
 
 FULL = dict(users=3000, items=30_000, events=600_000, jobs=1000, jobs_a=40, batch=50)
-QUICK = dict(users=200, items=2000, events=20_000, jobs=60, jobs_a=6, batch=20)
+QUICK = dict(users=200, items=2000, events=20_000, jobs=60, jobs_a=2, batch=20)     # (a): a job per worker
 
 
 def run(quick: bool = False) -> dict:

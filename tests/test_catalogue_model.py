@@ -158,6 +158,11 @@ def sparse_world(tmp_path_factory, world, redis_url):
     next(url_gen, None)
 
 
+#: The tests of ``sparse_world`` run in one test process (``make test``'s ``--dist loadgroup``): one world, not two.
+one_sparse_world = pytest.mark.xdist_group("sparse_world")
+
+
+@one_sparse_world
 def test_sparse_category_ids_work_end_to_end(sparse_world, r):
     s, engine, m, _, _ = sparse_world
     # given a model trained on the catalogue whose category ids are near 2**62, and a worker that loaded it
@@ -185,6 +190,7 @@ def test_sparse_category_ids_work_end_to_end(sparse_world, r):
     app.extensions["prefeed"]["engine"].dispose()
 
 
+@one_sparse_world
 def test_items_without_price_or_creation_time_get_nan_features_and_still_rank(sparse_world, r):
     s, engine, m, no_price, no_created = sparse_world
     pipeline = Pipeline(s, engine, r)

@@ -19,6 +19,9 @@ from precompute.feeds.live import LiveState
 from precompute.feeds.store import FeedStore
 from tests.conftest import manage, users_with_history, with_key
 
+#: One test process runs this module (``make test``'s ``--dist loadgroup``), so it starts one cluster.
+pytestmark = pytest.mark.xdist_group("cluster")
+
 
 @pytest.fixture(scope="module")
 def cluster():

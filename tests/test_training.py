@@ -38,6 +38,11 @@ def trained(world):
     return result, calls
 
 
+#: The tests of ``trained`` run in one test process (``make test``'s ``--dist loadgroup``): one training, not two.
+one_training = pytest.mark.xdist_group("trained")
+
+
+@one_training
 def test_early_stopping_keeps_fewer_trees_than_the_maximum(trained):
     # given a training run allowed 300 trees at a learning rate that overfits the small world quickly
     result, _ = trained
@@ -60,6 +65,7 @@ def test_early_stopping_zero_keeps_every_tree(world):
     assert result.metrics["trees"] == result.model.tree_count_ == 60
 
 
+@one_training
 def test_the_validation_period_follows_the_training_period(trained, world):
     # given the time splits one training run made
     result, calls = trained
