@@ -6,6 +6,7 @@ import click
 
 from . import command
 from .data import ready_engine
+from .progress import Reporter
 
 
 @command()
@@ -35,9 +36,10 @@ def evaluate(obj, cut: float, k: int, json_path: str | None, chart: str | None, 
 
     for path in (json_path, chart):
         report.check_writable(path)
-    ev = run_evaluation(ready_engine(obj.settings), obj.settings, cut_quantile=cut, k=k, recent_days=recent_days,
-                        users=users, seed=seed_, iterations=iterations, protocol=protocol, steps=steps,
-                        progress=lambda m: click.echo(f"  {m}"))
+    with Reporter() as progress:
+        ev = run_evaluation(ready_engine(obj.settings), obj.settings, cut_quantile=cut, k=k, recent_days=recent_days,
+                            users=users, seed=seed_, iterations=iterations, protocol=protocol, steps=steps,
+                            progress=progress)
     click.echo(report.table(ev))
     if json_path:
         report.write_json(ev, json_path)

@@ -19,6 +19,7 @@ from precompute.ranking.layout import for_settings
 
 from . import cli, command, echo_table
 from .data import ready_engine
+from .progress import Reporter
 
 NONE = "—"          # a value an older bundle did not record
 
@@ -42,8 +43,9 @@ def train(obj, iterations: int | None, depth: int | None, users: int | None, see
     settings = obj.settings
     engine = ready_engine(settings)
     t0 = time.perf_counter()
-    result = train_checked(engine, settings, iterations=iterations, depth=depth, users=users, seed=seed_,
-                           progress=lambda m: click.echo(f"  {m}"))
+    with Reporter() as progress:
+        result = train_checked(engine, settings, iterations=iterations, depth=depth, users=users, seed=seed_,
+                               progress=progress)
     m = result.metrics
     interval = m.get("ratio_interval")
     spread = f"; ratio 95% interval {interval[0]:.2f}×–{interval[1]:.2f}×" if interval else ""

@@ -31,6 +31,7 @@ from ..ranking import candidates, features, latent, popularity, ranker
 from ..ranking.arrays import top_desc_grouped
 from ..ranking.covisit import CoVisit
 from ..ranking.item_table import ItemTable
+from ..progress import Count
 from ..ranking.steps import ByUser, Steps, find
 from ..settings import Settings
 from . import metrics
@@ -147,7 +148,7 @@ def judge(items: ItemTable, cov: CoVisit, events, cut: float, model, settings: S
             lo = part.offsets[start] + steps.offsets[a]
             in_cand[lo:lo + len(t_code)] = found
             held[lo:lo + len(t_code)] = np.where(found, cand.flags[order][at] if len(code) else 0, 0)
-        progress(f"  {min(a + BATCH, len(steps))}/{len(steps)} steps")
+        progress(Count(min(a + BATCH, len(steps)), len(steps), "steps"))
     # Means over steps; the interval resamples users with their steps (sums per user).
     user_pos = np.unique(steps.user, return_inverse=True)[1].ravel()
     n_users = int(user_pos.max()) + 1 if len(user_pos) else 0

@@ -16,6 +16,7 @@ from sqlalchemy import Engine
 
 from ..data import log as event_log
 from ..errors import InvalidInput
+from ..progress import indented
 from ..ranking import covisit, periods, ranker
 from ..ranking.covisit import CoVisit
 from ..ranking.item_table import ItemTable, load_item_table
@@ -126,7 +127,7 @@ def evaluate(engine: Engine, settings: Settings, *, cut_quantile: float = 0.8, k
                users=users, seed=seed, progress=progress)
     progress("training the ranker on the pre-cut log")
     result = model.train(engine, settings, at.split, iterations=iterations, seed=seed,
-                         progress=lambda m: progress(f"  {m}"), ignore=ignore)
+                         progress=indented(progress), ignore=ignore)
     summary, best, interval, ratio = {}, "", None, None
     if protocol in ("static", "both"):
         summary, best, interval = judge(at, settings, result.model, k=k, recent_days=recent_days, seed=seed,
@@ -156,7 +157,7 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
                           progress=progress, events=events)
     progress("judging the model against the baselines at the validation cut")
     result.metrics.update(validate(engine, settings, events, result, users=users or settings.train_users,
-                                   seed=seed, progress=lambda msg: progress(f"  {msg}")))
+                                   seed=seed, progress=indented(progress)))
     return result
 
 
