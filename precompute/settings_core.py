@@ -74,8 +74,10 @@ class CoreSettings:
     as_of: float = setting(0.0, "PREFEED_AS_OF", "the clock features, time windows and popularity are computed at, in "
                            "training and precompute; 0: the log's clock, its newest event time (set it to replay a "
                            "log as of an earlier instant)", unit="epoch s", minimum=0)
-    seen_window: int = setting(30 * DAY, "PREFEED_SEEN_WINDOW", "items a user interacted with this long before the "
-                               "log's clock (its newest event time) stay out of their precomputed feed", unit="s")
+    seen_window: int = setting(3650 * DAY, "PREFEED_SEEN_WINDOW", "items a user interacted with this long before "
+                               "the log's clock (its newest event time) stay out of their precomputed feed (10 "
+                               "years: every item kept for the user, as a feed of things new to them wants); "
+                               "shorter lets older items come back", unit="s")
     seen_max_items: int = setting(5000, "PREFEED_SEEN_MAX_ITEMS", "distinct items kept per user for that rule (the "
                                   "most recent; 16 bytes each on the user row)", unit="items")
     max_candidates: int = setting(3000, "PREFEED_MAX_CANDIDATES", "candidates scored per user", unit="items")

@@ -116,7 +116,7 @@ def test_the_kept_value_holds_the_newest_distinct_items_up_to_its_cap(pipeline, 
 
 def test_the_window_ends_at_the_log_clock_not_the_wall_clock(settings, world, r, tmp_path):
     # given a replayed log whose newest event is 100 days old
-    old = dataclasses.replace(settings, database_url=f"sqlite:///{tmp_path / 'replay.db'}")
+    old = dataclasses.replace(settings, database_url=f"sqlite:///{tmp_path / 'replay.db'}", seen_window=30 * DAY)
     engine = db.make_engine(old.database_url)
     db.init_db(engine)
     bulk.load(engine, synthetic.generate(40, 300, 4000, seed=5, now=time.time() - 100 * DAY), old)
