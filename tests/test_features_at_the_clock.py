@@ -26,8 +26,9 @@ def column(table, X, cand, name):
 
 def test_last_weeks_standing_and_time_since_first_event_follow_the_clock(settings, own_url):
     # given items without a creation time: item 1 popular a month ago only, item 2 rising over the last week,
-    # item 3 seen for the first time two days ago, item 4 never interacted with
-    s = dataclasses.replace(settings, database_url=own_url)
+    # item 3 seen for the first time two days ago, item 4 interacted with by the user only, 60 days ago (outside a
+    # 30-day seen window, so it is one of their candidates)
+    s = dataclasses.replace(settings, database_url=own_url, seen_window=30 * DAY)
     items = [(i, [1], 5.0, None) for i in (1, 2, 3, 4)]
     crowd = [(900, 1, 1, NOW - 30 * DAY)] * 20 + [(900, 2, 1, NOW - 40 * DAY)] \
         + [(900, 2, 1, NOW - 2 * DAY)] * 6 + [(900, 3, 1, NOW - 2 * DAY)] * 2
