@@ -8,7 +8,7 @@ line per update.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 Progress = Callable[[str], None]
 

@@ -41,4 +41,3 @@ def test_counts_are_one_progress_bar_not_a_line_each():
     rows = [r for r in out.output.splitlines() if r.strip()]
     assert rows == ["  replaying", "  steps", "  judged", "  periods"], out.output
     assert "/600" not in out.output
-

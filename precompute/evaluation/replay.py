@@ -27,11 +27,11 @@ from collections.abc import Callable
 import numpy as np
 from scipy import sparse
 
+from ..progress import Count
 from ..ranking import candidates, features, latent, popularity, ranker
 from ..ranking.arrays import top_desc_grouped
 from ..ranking.covisit import CoVisit
 from ..ranking.item_table import ItemTable
-from ..progress import Count
 from ..ranking.steps import ByUser, Steps, find
 from ..settings import Settings
 from . import metrics
