@@ -25,11 +25,12 @@ def own_url(tmp_path_factory):
 
 
 def replayed(items, cov, events, step: Steps, model, settings, n: int) -> list[int]:
-    """The ids a replay ranks for one step, through the evaluation's own code (``replay.rank``)."""
+    """The ids a replay ranks for one step, through the evaluation's own code (``replay.rank``), at its feed
+    clock."""
     hist = ByUser(events).histories(step, items, settings)
-    live = popularity.Activity(items, events[3], events[1], events[2]).live(step.clock,
+    live = popularity.Activity(items, events[3], events[1], events[2]).live(step.feed_clock,
                                                                            candidates.recent_lengths(settings))
-    cand, top, offsets = replay.rank(items, cov, hist, step.clock, live, model, settings, n)
+    cand, top, offsets = replay.rank(items, cov, hist, step.feed_clock, live, model, settings, n)
     return items.ids[cand.rows[top]].tolist()
 
 
@@ -66,25 +67,33 @@ def test_three_replayed_steps_are_the_feeds_a_worker_serves_before_each(world, s
     events = tuple(np.array(col, dtype=dt) for col, dt in zip(zip(*log), ("<i8", "<i8", "<i8", "<f8")))
     pipeline = Pipeline(s, engine, r)
     model = None
-    # when the log after the cut is posted in order, and before each of the user's steps a worker computes their
-    # feed with everything posted so far (its item table reloaded at that clock, as the log's clock moved on)
+    # when the log after the cut is posted in order, and a worker computes the user's feed when it is first asked
+    # for (before the first step, with everything posted so far) and again right after each of the user's steps
+    # (its item table reloaded at that clock, as the log's clock moved on), and the feed is read before each step
     served, posted = [], len(before)
     steps = find(events, load_item_table(engine, s, as_of=cut), cut, float("inf"), 10, users=np.array([7]))
     assert len(steps) == 3 and steps.clock.tolist() == sorted(steps.clock.tolist())
+    ts = np.array([e[3] for e in log])
+    computed_at = [int(steps.known[0])] + [int(np.searchsorted(ts, t, side="right")) for t in steps.ts[:2]]
+    def post(lo, hi):
+        if hi > lo:
+            record(engine, [NewEvent(*e) for e in log[lo:hi]], s)
     for k in range(3):
-        upto = int(steps.known[k])
-        record(engine, [NewEvent(*e) for e in log[posted:upto]], s)
-        posted = upto
+        post(posted, computed_at[k])
         pipeline.load()
         model = pipeline.bundle.model
-        assert pipeline.items.as_of == steps.clock[k]
+        assert pipeline.items.as_of == steps.feed_clock[k] == ts[computed_at[k] - 1]
         pipeline.recompute([7])
+        post(computed_at[k], int(steps.known[k]))
+        posted = int(steps.known[k])
         served.append(pipeline.store.read(7).items[:10].tolist())
-        # then the replay of that step, through the evaluation's code with the table of the same clock, lists the
+        # then the replay of that step, through the evaluation's code with the table of its feed clock, lists the
         # same ten items in the same order
-        table = load_item_table(engine, s, as_of=float(steps.clock[k]))
+        table = load_item_table(engine, s, as_of=float(steps.feed_clock[k]))
         cov = pipeline.cov
         assert replayed(table, cov, events, steps.take(np.array([k])), model, s, 10) == served[k]
+        # (while the crowd kept moving: the next steps' clocks are hours after their feed's)
+        assert steps.clock[k] - steps.feed_clock[k] > (HOUR if k else -1)
     # and what the user did moves the feed: an item of a step is never served after it
     assert 16 not in served[1] + served[2] and 24 not in served[2]
     engine.dispose()

@@ -1,6 +1,6 @@
 """The replay protocol: every method judged on the feed it would serve before each of a user's first steps after the
-cut (``ranking/steps.py``), with the user's history and popularity as of the step and everything fitted frozen at
-the cut. What the product does: the feed is recomputed on each event, and read before the next.
+cut (``ranking/steps.py``), with the user's history as of the step and everything fitted frozen at the cut. What the
+product does: the feed is recomputed on each event, and read before the next.
 
 Methods, each ranking every step from the same information:
 
@@ -10,8 +10,9 @@ Methods, each ranking every step from the same information:
   gathers them;
 - ``item_knn``: cosine item-kNN over the binary pre-cut user × item matrix, the user's vector from their live history;
 - ``latent``: the latent model fitted at the cut (``ranking/latent.py``), the user's vector from their live history;
-- ``ranker``: the pipeline's own candidates, features and model at the step's clock, with the serving seen window
-  (what a worker stores); baselines leave out every item of the user's history (a stronger list on "new to the
+- ``ranker``: the pipeline's own candidates, features and model at the step's feed clock (the user's previous event
+  after the cut, when a worker recomputed the feed read before the step), with the serving seen window (what a
+  worker stores); the live baselines rank at the later clock, a handicap the precomputed feed carries; baselines leave out every item of the user's history (a stronger list on "new to the
   user" truth than the ranker's).
 
 Metrics per step: NDCG@k (gain 2^grade − 1) and HitRate@k over the step's truth; means over steps; the ratio's 95 %
@@ -99,6 +100,7 @@ def judge(items: ItemTable, cov: CoVisit, events, cut: float, model, settings: S
     by_user = ByUser(events)
     n_pre = int(np.searchsorted(ev_ts, cut, side="right"))
     act = popularity.Activity(items, ev_ts, ev_item, ev_type)
+    feed_act = popularity.Activity(items, ev_ts, ev_item, ev_type)      # the ranker's: at each step's feed clock
     knn = _Knn(items, tuple(a[:n_pre] for a in events))
     lengths = candidates.recent_lengths(settings)
     win_names = [w for w, _ in _WINDOWS]
@@ -110,12 +112,9 @@ def judge(items: ItemTable, cov: CoVisit, events, cut: float, model, settings: S
         hist_all = by_user.histories(part, items, settings, seen_window=everything)
         hist = by_user.histories(part, items, settings)
         distinct, which = np.unique(part.clock, return_inverse=True)
-        blocks, lists, scores = [], [], {m: [] for m in ("popular", *base_cols)}
+        scores = {m: [] for m in ("popular", *base_cols)}
         for c in distinct.tolist():
             windowed, ever = act.at(c, _WINDOWS)
-            live_w = windowed[:, live_cols]
-            blocks.append(popularity.Counts(live_w, ever))
-            lists.append(popularity.top_lists(live_w, items.active, lengths))
             scores["popular"].append(ever)
             for m, col in base_cols.items():
                 scores[m].append(windowed[:, col])
@@ -134,8 +133,8 @@ def judge(items: ItemTable, cov: CoVisit, events, cut: float, model, settings: S
         for start in range(0, len(part), settings.rank_chunk_users):
             stop = min(start + settings.rank_chunk_users, len(part))
             sub, h = part.take(np.arange(start, stop)), hist.slice(start, stop)
-            sub_live = popularity.Live(blocks, lists, which[start:stop].astype(np.int64))
-            cand, top, offsets = rank(items, cov, h, sub.clock, sub_live, model, settings, k)
+            cand, top, offsets = rank(items, cov, h, sub.feed_clock, feed_act.live(sub.feed_clock, lengths), model,
+                                      settings, k)
             lists_ = [cand.rows[top[offsets[j]:offsets[j + 1]]] for j in range(len(sub))]
             _judge_lists("ranker", lists_, sub, a + start, k, ndcg, hit)
             # Which truth entries the candidates held, and through which sources.

@@ -123,8 +123,9 @@ class Live:
 
 
 class Activity:
-    """The log's interactions by time, to compute ``Live`` blocks at any clock (replay and training). Clocks must be
-    asked in ascending order: all-time counts are carried forward, so a replay costs one pass over the log."""
+    """The log's interactions by time, to compute ``Live`` blocks at any clock (replay and training). All-time counts
+    are carried forward from the clock asked before and counted again from the start when a clock goes back (exact
+    either way), so clocks asked in about ascending order cost about one pass over the log."""
 
     def __init__(self, items: ItemTable, ts: np.ndarray, item_ids: np.ndarray, types: np.ndarray) -> None:
         rows = items.rows(item_ids)
@@ -134,16 +135,14 @@ class Activity:
         self.ts, self.rows, self.w = ts[ok], rows[ok], w[ok]
         self._ever = np.zeros(len(items))
         self._upto = 0            # events [0, _upto) are in _ever
-        self._last = -np.inf
 
     def at(self, clock: float, windows: tuple[tuple[str, float], ...] = WINDOWS) -> tuple[np.ndarray, np.ndarray]:
         """``(windowed, ever)`` interactions per item row as of ``clock`` (events at or before it), in each of
         ``windows`` and of all time."""
-        if clock < self._last:
-            raise ValueError("Activity clocks must be asked in ascending order")
-        self._last = clock
         hi = int(np.searchsorted(self.ts, clock, side="right"))
         n = len(self.items)
+        if hi < self._upto:
+            self._ever[:], self._upto = 0.0, 0
         self._ever += np.bincount(self.rows[self._upto:hi], weights=self.w[self._upto:hi], minlength=n)
         self._upto = hi
         windowed = np.empty((n, len(windows)))
@@ -153,8 +152,7 @@ class Activity:
         return windowed, self._ever.copy()
 
     def live(self, clocks: np.ndarray, lengths: tuple[int, ...]) -> Live:
-        """``Live`` of a batch whose user ``k`` is at ``clocks[k]`` (a batch sorted by clock, later than any asked
-        before)."""
+        """``Live`` of a batch whose user ``k`` is at ``clocks[k]``."""
         distinct, which = np.unique(clocks, return_inverse=True)
         blocks, lists = [], []
         for c in distinct.tolist():

@@ -168,7 +168,7 @@ def _step_examples(at: Period, events: periods.Events, by_user: replayed.ByUser,
                    user_ids: np.ndarray, settings: Settings, rng: np.random.Generator
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Feature rows, grades and group ids (one group per step) of ``user_ids``' replayed steps after ``at.cut``:
-    each step ranked as a worker would before it (history up to it, popularity at its clock; the item table and
+    each step ranked as a worker would before it (history up to it, popularity at its feed clock; the item table and
     co-visitation of the cut) and labelled by its new items, with ``train_negatives // 3`` random negatives per
     step that has a positive candidate. What the replay protocol judges, so the model learns that question."""
     mine = found.take(np.flatnonzero(np.isin(found.user, user_ids)))
@@ -180,7 +180,7 @@ def _step_examples(at: Period, events: periods.Events, by_user: replayed.ByUser,
     for start in range(0, len(mine), 200):
         part = mine.take(np.arange(start, min(start + 200, len(mine))))
         hist = by_user.histories(part, at.items, settings)
-        live = act.live(part.clock, lengths)
+        live = act.live(part.feed_clock, lengths)
         cand = candidates.for_batch(at.items, at.cov, hist, settings, live)
         owner = cand.owner
         rel = arrays.lookup(part.owner * span + part.rows, part.rel, owner * span + cand.rows)
@@ -188,7 +188,7 @@ def _step_examples(at: Period, events: periods.Events, by_user: replayed.ByUser,
         has_pos = np.bincount(owner[rel > 0], minlength=len(part)) > 0
         keep &= has_pos[owner]
         # Features of the sampled examples only (~1 % of the candidates), the rows the whole set would give them.
-        Xs.append(features.build(at.items, hist, cand.take(keep), part.clock, live))
+        Xs.append(features.build(at.items, hist, cand.take(keep), part.feed_clock, live))
         ys.append(rel[keep]), gs.append(start + owner[keep])
     if not Xs:
         return (np.empty((0, len(at.items.layout)), dtype=np.float32), np.empty(0), np.empty(0, dtype=np.int64))

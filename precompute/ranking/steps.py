@@ -1,9 +1,13 @@
 """Replayed steps: the feed as a user lives it, for evaluation (``evaluation/replay.py``) and for training's labels.
 
 A step is one user's events at one timestamp (a basket, a click). Before it, the product serves the feed computed
-from the user's history up to then (their own earlier post-cut events included) at the log's clock then (the newest
-event before the step), with popularity as of that clock; everything fitted (model, co-visitation, the item table's
-slow statistics) stays as it was at the cut. The step's truth is its items of positive type weight that are new to
+from the user's history up to then (their own earlier post-cut events included), with popularity as of the clock it
+was computed at; everything fitted (model, co-visitation, the item table's slow statistics) stays as it was at the
+cut. That clock is the step's ``feed_clock``: a worker recomputes a feed when its user's history changes, so a user
+who acted after the cut reads the feed computed at their previous event (a shopper's last basket, days before); the
+first step after the cut reads the feed computed when it was asked for, at the log's clock then (the newest event
+before the step, ``clock``). Ranking at the later clock would give the feed time since the previous event and
+popularity it cannot have yet. The step's truth is its items of positive type weight that are new to
 the user (never interacted with before the step), graded by the strongest interaction's weight.
 
 Each step becomes one row of a ``Histories`` (its "user" is the step), so the candidate and feature code rank a batch
@@ -31,11 +35,17 @@ class Steps:
 
     user: np.ndarray        # (S,) user id
     ts: np.ndarray          # (S,) the step's time
-    clock: np.ndarray       # (S,) the log's newest event time before the step: the clock a worker reads at
+    clock: np.ndarray       # (S,) the log's newest event time before the step: the live baselines' clock
     known: np.ndarray       # (S,) events [0, known) of the log happened before the step
     offsets: np.ndarray
     rows: np.ndarray
     rel: np.ndarray
+    #: (S,) the clock the served feed was computed at: the user's previous event after the cut, else ``clock``.
+    feed_clock: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.feed_clock is None:
+            self.feed_clock = self.clock
 
     def __len__(self) -> int:
         return len(self.user)
@@ -46,7 +56,7 @@ class Steps:
         count = hi - lo
         idx = np.repeat(lo - np.r_[0, np.cumsum(count)[:-1]], count) + np.arange(int(count.sum()))
         return Steps(self.user[at], self.ts[at], self.clock[at], self.known[at],
-                     np.r_[0, np.cumsum(count)].astype(np.int64), self.rows[idx], self.rel[idx])
+                     np.r_[0, np.cumsum(count)].astype(np.int64), self.rows[idx], self.rel[idx], self.feed_clock[at])
 
     @property
     def owner(self) -> np.ndarray:
@@ -77,10 +87,14 @@ def find(events: Events, items: ItemTable, cut: float, end: float, n_steps: int,
     u, t = ev_user[idx], ev_ts[idx]
     new_step = np.r_[True, (u[1:] != u[:-1]) | (t[1:] != t[:-1])]
     step = np.cumsum(new_step) - 1
+    # Each step's user's previous event after the cut (NaN: none), the clock their feed was computed at.
+    start = np.flatnonzero(new_step)
+    after = (start > 0) & (u[np.maximum(start - 1, 0)] == u[start])
+    previous = np.where(after, t[np.maximum(start - 1, 0)], np.nan)[step]
     new_user = np.r_[True, u[1:] != u[:-1]]
     first_step = np.maximum.accumulate(np.where(new_user, step, 0))
     keep = (step - first_step) < n_steps
-    idx, u, step = idx[keep], u[keep], step[keep]
+    idx, u, step, previous = idx[keep], u[keep], step[keep], previous[keep]
     step = np.unique(step, return_inverse=True)[1].ravel()            # dense again
     n_s = int(step.max()) + 1 if len(step) else 0
     # Truth: (step, row) pairs of positive weight whose (user, row) the user never touched before the step.
@@ -107,11 +121,12 @@ def find(events: Events, items: ItemTable, cut: float, end: float, n_steps: int,
     t_step, t_row = t_code // span, t_code % span
     # Per step: its user, time, the log's clock before it.
     s_first = np.flatnonzero(np.r_[True, step[1:] != step[:-1]])
-    s_user, s_ts = u[s_first], ev_ts[idx[s_first]]
+    s_user, s_ts, s_previous = u[s_first], ev_ts[idx[s_first]], previous[s_first]
     judged = np.unique(t_step)
-    s_user, s_ts = s_user[judged], s_ts[judged]
+    s_user, s_ts, s_previous = s_user[judged], s_ts[judged], s_previous[judged]
     known = np.searchsorted(ev_ts, s_ts, side="left")
     clock = ev_ts[np.maximum(known - 1, 0)]
+    feed_clock = np.where(np.isnan(s_previous), clock, s_previous)
     order = np.lexsort((s_user, clock))
     where = np.empty(len(judged), dtype=np.int64)
     where[order] = np.arange(len(judged))
@@ -119,7 +134,7 @@ def find(events: Events, items: ItemTable, cut: float, end: float, n_steps: int,
     by = np.lexsort((t_row, t_pos))
     return Steps(user=s_user[order], ts=s_ts[order], clock=clock[order], known=known[order],
                  offsets=np.r_[0, np.cumsum(np.bincount(t_pos, minlength=len(judged)))].astype(np.int64),
-                 rows=t_row[by], rel=rel[by])
+                 rows=t_row[by], rel=rel[by], feed_clock=feed_clock[order])
 
 
 class ByUser:
@@ -135,8 +150,8 @@ class ByUser:
     def histories(self, steps: Steps, items: ItemTable, settings: Settings, seen_window: float | None = None
                   ) -> Histories:
         """One ``Histories`` row per step: the user's newest ``history_limit`` events before the step; seen items
-        those interacted with inside ``seen_window`` (default the settings') before the step's clock, ``inf``: all.
-        ``clock`` is the latest step's; each step's own is ``steps.clock``."""
+        those interacted with inside ``seen_window`` (default the settings') before the step's feed clock, ``inf``:
+        all. ``clock`` is the latest step's; each step's own is ``steps.feed_clock``."""
         n = len(self.events[0]) + 1
         pos = np.searchsorted(self.users, steps.user)
         lo = np.searchsorted(self.key, pos * n)
@@ -148,7 +163,7 @@ class ByUser:
         # Seen: distinct rows of the events inside the window before each step's clock.
         all_at = self.order[_ranges(lo, end)]
         owner = np.repeat(np.arange(len(steps)), end - lo)
-        inside = ev_ts[all_at] >= steps.clock[owner] - window
+        inside = ev_ts[all_at] >= steps.feed_clock[owner] - window
         s_rows = items.rows(ev_item[all_at[inside]])
         s_owner = owner[inside]
         ok = s_rows >= 0
@@ -159,7 +174,7 @@ class ByUser:
             user_ids=np.arange(len(steps), dtype=np.int64), versions=np.zeros(len(steps), dtype=np.int64),
             offsets=np.r_[0, np.cumsum(end - start)].astype(np.int64), item_rows=items.rows(ev_item[at]),
             types=ev_type[at].astype(np.int64), ts=ev_ts[at].astype(np.float64),
-            clock=float(steps.clock.max(initial=0.0)),
+            clock=float(steps.feed_clock.max(initial=0.0)),
             seen_offsets=np.r_[0, np.cumsum(np.bincount(s_owner, minlength=len(steps)))].astype(np.int64),
             seen_rows=s_rows.astype(np.int64))
 
