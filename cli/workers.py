@@ -59,12 +59,15 @@ def precompute(obj, all_users: bool, stale: bool, user_ids: tuple[int, ...], inl
     size = batch_size or settings.batch_size
     if inline:
         from jobs import context
+        from precompute.feeds.refresh import FeedClocks
 
         pipeline = context.init(settings)
+        clocks = FeedClocks(r, settings)
         written = kept = 0
         with click.progressbar(length=len(ids), label="precomputing") as bar:
             for i in range(0, len(ids), size):
                 res = pipeline.recompute(ids[i:i + size])
+                clocks.record(res.written_ids, res.newest_event, res.clock)
                 written, kept = written + res.written, kept + res.kept_newer
                 bar.update(res.users)
         click.echo(f"{written} feeds written, {kept} kept (a newer feed was already stored)")

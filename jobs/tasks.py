@@ -6,6 +6,7 @@ from rq import get_current_job
 
 from precompute.errors import InvalidInput
 from precompute.feeds.dirty import DirtyUsers
+from precompute.feeds.refresh import FeedClocks
 from precompute.ranking.pipeline import STAGES
 
 from . import context, queues
@@ -17,7 +18,9 @@ def recompute_users(user_ids: list[int]) -> dict:
     if not isinstance(user_ids, list) or not all(isinstance(u, int) and u > 0 for u in user_ids):
         raise InvalidInput("recompute_users takes a list of positive integer user ids")
     pipeline = context.get()
-    result = pipeline.recompute(user_ids).as_dict()
+    done = pipeline.recompute(user_ids)
+    FeedClocks(context.queue_redis(), pipeline.settings).record(done.written_ids, done.newest_event, done.clock)
+    result = done.as_dict()
     result["process"] = context.stats()
     return result
 
@@ -29,6 +32,9 @@ def drain_dirty() -> dict:
     r = context.queue_redis()
     dirty = DirtyUsers(r, settings)
     dirty.clear_drain_flag()          # events from now on enqueue another drain job: no wake-up is lost
+    clocks = FeedClocks(r, settings)
+    # Feeds the log's clock has moved PREFEED_FEED_REFRESH past since they were computed join the dirty users.
+    dirty.mark(clocks.due(pipeline.items.as_of, settings.batch_size * settings.drain_max_batches))
     users = batches = written = kept = scored = 0
     seconds = dict.fromkeys(STAGES, 0.0)
     while batches < settings.drain_max_batches:      # then hand the rest to a fresh job, so a job stays short
@@ -41,6 +47,7 @@ def drain_dirty() -> dict:
             dirty.release(claimed, stamp)       # due again at once: RQ's retry of this job picks them up
             raise
         dirty.complete(claimed, stamp)
+        clocks.record(result.written_ids, result.newest_event, result.clock)
         users, written, kept = users + result.users, written + result.written, kept + result.kept_newer
         scored += result.scored_items
         for stage, s in result.seconds.items():

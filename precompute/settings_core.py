@@ -84,6 +84,10 @@ class CoreSettings:
     feed_length: int = setting(1000, "PREFEED_FEED_LENGTH", "ranked items stored per user (12 bytes each)",
                                unit="items")
     feed_ttl: int = setting(7 * DAY, "PREFEED_FEED_TTL", "feed time-to-live", unit="s")
+    feed_refresh: int = setting(DAY, "PREFEED_FEED_REFRESH", "a user's feed is recomputed once the log's clock is this "
+                                "far past the clock it was computed at, up to PREFEED_FEED_TTL after the user's "
+                                "newest event (fresh popularity for users who come back without acting); 0: only "
+                                "on their events", unit="s", minimum=0)
     live_refresh_ms: int = setting(250, "PREFEED_LIVE_REFRESH_MS", "how often an API process checks for new boosts "
                                    "and deactivations (one small read); a change is served by every process "
                                    "within this plus one round trip", unit="ms", maximum=1000)

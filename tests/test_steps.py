@@ -88,6 +88,12 @@ def test_steps_are_each_users_first_timestamps_after_the_cut_judged_on_the_items
     late = replay.find(arrays(LOG), table, CUT, float("inf"), 3)
     assert late.ts.tolist()[-1] == 2000 and late.clock.tolist()[-1] == 150 and late.known.tolist()[-1] == 19
     assert late.feed_clock.tolist()[-1] == 130
+    # and with feeds refreshed every 5 s of log time, user 2's feed of 110 was refreshed at 115 and 120 before its
+    # step at 130, and the one read at 2000 at 150, the newest event before it; refreshes stop once the user's
+    # newest event (130) is past a horizon of 7 s: the refresh at 135 records the feed again, the one at 140 does not
+    refreshed = replay.find(arrays(LOG), table, CUT, float("inf"), 3, refresh=5.0)
+    assert refreshed.feed_clock.tolist() == [100, 120, 120, 130, 150]
+    assert replay.find(arrays(LOG), table, CUT, float("inf"), 3, refresh=5.0, horizon=7.0).feed_clock[-1] == 140
     engine.dispose()
 
 

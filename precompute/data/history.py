@@ -126,6 +126,14 @@ class Histories:
                          self.item_rows[lo:hi], self.types[lo:hi], self.ts[lo:hi], self.clock,
                          self.seen_offsets[a:b + 1] - s_lo, self.seen_rows[s_lo:s_hi])
 
+    def newest_event(self) -> np.ndarray:
+        """Each user's newest event time (-inf: none)."""
+        out = np.full(len(self), -np.inf)
+        has = np.diff(self.offsets) > 0
+        if has.any():
+            out[has] = np.maximum.reduceat(self.ts, self.offsets[:-1][has])
+        return out
+
     def seen(self, k: int) -> np.ndarray:
         """Item rows to keep out of user ``k``'s feed."""
         return self.seen_rows[self.seen_offsets[k]:self.seen_offsets[k + 1]]

@@ -82,7 +82,7 @@ def judge(items: ItemTable, cov: CoVisit, events, cut: float, model, settings: S
     as of the cut. ``detail``, when given, receives the judged ``steps`` and each method's per-step ``ndcg``."""
     t0 = time.perf_counter()
     ev_user, ev_item, ev_type, ev_ts = events
-    steps = find(events, items, cut, end, n_steps)
+    steps = find(events, items, cut, end, n_steps, refresh=settings.feed_refresh, horizon=settings.feed_ttl)
     who = steps.users()
     if exclude is not None and len(exclude):
         who = np.setdiff1d(who, exclude)

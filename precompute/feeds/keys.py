@@ -31,6 +31,7 @@ class Keys:
         self.live_boosts = f"{live}boosts"             # hash item id -> "weight expires_at"
         self.dirty = f"{prefix}dirty"                  # zset user_id -> time it may next be claimed (queue Redis)
         self.recomputed = f"{prefix}recomputed"        # zset user_id -> time of its last claim (queue Redis)
+        self.feed_clock = f"{prefix}feed_clock"        # zset user_id -> log clock its feed was computed at (queue Redis)
         self.drain_flag = f"{prefix}drain:pending"
         self.drain_scheduled_flag = f"{prefix}drain:scheduled"
         self.cursor_secret = f"{prefix}cursor:secret"   # signs cursors, unless PREFEED_CURSOR_SECRET (queue Redis)

@@ -133,7 +133,10 @@ def each(engine: Engine, settings: Settings, events: Events, cuts: list[tuple[fl
 
     def fit(cut: float, end: float, since: ItemTable | None = None) -> tuple:
         items, cov, lab = _fit(engine, settings, events, cut, end, users, since)
-        return items, cov, lab, None if n_steps is None else steps.find(events, items, cut, end, n_steps)
+        if n_steps is None:
+            return items, cov, lab, None
+        return items, cov, lab, steps.find(events, items, cut, end, n_steps, refresh=settings.feed_refresh,
+                                           horizon=settings.feed_ttl)
 
     pending = None
     try:

@@ -39,9 +39,15 @@ class BatchResult:
     kept_newer: int
     scored_items: int
     seconds: dict[str, float]
+    #: The users whose feeds were written, each one's newest event time, and the log's clock they were ranked at
+    #: (``feeds/refresh.py`` records them); not part of the job's result.
+    written_ids: np.ndarray = dataclasses.field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    newest_event: np.ndarray = dataclasses.field(default_factory=lambda: np.empty(0))
+    clock: float = 0.0
 
     def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return dict(users=self.users, written=self.written, kept_newer=self.kept_newer,
+                    scored_items=self.scored_items, seconds=self.seconds)
 
 
 class Pipeline:
@@ -185,5 +191,7 @@ class Pipeline:
         t0 = time.perf_counter()
         written = self.store.write_many(values)
         seconds["store"] += time.perf_counter() - t0
+        ok = np.array(written, dtype=bool)
         return BatchResult(users=len(values), written=sum(written), kept_newer=len(written) - sum(written),
-                           scored_items=scored, seconds=seconds)
+                           scored_items=scored, seconds=seconds, written_ids=hist.user_ids[ok],
+                           newest_event=hist.newest_event()[ok], clock=float(hist.clock))

@@ -3,8 +3,9 @@
 A step is one user's events at one timestamp (a basket, a click). Before it, the product serves the feed computed
 from the user's history up to then (their own earlier post-cut events included), with popularity as of the clock it
 was computed at; everything fitted (model, co-visitation, the item table's slow statistics) stays as it was at the
-cut. That clock is the step's ``feed_clock``: a worker recomputes a feed when its user's history changes, so a user
-who acted after the cut reads the feed computed at their previous event (a shopper's last basket, days before); the
+cut. That clock is the step's ``feed_clock``: a worker recomputes a feed when its user's history changes and again
+every ``PREFEED_FEED_REFRESH`` of log time after (``feeds/refresh.py``), so a user who acted after the cut reads the
+feed computed at their previous event (a shopper's last basket, days before) or at its latest refresh since; the
 first step after the cut reads the feed computed when it was asked for, at the log's clock then (the newest event
 before the step, ``clock``). Ranking at the later clock would give the feed time since the previous event and
 popularity it cannot have yet. The step's truth is its items of positive type weight that are new to
@@ -68,10 +69,11 @@ class Steps:
 
 
 def find(events: Events, items: ItemTable, cut: float, end: float, n_steps: int,
-         users: np.ndarray | None = None) -> Steps:
+         users: np.ndarray | None = None, refresh: float = 0.0, horizon: float = float("inf")) -> Steps:
     """The first ``n_steps`` steps after ``cut`` (up to ``end``) of every user with history at or before the cut
     (only ``users``, sorted ids, when given); steps without a new item count towards ``n_steps`` but are not
-    returned (nothing to judge)."""
+    returned (nothing to judge). Feeds are refreshed every ``refresh`` of log time after they were computed, up
+    to ``horizon`` after the user's newest event (``feeds/refresh.py``; 0: never)."""
     ev_user, ev_item, ev_type, ev_ts = events
     n_cut = int(np.searchsorted(ev_ts, cut, side="right"))
     n_end = len(ev_ts) if end == float("inf") else int(np.searchsorted(ev_ts, end, side="right"))
@@ -127,6 +129,10 @@ def find(events: Events, items: ItemTable, cut: float, end: float, n_steps: int,
     known = np.searchsorted(ev_ts, s_ts, side="left")
     clock = ev_ts[np.maximum(known - 1, 0)]
     feed_clock = np.where(np.isnan(s_previous), clock, s_previous)
+    if refresh > 0:
+        # Refreshed at previous + k·refresh while the one before was recorded (k-1)·refresh <= horizon.
+        k = np.minimum(np.floor((clock - feed_clock) / refresh), np.floor(horizon / refresh) + 1)
+        feed_clock = feed_clock + refresh * k
     order = np.lexsort((s_user, clock))
     where = np.empty(len(judged), dtype=np.int64)
     where[order] = np.arange(len(judged))
