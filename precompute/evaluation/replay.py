@@ -10,10 +10,11 @@ Methods, each ranking every step from the same information:
   gathers them;
 - ``item_knn``: cosine item-kNN over the binary pre-cut user × item matrix, the user's vector from their live history;
 - ``latent``: the latent model fitted at the cut (``ranking/latent.py``), the user's vector from their live history;
-- ``ranker``: the pipeline's own candidates, features and model at the step's feed clock (the user's previous event
-  after the cut, when a worker recomputed the feed read before the step), with the serving seen window (what a
-  worker stores); the live baselines rank at the later clock, a handicap the precomputed feed carries; baselines leave out every item of the user's history (a stronger list on "new to the
-  user" truth than the ranker's).
+- ``ranker``: the pipeline's own candidates, features and model at the step's feed clock (when a worker computed the
+  feed read before the step: the user's previous event after the cut or its latest refresh since), with the
+  serving seen window (what a worker stores). The live baselines rank at the step's own clock, fresher than a
+  precomputed feed can be; they leave out every item of the user's history (a stronger list on "new to the user"
+  truth than the ranker's).
 
 Metrics per step: NDCG@k (gain 2^grade − 1) and HitRate@k over the step's truth; means over steps; the ratio's 95 %
 interval by resampling users (each with all their steps).
@@ -41,8 +42,6 @@ HOUR, DAY = 3600.0, 86400.0
 #: The live popularity baselines' windows; "popular" is all time.
 BASELINE_WINDOWS = (("1h", HOUR), ("1d", DAY), ("3d", 3 * DAY), ("7d", 7 * DAY), ("14d", 14 * DAY),
                     ("30d", 30 * DAY))
-#: Every window the replay counts at each clock: the ranker's (``popularity.WINDOWS``) and the baselines'.
-_WINDOWS = tuple(dict(popularity.WINDOWS + BASELINE_WINDOWS).items())
 #: Steps ranked together: the dense methods hold a (batch, items) float32 matrix.
 BATCH = 128
 #: Source bits reported in the candidate-recall table.
@@ -103,9 +102,7 @@ def judge(items: ItemTable, cov: CoVisit, events, cut: float, model, settings: S
     feed_act = popularity.Activity(items, ev_ts, ev_item, ev_type)      # the ranker's: at each step's feed clock
     knn = _Knn(items, tuple(a[:n_pre] for a in events))
     lengths = candidates.recent_lengths(settings)
-    win_names = [w for w, _ in _WINDOWS]
-    live_cols = [win_names.index(w) for w, _ in popularity.WINDOWS]
-    base_cols = {f"recent_{w}": win_names.index(w) for w, _ in BASELINE_WINDOWS}
+    base_cols = {f"recent_{w}": col for col, (w, _) in enumerate(BASELINE_WINDOWS)}
     everything = float("inf")
     for a in range(0, len(steps), BATCH):
         part = steps.take(np.arange(a, min(a + BATCH, len(steps))))
@@ -114,7 +111,7 @@ def judge(items: ItemTable, cov: CoVisit, events, cut: float, model, settings: S
         distinct, which = np.unique(part.clock, return_inverse=True)
         scores = {m: [] for m in ("popular", *base_cols)}
         for c in distinct.tolist():
-            windowed, ever = act.at(c, _WINDOWS)
+            windowed, ever = act.at(c, BASELINE_WINDOWS)
             scores["popular"].append(ever)
             for m, col in base_cols.items():
                 scores[m].append(windowed[:, col])
