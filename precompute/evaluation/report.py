@@ -34,7 +34,8 @@ def table(ev: Evaluation) -> str:
 
 def replay_table(rp) -> str:
     """The replay protocol's table: NDCG@k and HitRate@k per method, candidate recall per source, the ratio."""
-    lines = [f"replay protocol ({rp.steps} steps of {rp.users} users, each step's feed at its own clock):"]
+    lines = [f"replay protocol ({rp.steps} steps of {rp.users} users; the ranker at each step's feed clock, the "
+             "baselines live):"]
     width = max(len(name) for name in rp.methods) + 2
     lines.append("method".ljust(width) + f"{'NDCG@' + str(rp.k):>12}  {'HitRate@' + str(rp.k):>12}  "
                  f"{'cand. recall':>12}")
