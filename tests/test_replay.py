@@ -28,8 +28,8 @@ def replayed(items, cov, events, step: Steps, model, settings, n: int) -> list[i
     """The ids a replay ranks for one step, through the evaluation's own code (``replay.rank``), at its feed
     clock."""
     hist = ByUser(events).histories(step, items, settings)
-    live = popularity.Activity(items, events[3], events[1], events[2]).live(step.feed_clock,
-                                                                           candidates.recent_lengths(settings))
+    live = popularity.Activity(items, events[3], events[1], events[2]).live(
+        step.feed_clock, candidates.recent_lengths(settings), step.feed_known)
     cand, top, offsets = replay.rank(items, cov, hist, step.feed_clock, live, model, settings, n)
     return items.ids[cand.rows[top]].tolist()
 
@@ -75,6 +75,7 @@ def test_three_replayed_steps_are_the_feeds_a_worker_serves_before_each(world, s
     assert len(steps) == 3 and steps.clock.tolist() == sorted(steps.clock.tolist())
     ts = np.array([e[3] for e in log])
     computed_at = [int(steps.known[0])] + [int(np.searchsorted(ts, t, side="right")) for t in steps.ts[:2]]
+    assert steps.feed_known.tolist() == computed_at
     def post(lo, hi):
         if hi > lo:
             record(engine, [NewEvent(*e) for e in log[lo:hi]], s)

@@ -130,8 +130,8 @@ def judge(items: ItemTable, cov: CoVisit, events, cut: float, model, settings: S
         for start in range(0, len(part), settings.rank_chunk_users):
             stop = min(start + settings.rank_chunk_users, len(part))
             sub, h = part.take(np.arange(start, stop)), hist.slice(start, stop)
-            cand, top, offsets = rank(items, cov, h, sub.feed_clock, feed_act.live(sub.feed_clock, lengths), model,
-                                      settings, k)
+            live = feed_act.live(sub.feed_clock, lengths, sub.feed_known)
+            cand, top, offsets = rank(items, cov, h, sub.feed_clock, live, model, settings, k)
             lists_ = [cand.rows[top[offsets[j]:offsets[j + 1]]] for j in range(len(sub))]
             _judge_lists("ranker", lists_, sub, a + start, k, ndcg, hit)
             # Which truth entries the candidates held, and through which sources.

@@ -133,13 +133,16 @@ class Activity:
         ok = (rows >= 0) & (w > 0)
         self.items = items
         self.ts, self.rows, self.w = ts[ok], rows[ok], w[ok]
+        self._kept = np.r_[0, np.cumsum(ok)]     # of the log's first n events, _kept[n] are counted here
         self._ever = np.zeros(len(items))
         self._upto = 0            # events [0, _upto) are in _ever
 
-    def at(self, clock: float, windows: tuple[tuple[str, float], ...] = WINDOWS) -> tuple[np.ndarray, np.ndarray]:
+    def at(self, clock: float, windows: tuple[tuple[str, float], ...] = WINDOWS, known: int | None = None
+           ) -> tuple[np.ndarray, np.ndarray]:
         """``(windowed, ever)`` interactions per item row as of ``clock`` (events at or before it), in each of
-        ``windows`` and of all time."""
-        hi = int(np.searchsorted(self.ts, clock, side="right"))
+        ``windows`` and of all time. ``known``: only the log's first ``known`` events, for a worker that read the
+        log part way through the events of one timestamp (a day's baskets stamped alike)."""
+        hi = int(np.searchsorted(self.ts, clock, side="right")) if known is None else int(self._kept[known])
         n = len(self.items)
         if hi < self._upto:
             self._ever[:], self._upto = 0.0, 0
@@ -147,16 +150,18 @@ class Activity:
         self._upto = hi
         windowed = np.empty((n, len(windows)))
         for k, (_, seconds) in enumerate(windows):
-            lo = int(np.searchsorted(self.ts, clock - seconds, side="left"))
+            lo = min(int(np.searchsorted(self.ts, clock - seconds, side="left")), hi)
             windowed[:, k] = np.bincount(self.rows[lo:hi], weights=self.w[lo:hi], minlength=n)
         return windowed, self._ever.copy()
 
-    def live(self, clocks: np.ndarray, lengths: tuple[int, ...]) -> Live:
-        """``Live`` of a batch whose user ``k`` is at ``clocks[k]``."""
-        distinct, which = np.unique(clocks, return_inverse=True)
+    def live(self, clocks: np.ndarray, lengths: tuple[int, ...], known: np.ndarray | None = None) -> Live:
+        """``Live`` of a batch whose user ``k`` is at ``clocks[k]`` (knowing the log's first ``known[k]`` events,
+        when given)."""
+        key = clocks if known is None else known
+        _, first, which = np.unique(key, return_index=True, return_inverse=True)
         blocks, lists = [], []
-        for c in distinct.tolist():
-            windowed, ever = self.at(c)
+        for j in first.tolist():
+            windowed, ever = self.at(float(clocks[j]), known=None if known is None else int(known[j]))
             blocks.append(Counts(windowed, ever))
             lists.append(top_lists(windowed, self.items.active, lengths))
         return Live(blocks, lists, which.ravel().astype(np.int64))

@@ -180,7 +180,7 @@ def _step_examples(at: Period, events: periods.Events, by_user: replayed.ByUser,
     for start in range(0, len(mine), 200):
         part = mine.take(np.arange(start, min(start + 200, len(mine))))
         hist = by_user.histories(part, at.items, settings)
-        live = act.live(part.feed_clock, lengths)
+        live = act.live(part.feed_clock, lengths, part.feed_known)
         cand = candidates.for_batch(at.items, at.cov, hist, settings, live)
         owner = cand.owner
         rel = arrays.lookup(part.owner * span + part.rows, part.rel, owner * span + cand.rows)

@@ -41,12 +41,17 @@ class Steps:
     offsets: np.ndarray
     rows: np.ndarray
     rel: np.ndarray
-    #: (S,) the clock the served feed was computed at: the user's previous event after the cut, else ``clock``.
+    #: (S,) the clock the served feed was computed at: the user's previous event after the cut (or a refresh since),
+    #: else ``clock``; and how many of the log's events it knew: the log up to that event, which for a log whose
+    #: events share timestamps (a day's baskets) is part of that timestamp's events.
     feed_clock: np.ndarray | None = None
+    feed_known: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.feed_clock is None:
             self.feed_clock = self.clock
+        if self.feed_known is None:
+            self.feed_known = self.known
 
     def __len__(self) -> int:
         return len(self.user)
@@ -57,7 +62,8 @@ class Steps:
         count = hi - lo
         idx = np.repeat(lo - np.r_[0, np.cumsum(count)[:-1]], count) + np.arange(int(count.sum()))
         return Steps(self.user[at], self.ts[at], self.clock[at], self.known[at],
-                     np.r_[0, np.cumsum(count)].astype(np.int64), self.rows[idx], self.rel[idx], self.feed_clock[at])
+                     np.r_[0, np.cumsum(count)].astype(np.int64), self.rows[idx], self.rel[idx], self.feed_clock[at],
+                     self.feed_known[at])
 
     @property
     def owner(self) -> np.ndarray:
@@ -89,14 +95,16 @@ def find(events: Events, items: ItemTable, cut: float, end: float, n_steps: int,
     u, t = ev_user[idx], ev_ts[idx]
     new_step = np.r_[True, (u[1:] != u[:-1]) | (t[1:] != t[:-1])]
     step = np.cumsum(new_step) - 1
-    # Each step's user's previous event after the cut (NaN: none), the clock their feed was computed at.
+    # Each step's user's previous event after the cut (its time, NaN: none; its place in the log): their feed was
+    # computed once it was posted.
     start = np.flatnonzero(new_step)
     after = (start > 0) & (u[np.maximum(start - 1, 0)] == u[start])
     previous = np.where(after, t[np.maximum(start - 1, 0)], np.nan)[step]
+    previous_at = np.where(after, idx[np.maximum(start - 1, 0)], -1)[step]
     new_user = np.r_[True, u[1:] != u[:-1]]
     first_step = np.maximum.accumulate(np.where(new_user, step, 0))
     keep = (step - first_step) < n_steps
-    idx, u, step, previous = idx[keep], u[keep], step[keep], previous[keep]
+    idx, u, step, previous, previous_at = idx[keep], u[keep], step[keep], previous[keep], previous_at[keep]
     step = np.unique(step, return_inverse=True)[1].ravel()            # dense again
     n_s = int(step.max()) + 1 if len(step) else 0
     # Truth: (step, row) pairs of positive weight whose (user, row) the user never touched before the step.
@@ -123,16 +131,21 @@ def find(events: Events, items: ItemTable, cut: float, end: float, n_steps: int,
     t_step, t_row = t_code // span, t_code % span
     # Per step: its user, time, the log's clock before it.
     s_first = np.flatnonzero(np.r_[True, step[1:] != step[:-1]])
-    s_user, s_ts, s_previous = u[s_first], ev_ts[idx[s_first]], previous[s_first]
+    s_user, s_ts, s_previous, s_at = u[s_first], ev_ts[idx[s_first]], previous[s_first], previous_at[s_first]
     judged = np.unique(t_step)
-    s_user, s_ts, s_previous = s_user[judged], s_ts[judged], s_previous[judged]
+    s_user, s_ts, s_previous, s_at = s_user[judged], s_ts[judged], s_previous[judged], s_at[judged]
     known = np.searchsorted(ev_ts, s_ts, side="left")
     clock = ev_ts[np.maximum(known - 1, 0)]
-    feed_clock = np.where(np.isnan(s_previous), clock, s_previous)
+    fresh = np.isnan(s_previous)
+    feed_known = np.where(fresh, known, s_at + 1)
     if refresh > 0:
-        # Refreshed at previous + k·refresh while the one before was recorded (k-1)·refresh <= horizon.
-        k = np.minimum(np.floor((clock - feed_clock) / refresh), np.floor(horizon / refresh) + 1)
-        feed_clock = feed_clock + refresh * k
+        # Refreshed at previous + k·refresh (while the one before was recorded: (k-1)·refresh <= horizon), once the
+        # first event at or after that moment is posted.
+        k = np.minimum(np.floor((clock - s_previous) / refresh), np.floor(horizon / refresh) + 1)
+        moved = ~fresh & (k >= 1)
+        first = np.searchsorted(ev_ts, s_previous[moved] + refresh * k[moved], side="left") + 1
+        feed_known[moved] = np.minimum(first, known[moved])
+    feed_clock = np.where(fresh, clock, ev_ts[np.maximum(feed_known - 1, 0)])
     order = np.lexsort((s_user, clock))
     where = np.empty(len(judged), dtype=np.int64)
     where[order] = np.arange(len(judged))
@@ -140,7 +153,7 @@ def find(events: Events, items: ItemTable, cut: float, end: float, n_steps: int,
     by = np.lexsort((t_row, t_pos))
     return Steps(user=s_user[order], ts=s_ts[order], clock=clock[order], known=known[order],
                  offsets=np.r_[0, np.cumsum(np.bincount(t_pos, minlength=len(judged)))].astype(np.int64),
-                 rows=t_row[by], rel=rel[by], feed_clock=feed_clock[order])
+                 rows=t_row[by], rel=rel[by], feed_clock=feed_clock[order], feed_known=feed_known[order])
 
 
 class ByUser:
