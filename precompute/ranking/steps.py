@@ -5,8 +5,9 @@ from the user's history up to then (their own earlier post-cut events included),
 was computed at; everything fitted (model, co-visitation, the item table's slow statistics) stays as it was at the
 cut. That clock is the step's ``feed_clock``: a worker recomputes a feed when its user's history changes and again
 every ``PREFEED_FEED_REFRESH`` of log time after (``feeds/refresh.py``), so a user who acted after the cut reads the
-feed computed at their previous event (a shopper's last basket, days before) or at its latest refresh since; the
-first step after the cut reads the feed computed when it was asked for, at the log's clock then (the newest event
+feed computed at their previous event (a shopper's last basket, days before) or at its latest refresh since,
+knowing the log up to that event (``feed_known``: where events share a timestamp, only part of it); the first step
+after the cut reads the feed computed when it was asked for, at the log's clock then (the newest event
 before the step, ``clock``). Ranking at the later clock would give the feed time since the previous event and
 popularity it cannot have yet. The step's truth is its items of positive type weight that are new to
 the user (never interacted with before the step), graded by the strongest interaction's weight.
