@@ -6,7 +6,7 @@ was computed at; everything fitted (model, co-visitation, the item table's slow 
 cut. That clock is the step's ``feed_clock``: a worker recomputes a feed when its user's history changes and again
 every ``PREFEED_FEED_REFRESH`` of log time after (``feeds/refresh.py``), so a user who acted after the cut reads the
 feed computed at their previous event (a shopper's last basket, days before) or at its latest refresh since,
-knowing the log up to that event (``feed_known``: where events share a timestamp, only part of it); the first step
+with popularity up to the first event of that moment (``feed_known``: the item table's reload); the first step
 after the cut reads the feed computed when it was asked for, at the log's clock then (the newest event
 before the step, ``clock``). Ranking at the later clock would give the feed time since the previous event and
 popularity it cannot have yet. The step's truth is its items of positive type weight that are new to
@@ -43,8 +43,8 @@ class Steps:
     rows: np.ndarray
     rel: np.ndarray
     #: (S,) the clock the served feed was computed at: the user's previous event after the cut (or a refresh since),
-    #: else ``clock``; and how many of the log's events it knew: the log up to that event, which for a log whose
-    #: events share timestamps (a day's baskets) is part of that timestamp's events.
+    #: else ``clock``; and how many of the log's events its popularity knew: the log up to the first event of that
+    #: clock's timestamp, when the worker's item table was reloaded (for a log stamped by the day, the days before).
     feed_clock: np.ndarray | None = None
     feed_known: np.ndarray | None = None
 
@@ -96,16 +96,14 @@ def find(events: Events, items: ItemTable, cut: float, end: float, n_steps: int,
     u, t = ev_user[idx], ev_ts[idx]
     new_step = np.r_[True, (u[1:] != u[:-1]) | (t[1:] != t[:-1])]
     step = np.cumsum(new_step) - 1
-    # Each step's user's previous event after the cut (its time, NaN: none; its place in the log): their feed was
-    # computed once it was posted.
+    # Each step's user's previous event after the cut (NaN: none): their feed was computed once it was posted.
     start = np.flatnonzero(new_step)
     after = (start > 0) & (u[np.maximum(start - 1, 0)] == u[start])
     previous = np.where(after, t[np.maximum(start - 1, 0)], np.nan)[step]
-    previous_at = np.where(after, idx[np.maximum(start - 1, 0)], -1)[step]
     new_user = np.r_[True, u[1:] != u[:-1]]
     first_step = np.maximum.accumulate(np.where(new_user, step, 0))
     keep = (step - first_step) < n_steps
-    idx, u, step, previous, previous_at = idx[keep], u[keep], step[keep], previous[keep], previous_at[keep]
+    idx, u, step, previous = idx[keep], u[keep], step[keep], previous[keep]
     step = np.unique(step, return_inverse=True)[1].ravel()            # dense again
     n_s = int(step.max()) + 1 if len(step) else 0
     # Truth: (step, row) pairs of positive weight whose (user, row) the user never touched before the step.
@@ -132,21 +130,23 @@ def find(events: Events, items: ItemTable, cut: float, end: float, n_steps: int,
     t_step, t_row = t_code // span, t_code % span
     # Per step: its user, time, the log's clock before it.
     s_first = np.flatnonzero(np.r_[True, step[1:] != step[:-1]])
-    s_user, s_ts, s_previous, s_at = u[s_first], ev_ts[idx[s_first]], previous[s_first], previous_at[s_first]
+    s_user, s_ts, s_previous = u[s_first], ev_ts[idx[s_first]], previous[s_first]
     judged = np.unique(t_step)
-    s_user, s_ts, s_previous, s_at = s_user[judged], s_ts[judged], s_previous[judged], s_at[judged]
+    s_user, s_ts, s_previous = s_user[judged], s_ts[judged], s_previous[judged]
     known = np.searchsorted(ev_ts, s_ts, side="left")
     clock = ev_ts[np.maximum(known - 1, 0)]
     fresh = np.isnan(s_previous)
-    feed_known = np.where(fresh, known, s_at + 1)
+    feed_clock = np.where(fresh, clock, s_previous)
     if refresh > 0:
         # Refreshed at previous + k·refresh (while the one before was recorded: (k-1)·refresh <= horizon), once the
         # first event at or after that moment is posted.
         k = np.minimum(np.floor((clock - s_previous) / refresh), np.floor(horizon / refresh) + 1)
         moved = ~fresh & (k >= 1)
-        first = np.searchsorted(ev_ts, s_previous[moved] + refresh * k[moved], side="left") + 1
-        feed_known[moved] = np.minimum(first, known[moved])
-    feed_clock = np.where(fresh, clock, ev_ts[np.maximum(feed_known - 1, 0)])
+        first = np.searchsorted(ev_ts, s_previous[moved] + refresh * k[moved], side="left")
+        feed_clock[moved] = ev_ts[np.minimum(first, known[moved] - 1)]
+    # A worker's popularity is its item table's, reloaded when the log's clock moves on: it knows the log up to the
+    # first event of its clock's moment (on a log of baskets stamped by the day, the days before and no more).
+    feed_known = np.searchsorted(ev_ts, feed_clock, side="left") + 1
     order = np.lexsort((s_user, clock))
     where = np.empty(len(judged), dtype=np.int64)
     where[order] = np.arange(len(judged))
