@@ -127,11 +127,10 @@ class Histories:
                          self.seen_offsets[a:b + 1] - s_lo, self.seen_rows[s_lo:s_hi])
 
     def newest_event(self) -> np.ndarray:
-        """Each user's newest event time (-inf: none)."""
-        out = np.full(len(self), -np.inf)
+        """Each user's newest event time (-inf: none): events are oldest first, so it ends each user's segment."""
         has = np.diff(self.offsets) > 0
-        if has.any():
-            out[has] = np.maximum.reduceat(self.ts, self.offsets[:-1][has])
+        out = np.full(len(self), -np.inf)
+        out[has] = self.ts[self.offsets[1:][has] - 1]
         return out
 
     def seen(self, k: int) -> np.ndarray:

@@ -94,7 +94,7 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float | np.n
     distinct_cats = np.bincount(unique_sorted(uc_key) // max(n_cat, 1), minlength=n_users)
     has = n_events > 0
     # Histories are oldest first within each user: first and last events sit at the segment ends.
-    last_ts = np.where(has, hist.ts[np.maximum(hist.offsets[1:] - 1, 0)] if len(hist.ts) else 0.0, -np.inf)
+    last_ts = hist.newest_event()
     first_ts = np.where(has, hist.ts[np.minimum(hist.offsets[:-1], max(len(hist.ts) - 1, 0))]
                         if len(hist.ts) else 0.0, np.inf)
     days_last = np.where(has, (now_u - last_ts) / DAY, 365.0)
