@@ -95,7 +95,12 @@ class CoreSettings:
                                          "once per this interval, however many events arrive (later events wait "
                                          "for its end; all are stored); 0: no cap", unit="ms", minimum=0)
     item_table_max_age: int = setting(300, "PREFEED_ITEM_TABLE_MAX_AGE", "workers reload item matrices between "
-                                      "jobs once they are older than this", unit="s")
+                                      "jobs once they are older than this, in wall time or the log's: the "
+                                      "all-time counts carried forward, the events since and the last 30 days "
+                                      "read", unit="s")
+    item_table_full_reload: int = setting(3600, "PREFEED_ITEM_TABLE_FULL_RELOAD", "workers re-read the whole "
+                                          "log's item statistics this often (an event stored late, dated before "
+                                          "the last reload, joins the all-time counts then)", unit="s")
 
     # -- serving -------------------------------------------------------------------------------------------
     page_limit_default: int = setting(20, "PREFEED_PAGE_LIMIT_DEFAULT", "items per page when `limit` is not given",

@@ -295,8 +295,11 @@ def test_new_items_reach_candidates_and_feeds_once_the_item_matrices_reload(sett
     from precompute.data.models import Event, ItemCategory
     from precompute.ranking.pipeline import Pipeline
 
-    # given a worker's pipeline whose popular lists are shorter than the catalogue, reloading every 2 s
-    s = dataclasses.replace(settings, global_popular=20, category_popular=10, item_table_max_age=2)
+    # given a worker's pipeline whose popular lists are shorter than the catalogue, reading the whole log every 2 s
+    # (the purchases below are dated at the matrices' clock: an incremental reload would count them in the
+    # windows only)
+    s = dataclasses.replace(settings, global_popular=20, category_popular=10, item_table_max_age=2,
+                            item_table_full_reload=2)
     pipeline = Pipeline(s, world.engine, r)
     pipeline.load()
     user = users_with_history(world, user_id, 1)[0]
@@ -340,6 +343,46 @@ def test_new_items_reach_candidates_and_feeds_once_the_item_matrices_reload(sett
             conn.execute(delete(User).where(User.id == crowd))
             conn.execute(delete(ItemCategory).where(ItemCategory.item_id.in_(new)))
             conn.execute(delete(Item).where(Item.id.in_(new)))
+
+
+def test_wall_clock_reloads_carry_the_item_matrices_forward_and_a_full_reload_reads_late_events(settings, world, r,
+                                                                                               user_id):
+    from sqlalchemy import delete
+
+    from precompute.data.models import Event
+    from precompute.ranking.pipeline import Pipeline
+
+    # given a worker's pipeline reloading every second of wall time, and reading the whole log every 3 s
+    s = dataclasses.replace(settings, item_table_max_age=1, item_table_full_reload=3)
+    pipeline = Pipeline(s, world.engine, r)
+    pipeline.load()
+    first = pipeline.items
+    crowd = 1_950_000_000 + user_id
+    item = int(first.ids[-1])
+    row = lambda table: int(table.rows(np.array([item]))[0])     # noqa: E731 (rows follow popularity)
+    weight = first.type_weights[4]
+    try:
+        # when a purchase is stored late, dated before the matrices' clock (the log's clock does not move)
+        record(world.engine, [NewEvent(crowd, item, 4, first.as_of - 10)], s)
+        # then the next reload after a second carries the table forward: the windows count the purchase, the
+        # all-time counts do not yet, and the full load's time stays
+        time.sleep(max(0.0, first.read_at + 1.05 - time.time()))
+        assert pipeline.refresh() is True
+        forward = pipeline.items
+        assert forward.loaded_at == first.loaded_at and forward.read_at > first.read_at
+        np.testing.assert_allclose(forward.windowed[row(forward)], first.windowed[row(first)] + weight)
+        assert forward.counts[row(forward), 4] == first.counts[row(first), 4]
+        # and once the last full load is 3 s old, the whole log is read again and the all-time counts hold it
+        time.sleep(max(0.0, first.loaded_at + 3.05 - time.time()))
+        assert pipeline.refresh() is True
+        full = pipeline.items
+        assert full.loaded_at > first.loaded_at
+        assert full.counts[row(full), 4] == first.counts[row(first), 4] + 1
+        np.testing.assert_array_equal(full.counts, load_item_table(world.engine, s).counts)
+    finally:
+        with world.engine.begin() as conn:
+            conn.execute(delete(Event).where(Event.user_id == crowd))
+            conn.execute(delete(User).where(User.id == crowd))
 
 
 def test_the_item_matrices_reload_once_the_logs_clock_moves_past_their_max_age(settings, world, r, user_id):

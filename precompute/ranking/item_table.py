@@ -59,7 +59,8 @@ class ItemTable:
     layout: FeatureLayout      # the feature columns these declarations imply
     n_global_popular: int      # length of the global popular list
     n_category_popular: int    # length of each category's popular list
-    loaded_at: float = dataclasses.field(default_factory=time.time)
+    loaded_at: float = dataclasses.field(default_factory=time.time)    # wall time of the last full load
+    read_at: float = dataclasses.field(default_factory=time.time)      # wall time of this load, full or not
 
     def __post_init__(self) -> None:
         n = len(self.ids)
