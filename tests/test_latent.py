@@ -128,3 +128,23 @@ def test_the_nth_best_score_of_each_row_is_the_whole_rows_whatever_the_rows_hold
     kth = latent._kth(scores, n)
     # then it is the n-th best of the whole row
     assert kth.tolist() == np.sort(scores, axis=1)[:, -n].tolist()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 40), st.integers(0, 2 ** 32 - 1), st.sampled_from([0.0, 0.3, 0.9]))
+def test_the_best_items_are_the_whole_rows_best_beside_rows_the_model_knows_nothing_of(n_rows, n, seed, excluded):
+    # given rows of 2,000 scores with ties (a coarse grid), a share of excluded columns (-inf), and a row of zeros
+    # (a user the model knows nothing of: its sampled bound lets every column through) among them
+    rng = np.random.default_rng(seed)
+    scores = np.round(rng.standard_normal((n_rows, 2000)), 1).astype(np.float32)
+    scores[rng.random(scores.shape) < excluded] = -np.inf
+    scores[rng.integers(n_rows)] = 0.0
+    # when the n best of each row are taken
+    rows, val = latent.top(scores, n)
+    # then they are each whole row's n best positive scores, best first, ties by column, -1 past them
+    near = np.round(scores.astype(np.float64), latent.DECIMALS)
+    for r in range(n_rows):
+        best = np.lexsort((np.arange(2000), -near[r]))[:n]
+        best = best[near[r, best] > 0]
+        assert rows[r].tolist() == best.tolist() + [-1] * (n - len(best))
+        assert val[r, :len(best)].tolist() == near[r, best].tolist()
