@@ -218,7 +218,7 @@ def for_batch(items: ItemTable, cov: CoVisit, hist: Histories, settings: Setting
     # kNN neighbours of every distinct item of each user's (kept) history, weight 1 each.
     mine, mine_owner, _ = recent_items(hist, settings.history_limit)
     if cov.knn is not None and settings.knn_candidates >= 0:
-        knn_rows, knn_w, per_item = cov.knn.gather(mine, np.ones(len(mine)))
+        knn_rows, knn_w, per_item = cov.knn.gather(mine)
         knn_at = np.r_[0, np.cumsum(np.bincount(mine_owner, weights=per_item, minlength=n_users))].astype(np.int64)
     else:
         knn_rows, knn_w, knn_at = np.empty(0, np.int64), np.empty(0), np.zeros(n_users + 1, dtype=np.int64)
@@ -250,8 +250,10 @@ def for_batch(items: ItemTable, cov: CoVisit, hist: Histories, settings: Setting
     latent_score = np.zeros(len(rows))
     if dense is not None and len(rows):
         col = cov.latent_col[rows]
-        has = col >= 0
-        latent_score[has] = dense[np.repeat(np.arange(n_users), sizes)[has], col[has]]
+        has = np.flatnonzero(col >= 0)
+        # One flat index into the product (~2x faster than indexing it by row and column arrays).
+        at = np.repeat(np.arange(n_users) * dense.shape[1], sizes)[has] + col[has]
+        latent_score[has] = np.take(dense.reshape(-1), at)
     return Candidates(
         offsets=offsets,
         rows=rows,

@@ -36,9 +36,10 @@ class CoVisit:
     latent_col: np.ndarray | None = None
     latent_norm: float = 0.0
 
-    def gather(self, rows: np.ndarray, row_weight: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def gather(self, rows: np.ndarray, row_weight: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray,
+                                                                                     np.ndarray]:
         """All neighbours of ``rows`` (one flat array, in ``rows`` order), their weight times the source row's
-        weight, and how many each row contributed."""
+        weight (None: their weight as it is), and how many each row contributed."""
         starts, ends = self.indptr[rows], self.indptr[rows + 1]
         lens = ends - starts
         total = int(lens.sum())
@@ -46,7 +47,10 @@ class CoVisit:
             return np.empty(0, dtype=np.int64), np.empty(0), lens
         first = np.r_[0, np.cumsum(lens)[:-1]]
         idx = np.arange(total) - np.repeat(first - starts, lens)
-        return self.nbr[idx], self.weight[idx] * np.repeat(row_weight, lens), lens
+        weight = self.weight[idx]
+        if row_weight is not None:
+            weight *= np.repeat(row_weight, lens)
+        return self.nbr[idx], weight, lens
 
 
 #: Upper bound on the (src, dst) contributions reduced at once (~75 bytes each with the sort's temporaries, ~75 MB

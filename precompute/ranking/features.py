@@ -191,9 +191,16 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float | np.n
     np.subtract(out[:, k], np.repeat(of_user.astype(np.float32), sizes), out=pop_vs)
     # The user interacted with the candidate before the seen window (it is in the kept history, not seen): a
     # repeat, which a feed of things new to the user ranks differently.
-    code = np.repeat(np.arange(n_users) * len(items), sizes) + r
-    at = np.minimum(np.searchsorted(pair, code), max(len(pair) - 1, 0))
-    seen_before[:] = (pair[at] == code) if len(pair) else 0
+    # Only a candidate whose item is in some history of the batch can be one: those are found through the
+    # all-False ``_mark`` scratch (reset right after), and only they are searched among the (user, item) pairs.
+    mark = items._mark
+    mark[h_rows[known]] = True
+    maybe = np.flatnonzero(mark[r])
+    mark[h_rows[known]] = False
+    seen_before[:] = 0
+    if len(maybe):
+        code = owner[maybe] * len(items) + r[maybe]
+        seen_before[maybe] = pair[np.minimum(np.searchsorted(pair, code), len(pair) - 1)] == code
     _gather(out, layout.start("source"), _flag_table(layout), cand.flags)   # source bits and their count
     return out
 
