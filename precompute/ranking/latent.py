@@ -96,7 +96,7 @@ def top(scores: np.ndarray, n: int, rescore=None, error: np.ndarray | float = 0.
     # would keep an arbitrary few of the columns tied with it), ranked by rounded score then column. Rounding is
     # monotone, so the contenders are among the columns within two units of the last decimal of the n-th best raw
     # score (widened by twice the error of approximate scores): only those are rounded, not the whole matrix.
-    kth, bound, row, col = _scan(scores, n)
+    kth, bound, at, val = _scan(scores, n)
     error = np.broadcast_to(error, (len(scores),))
     slack = 2.0 * 10.0 ** -DECIMALS + 2.0 * error
     # Every row's contenders at once, grouped by row: re-scored, rounded, then one sort by row, rounded score
@@ -108,15 +108,16 @@ def top(scores: np.ndarray, n: int, rescore=None, error: np.ndarray | float = 0.
     floor = np.nextafter(floor, -np.inf, dtype=scores.dtype)      # compared in the scores' type, never above
     # A row whose scan for its n-th best started at or below its floor has every contender among the columns it
     # scanned; the other rows are scanned again from their floor. (The sort below orders the contenders whatever
-    # order they come in.)
+    # order they come in.) Positions are flat, row-major: one index, not a row and a column array.
     inside = bound <= floor
-    keep = inside[row] & (scores[row, col] >= floor[row])
-    row, col = row[keep], col[keep]
+    row = at // m
+    at = at[inside[row] & (val >= floor[row])]
     again = np.flatnonzero(~inside)
     if len(again):
-        more, more_col = np.divmod(np.flatnonzero(scores[again] >= floor[again, None]), m)   # (2-D nonzero is slower)
-        row, col = np.concatenate([row, again[more]]), np.concatenate([col, more_col])
-    raw = scores[row, col].astype(np.float64)
+        more, more_col = np.divmod(np.flatnonzero(scores[again] >= floor[again, None]), m)
+        at = np.concatenate([at, again[more] * m + more_col])
+    row, col = np.divmod(at, m)
+    raw = np.take(scores, at).astype(np.float64)
     if rescore is not None:
         raw = np.where(raw == -np.inf, -np.inf, rescore(row, col))
     near = np.round(raw, DECIMALS)
@@ -137,8 +138,9 @@ def _kth(scores: np.ndarray, n: int) -> np.ndarray:
 
 
 def _scan(scores: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Each row's ``n``-th best score (``1 <= n <= m`` columns), a lower bound of it per row, and the (row, column)
-    of every score at or above its row's bound; a row partitioned whole has none and a bound of +inf.
+    """Each row's ``n``-th best score (``1 <= n <= m`` columns), a lower bound of it per row, and the flat position
+    (row-major) and score of every score at or above its row's bound; a row partitioned whole has none and a bound
+    of +inf.
 
     Partitioning whole rows costs ~m per row. The n-th best of every s-th column is a lower bound of the row's (a
     subset's n-th best never exceeds the set's), so only the columns reaching it, ~n·s of them, are partitioned:
@@ -149,10 +151,11 @@ def _scan(scores: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarra
     stride = int(np.sqrt(m / n))
     if stride < 4:
         kth = np.partition(scores, m - n, axis=1)[:, m - n]
-        return kth, np.full(len(scores), np.inf, scores.dtype), np.empty(0, np.int64), np.empty(0, np.int64)
+        return kth, np.full(len(scores), np.inf, scores.dtype), np.empty(0, np.int64), np.empty(0, scores.dtype)
     sample = scores[:, ::stride]
     bound = np.partition(sample, sample.shape[1] - n, axis=1)[:, sample.shape[1] - n]
-    row, col = np.divmod(np.flatnonzero(scores >= bound[:, None]), m)
+    at = np.flatnonzero(scores >= bound[:, None])
+    row = at // m
     count = np.bincount(row, minlength=len(scores))
     kth = np.empty(len(scores), dtype=scores.dtype)
     wide = 2 * count > m
@@ -160,13 +163,14 @@ def _scan(scores: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarra
         kth[wide] = np.partition(scores[wide], m - n, axis=1)[:, m - n]
         bound[wide], count[wide] = np.inf, 0
         narrow = ~wide[row]
-        row, col = row[narrow], col[narrow]
+        at, row = at[narrow], row[narrow]
+    val = np.take(scores, at)
     if not np.all(wide):
         # Every narrow row holds at least the n sampled columns reaching its bound: width >= n.
         width = int(count.max())
-        padded = arrays.padded_groups(scores[row, col], row, np.cumsum(count) - count, width, -np.inf)
+        padded = arrays.padded_groups(val, row, np.cumsum(count) - count, width, -np.inf)
         kth[~wide] = np.partition(padded, width - n, axis=1)[~wide, width - n]
-    return kth, bound, row, col
+    return kth, bound, at, val
 
 
 def float32_error(vectors: np.ndarray, norm: float) -> np.ndarray:
