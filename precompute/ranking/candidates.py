@@ -146,11 +146,13 @@ def for_user(items: ItemTable, seen: np.ndarray, cov_rows: np.ndarray, cov_w: np
     if len(keep) > max_candidates:
         keep = keep[np.argpartition(-cov_score[keep], max_candidates - 1)[:max_candidates]]
     mark[cov] = True
-    # kNN neighbours of the history: summed similarity per distinct item (through the slot array, as above); the
-    # strongest active unseen ones not co-visited join.
+    # kNN neighbours of the history: summed similarity per distinct item, in the all-zero ``_score`` scratch (reset
+    # below; ``add.at`` sums in the rows' order, as a bincount would, at half its cost here); the strongest active
+    # unseen ones not co-visited join.
+    score = items._score
     near = arrays.distinct(slot, knn_rows)
-    slot[near] = np.arange(len(near))
-    near_score = np.bincount(slot[knn_rows], weights=knn_w, minlength=len(near))
+    np.add.at(score, knn_rows, knn_w)
+    near_score = score[near]
     room = max(min(n_knn, max_candidates - len(keep)), 0)
     pick = np.flatnonzero(items.active[near] & ~mark[near])
     if len(pick) > room:
@@ -178,10 +180,7 @@ def for_user(items: ItemTable, seen: np.ndarray, cov_rows: np.ndarray, cov_w: np
 
     rows = np.concatenate([cov[keep], close, hot, fill])
     zeros = np.zeros(len(close) + len(hot) + len(fill))
-    # Every candidate's kNN score, through the all-zero ``_score`` scratch (reset right after).
-    score = items._score
-    score[near] = near_score
-    knn_score = score[rows]
+    knn_score = score[rows]                    # every candidate's kNN score, whichever source brought it
     score[near] = 0.0
     # Source bits: the lists a row is on (the category bit only for lists of the user's top categories).
     flags = bits[rows]
