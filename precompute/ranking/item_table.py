@@ -112,7 +112,6 @@ class ItemTable:
         self._slot = np.zeros(n, dtype=np.int64)  # scratch for O(k) dedupe: written before read, never reset
         self._bits = np.zeros(n, dtype=np.uint8)  # scratch for popular-list source bits, always left all-zero
         self._score = np.zeros(n)                 # scratch for per-item scores, always left all-zero
-        self._merge = np.zeros(n, dtype=np.uint8)  # scratch for ``popular``'s source bits, always left all-zero
         # float32 copies the feature code gathers straight into its float32 columns.
         self.log_price32 = self.log_price.astype(np.float32)
         self.created_day32 = (self.created_at / DAY).astype(np.float32)
@@ -130,12 +129,12 @@ class ItemTable:
         """The union of ``categories``' popular lists and the global one, ascending rows (most popular first), and
         each row's source bits (``POPULAR_CATEGORY``, ``POPULAR_GLOBAL``). Kept per set of categories (users share
         their top categories; the order does not change the union), at most ``POPULAR_CACHE`` sets. A work horse
-        starts with none kept, so a set not kept is merged through the all-zero ``_merge`` scratch (reset after),
+        starts with none kept, so a set not kept is merged through the all-zero ``_bits`` scratch (reset after),
         not by membership searches (~10x slower: most of the stage's popular work in a job)."""
         key = tuple(sorted(categories.tolist()))
         got = self._popular.get(key)
         if got is None:
-            merge, lists = self._merge, [self.category_popular[c] for c in key]
+            merge, lists = self._bits, [self.category_popular[c] for c in key]
             merge[self.global_popular] = POPULAR_GLOBAL
             for rows in lists:
                 merge[rows] |= POPULAR_CATEGORY
