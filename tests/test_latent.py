@@ -115,17 +115,24 @@ def test_a_log_too_small_for_a_factor_has_no_model():
     assert len(model["latent_ids"]) == 0
 
 
+def coarse_scores(n_rows: int, seed: int, excluded: float) -> tuple[np.ndarray, np.random.Generator]:
+    """Rows of 2,000 float32 scores on a grid of 0.1 (many ties), a share ``excluded`` of them -inf; and the
+    generator, to draw more from."""
+    rng = np.random.default_rng(seed)
+    scores = np.round(rng.standard_normal((n_rows, 2000)), 1).astype(np.float32)
+    scores[rng.random(scores.shape) < excluded] = -np.inf
+    return scores, rng
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.integers(1, 6), st.integers(1, 40), st.integers(0, 2 ** 32 - 1), st.sampled_from([0.0, 0.3, 0.9]))
 def test_the_nth_best_score_of_each_row_is_the_whole_rows_whatever_the_rows_hold(n_rows, n, seed, excluded):
     # given rows of 2,000 scores with ties (a coarse grid), a share of excluded columns (-inf), and a row with none
     # finite but a few
-    rng = np.random.default_rng(seed)
-    scores = np.round(rng.standard_normal((n_rows, 2000)), 1).astype(np.float32)
-    scores[rng.random(scores.shape) < excluded] = -np.inf
+    scores, _ = coarse_scores(n_rows, seed, excluded)
     scores[0, 5:] = -np.inf
     # when each row's n-th best is found from a sample of the columns
-    kth = latent._kth(scores, n)
+    kth = latent._scan(scores, n)[0]
     # then it is the n-th best of the whole row
     assert kth.tolist() == np.sort(scores, axis=1)[:, -n].tolist()
 
@@ -135,9 +142,7 @@ def test_the_nth_best_score_of_each_row_is_the_whole_rows_whatever_the_rows_hold
 def test_the_best_items_are_the_whole_rows_best_beside_rows_the_model_knows_nothing_of(n_rows, n, seed, excluded):
     # given rows of 2,000 scores with ties (a coarse grid), a share of excluded columns (-inf), and a row of zeros
     # (a user the model knows nothing of: its sampled bound lets every column through) among them
-    rng = np.random.default_rng(seed)
-    scores = np.round(rng.standard_normal((n_rows, 2000)), 1).astype(np.float32)
-    scores[rng.random(scores.shape) < excluded] = -np.inf
+    scores, rng = coarse_scores(n_rows, seed, excluded)
     scores[rng.integers(n_rows)] = 0.0
     # when the n best of each row are taken
     rows, val = latent.top(scores, n)

@@ -132,11 +132,6 @@ def top(scores: np.ndarray, n: int, rescore=None, error: np.ndarray | float = 0.
     return np.where(val > 0, part, -1), val
 
 
-def _kth(scores: np.ndarray, n: int) -> np.ndarray:
-    """Each row's ``n``-th best score (``1 <= n <= m`` columns)."""
-    return _scan(scores, n)[0]
-
-
 def _scan(scores: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Each row's ``n``-th best score (``1 <= n <= m`` columns), a lower bound of it per row, and the flat position
     (row-major) and score of every score at or above its row's bound; a row partitioned whole has none and a bound
