@@ -210,7 +210,8 @@ def _served(res: dict) -> list[str]:
     s, e = res["served"], res["evaluated"]
     best = res["best_baseline"]
     return [f"Cut {res['cut_quantile']:g}: {res['steps']:,} steps of {res['users']:,} users, the log after the cut "
-            f"posted through HTTP in {figure(res['replay_seconds'], 0)} s.", "",
+            f"posted through HTTP in {figure(res['replay_seconds'], 0)} s"
+            + (f", {res['events_per_request']:,} events per request." if "events_per_request" in res else "."), "",
             *table(["feed", "NDCG@10", f"ratio to {best}", "95% interval"], [
                 ["served: `GET /feed` once caught up", figure(s["ndcg"], 4), f"**{times(s['ratio'])}**",
                  interval(s["interval"])],

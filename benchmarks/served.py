@@ -10,6 +10,10 @@ protocol (``evaluation/replay.py``).
 
 Prints the served and evaluated NDCG@10 with the best baseline, the served ratio with its interval, and the share of
 steps whose served list scores exactly what the evaluated one does; writes ``results/served-<name>.json``.
+
+Events go in requests of ``PREFEED_EVENTS_BATCH_MAX`` (500); ``PREFEED_BENCH_EVENTS_PER_REQUEST=1`` posts them one
+at a time, as a client posting each event as it happens would. On a log stamped by the day, a worker whose item
+table reloads at a new day's first request sees the rest of that request's events of the day too.
 """
 
 from __future__ import annotations
@@ -71,6 +75,7 @@ def run(quick: bool = False) -> dict:
             t0 = time.perf_counter()
             lists, late = product.replay(steps, items, cfg["k"])
             seconds = time.perf_counter() - t0
+            per_request = product.per_request
         ndcg, hit = {"served": np.zeros(len(steps))}, {"served": np.zeros(len(steps))}
         replay._judge_lists("served", lists, steps, 0, cfg["k"], ndcg, hit)
         evaluated = detail["ndcg"]["ranker"]
@@ -82,7 +87,7 @@ def run(quick: bool = False) -> dict:
         base = judged.methods[best]["ndcg"]
         out = dict(
             log=name, cut=cut, cut_quantile=cfg["cut"], users=int(len(who)), steps=len(steps), late_reads=late,
-            replay_seconds=seconds, best_baseline=best, baseline_ndcg=base,
+            replay_seconds=seconds, events_per_request=per_request, best_baseline=best, baseline_ndcg=base,
             served=dict(ndcg=served_mean, hit_rate=float(hit["served"].mean()) if len(steps) else 0.0,
                         ratio=served_mean / base if base > 0 else None,
                         interval=metrics.ratio_interval(per_user["served"], per_user[best])),
@@ -97,7 +102,7 @@ def run(quick: bool = False) -> dict:
                      [best, base, "1.00x", ""]]))
         print(f"served / evaluated: {_iv(out['served_vs_evaluated'])} (95% interval); steps scoring the same: "
               f"{out['same_score_share']:.1%}; reads that waited over {CATCH_UP:g}s: {late}; "
-              f"replay through HTTP {seconds:.0f}s")
+              f"replay through HTTP {seconds:.0f}s, {per_request} events per request")
         print(f"wrote {write_result('served' if quick else f'served-{name}', out, quick)}")
         return out
 
@@ -160,6 +165,9 @@ class _Product:
                               rate=1e9, burst=10 ** 9)
         self.auth = {"Authorization": f"Bearer {key}"}
         self.n_posted = n
+        self.per_request = int(os.environ.get("PREFEED_BENCH_EVENTS_PER_REQUEST") or self.settings.events_batch_max)
+        if not 1 <= self.per_request <= self.settings.events_batch_max:
+            raise ValueError(f"PREFEED_BENCH_EVENTS_PER_REQUEST must be 1 to {self.settings.events_batch_max}")
         # Trained on the log before the cut, as ``evaluate`` trains, and made current.
         self.trained = ranker.train(self.engine, self.settings, iterations=self.cfg["iterations"], seed=0)
         bundle.promote(self.settings.model_dir, bundle.write(self.settings.model_dir, self.trained.model,
@@ -201,7 +209,7 @@ class _Product:
     def _post(self, names: list[str], upto: int) -> None:
         user, item, type_, ts = self.events
         while self.n_posted < upto:
-            hi = min(upto, self.n_posted + self.settings.events_batch_max)
+            hi = min(upto, self.n_posted + self.per_request)
             batch = [{"user_id": int(u), "item_id": int(i), "type": names[int(t) - 1], "ts": float(s)}
                      for u, i, t, s in zip(user[self.n_posted:hi], item[self.n_posted:hi], type_[self.n_posted:hi],
                                            ts[self.n_posted:hi])]
