@@ -113,6 +113,11 @@ class _Product:
 
     def __init__(self, source, source_settings, events, cut: float, cfg: dict) -> None:
         self.source, self.events, self.cut, self.cfg = source, events, cut, cfg
+        # Checked before anything is started: a bad value leaves no server or folder behind.
+        most = source_settings.events_batch_max
+        self.per_request = int(os.environ.get("PREFEED_BENCH_EVENTS_PER_REQUEST") or most)
+        if not 1 <= self.per_request <= most:
+            raise ValueError(f"PREFEED_BENCH_EVENTS_PER_REQUEST must be 1 to {most}")
         self.tmp = Path(tempfile.mkdtemp(prefix="prefeed-served-"))
         self.server = None
         self.procs: list[subprocess.Popen] = []
@@ -165,9 +170,6 @@ class _Product:
                               rate=1e9, burst=10 ** 9)
         self.auth = {"Authorization": f"Bearer {key}"}
         self.n_posted = n
-        self.per_request = int(os.environ.get("PREFEED_BENCH_EVENTS_PER_REQUEST") or self.settings.events_batch_max)
-        if not 1 <= self.per_request <= self.settings.events_batch_max:
-            raise ValueError(f"PREFEED_BENCH_EVENTS_PER_REQUEST must be 1 to {self.settings.events_batch_max}")
         # Trained on the log before the cut, as ``evaluate`` trains, and made current.
         self.trained = ranker.train(self.engine, self.settings, iterations=self.cfg["iterations"], seed=0)
         bundle.promote(self.settings.model_dir, bundle.write(self.settings.model_dir, self.trained.model,
