@@ -65,13 +65,17 @@ def notify_changed(settings: Settings, r: redis.Redis, user_ids: Iterable[int]) 
     return False
 
 
-def schedule_drain(settings: Settings, r: redis.Redis, at: float) -> None:
-    """A drain job at epoch second ``at`` (RQ's scheduler, which prefeed workers run, enqueues it then).
+def drain_time_ms(at_ms: float) -> int:
+    """When a drain scheduled for ``at_ms`` runs: rounded up to a whole second. RQ keeps scheduled times in whole
+    seconds, truncated, so a drain due at 12.7 s would run at 12 s, find the leased users not yet due, and leave
+    them to the next event (a scheduled drain is one at a time)."""
+    return math.ceil(max(at_ms, time.time() * 1000) / 1000) * 1000
 
-    Rounded up to a whole second: RQ keeps scheduled times in whole seconds, truncated, so a drain due at 12.7 s
-    would run at 12 s, find the leased users not yet due, and leave them to the next event (a scheduled drain is
-    one at a time)."""
-    when = datetime.fromtimestamp(math.ceil(max(at, time.time())), tz=timezone.utc)
+
+def schedule_drain(settings: Settings, r: redis.Redis, at: float) -> None:
+    """A drain job at epoch second ``at``, rounded up (``drain_time_ms``); RQ's scheduler, which prefeed workers
+    run, enqueues it then."""
+    when = datetime.fromtimestamp(drain_time_ms(at * 1000) / 1000, tz=timezone.utc)
     make_queue(settings, r).enqueue_at(when, DRAIN, retry=retry(settings), result_ttl=600, failure_ttl=7 * 86400,
                                        job_timeout=drain_timeout(settings))
 

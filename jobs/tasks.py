@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from rq import get_current_job
 
 from precompute.errors import InvalidInput
@@ -55,11 +57,23 @@ def drain_dirty() -> dict:
         batches += 1
     else:
         queues.notify_changed(settings, r, [])   # more due: hand over to a fresh job
-    # Users still leased by a claimer that died (SIGKILL, lost host) become due when the lease ends: make sure a
-    # drain job runs then, even if no new event arrives.
-    next_due = dirty.next_due()
-    if next_due is not None and dirty.try_flag_scheduled(next_due):
-        queues.schedule_drain(settings, r, next_due / 1000)
+    _drain_later(settings, r, dirty)
     job = get_current_job()
     return {"users": users, "written": written, "kept_newer": kept, "scored_items": scored, "seconds": seconds,
             "batches": batches, "job": job.id if job else None, "process": context.stats()}
+
+
+def _drain_later(settings, r, dirty: DirtyUsers) -> None:
+    """Make sure a drain job will run for the users still dirty when a drain ends.
+
+    Users due later (still leased by a claimer that died, or inside their recompute interval) need a drain then,
+    even if no new event arrives: one is scheduled, unless one is already scheduled as early. Users due now need a
+    drain waiting in the queue, one at a time (the drain flag). Scheduling for "now" as well would leave two jobs
+    behind each drain while events keep coming, and the jobs would double each round."""
+    next_due = dirty.next_due()
+    if next_due is None:
+        return
+    if next_due <= time.time() * 1000:
+        queues.notify_changed(settings, r, [])
+    elif dirty.try_flag_scheduled(queues.drain_time_ms(next_due)):
+        queues.schedule_drain(settings, r, next_due / 1000)

@@ -210,6 +210,28 @@ def test_a_failing_drain_job_hands_its_users_back(settings, r, pipeline, monkeyp
     assert sorted(dirty.claim(10)[0]) == [21, 22]
 
 
+
+def test_a_drain_that_leaves_users_due_now_adds_one_drain_however_many_drains_run(settings, r, pipeline,
+                                                                                  monkeypatch):
+    from rq.registry import ScheduledJobRegistry
+
+    from jobs import context, tasks
+
+    # given drains that take one user each, and more users due now than drains run: as while events keep arriving
+    s = dataclasses.replace(settings, batch_size=1, drain_max_batches=1)
+    monkeypatch.setattr(pipeline, "settings", s)
+    monkeypatch.setattr(context, "_pipeline", pipeline)
+    monkeypatch.setattr(context, "_queue_redis", r)
+    DirtyUsers(r, s).mark([31, 32, 33, 34, 35, 36])
+    queue = make_queue(s, r)
+    for n in range(1, 4):
+        # when a drain job runs, taken off the queue first as a worker takes it
+        queue.empty()
+        assert tasks.drain_dirty()["users"] == 1
+        # then it leaves exactly one drain behind, waiting in the queue, and none scheduled for later: a drain
+        # scheduled for "now" beside the queued one made every drain two, and the jobs doubled while events came
+        assert (queue.count, ScheduledJobRegistry(queue=queue).count) == (1, 0), f"after drain {n}"
+
 @pytest.mark.timeout(120)
 def test_users_leased_by_a_dead_drain_job_are_recomputed_by_a_scheduled_drain(settings, r, pipeline, monkeypatch,
                                                                               user_id):
