@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+import uuid
 from collections.abc import Iterable
 from datetime import datetime, timezone
 
@@ -54,12 +55,13 @@ def notify_changed(settings: Settings, r: redis.Redis, user_ids: Iterable[int]) 
     """Mark users dirty and make sure a drain job is waiting. True if this call enqueued it."""
     dirty = DirtyUsers(r, settings)
     dirty.mark(list(user_ids))
-    if dirty.try_flag_drain():
+    job_id = str(uuid.uuid4())
+    if dirty.try_flag_drain(job_id):
         try:
-            make_queue(settings, r).enqueue(DRAIN, retry=retry(settings), result_ttl=600, failure_ttl=7 * 86400,
-                                            job_timeout=drain_timeout(settings))
+            make_queue(settings, r).enqueue(DRAIN, job_id=job_id, retry=retry(settings), result_ttl=600,
+                                            failure_ttl=7 * 86400, job_timeout=drain_timeout(settings))
         except BaseException:
-            dirty.clear_drain_flag()
+            dirty.clear_drain_flag(job_id)
             raise
         return True
     return False

@@ -33,7 +33,9 @@ def drain_dirty() -> dict:
     settings = pipeline.settings
     r = context.queue_redis()
     dirty = DirtyUsers(r, settings)
-    dirty.clear_drain_flag()          # events from now on enqueue another drain job: no wake-up is lost
+    job = get_current_job()
+    if job is not None:
+        dirty.clear_drain_flag(job.id)    # if flagged, events from now on enqueue another drain: no wake-up is lost
     clocks = FeedClocks(r, settings)
     # Feeds the log's clock has moved PREFEED_FEED_REFRESH past since they were computed join the dirty users.
     dirty.mark(clocks.due(pipeline.items.as_of, settings.batch_size * settings.drain_max_batches))
@@ -58,7 +60,6 @@ def drain_dirty() -> dict:
     else:
         queues.notify_changed(settings, r, [])   # more due: hand over to a fresh job
     _drain_later(settings, r, dirty)
-    job = get_current_job()
     return {"users": users, "written": written, "kept_newer": kept, "scored_items": scored, "seconds": seconds,
             "batches": batches, "job": job.id if job else None, "process": context.stats()}
 

@@ -211,26 +211,58 @@ def test_a_failing_drain_job_hands_its_users_back(settings, r, pipeline, monkeyp
 
 
 
+def _perform_next(queue, r):
+    """Take the queue's next job and run it in this process, as a work horse would (``get_current_job`` is it)."""
+    return Job.fetch(queue.pop_job_id(), connection=r, serializer=JSONSerializer).perform()
+
+
 def test_a_drain_that_leaves_users_due_now_adds_one_drain_however_many_drains_run(settings, r, pipeline,
                                                                                   monkeypatch):
     from rq.registry import ScheduledJobRegistry
 
-    from jobs import context, tasks
+    from jobs import context
 
     # given drains that take one user each, and more users due now than drains run: as while events keep arriving
     s = dataclasses.replace(settings, batch_size=1, drain_max_batches=1)
     monkeypatch.setattr(pipeline, "settings", s)
     monkeypatch.setattr(context, "_pipeline", pipeline)
     monkeypatch.setattr(context, "_queue_redis", r)
-    DirtyUsers(r, s).mark([31, 32, 33, 34, 35, 36])
     queue = make_queue(s, r)
+    assert notify_changed(s, r, [31, 32, 33, 34, 35, 36])
     for n in range(1, 4):
-        # when a drain job runs, taken off the queue first as a worker takes it
-        queue.empty()
-        assert tasks.drain_dirty()["users"] == 1
+        # when the waiting drain job runs
+        assert _perform_next(queue, r)["users"] == 1
         # then it leaves exactly one drain behind, waiting in the queue, and none scheduled for later: a drain
         # scheduled for "now" beside the queued one made every drain two, and the jobs doubled while events came
         assert (queue.count, ScheduledJobRegistry(queue=queue).count) == (1, 0), f"after drain {n}"
+
+
+def test_drains_queued_beside_the_flagged_one_die_out_while_events_keep_coming(settings, r, pipeline, monkeypatch,
+                                                                               user_id):
+    from jobs import context
+
+    s = dataclasses.replace(settings, recompute_interval_ms=0)
+    monkeypatch.setattr(pipeline, "settings", s)
+    monkeypatch.setattr(context, "_pipeline", pipeline)
+    monkeypatch.setattr(context, "_queue_redis", r)
+    queue = make_queue(s, r)
+    # given the flagged drain and three more queued beside it (scheduled drains come due, or enqueued after the
+    # flag's TTL ran out while a long drain held the workers)
+    assert notify_changed(s, r, [user_id])
+    for _ in range(3):
+        queue.enqueue("jobs.tasks.drain_dirty")
+    counts = []
+    for _ in range(6):
+        # when an event comes before each drain starts, as it does on a busy site
+        notify_changed(s, r, [user_id])
+        _perform_next(queue, r)
+        counts.append(queue.count)
+    # then the extra drains are not replaced as they run (each start let one more in, and the queue stayed at 3)
+    assert counts == sorted(counts, reverse=True) and counts[-1] == 0, counts
+    assert DirtyUsers(r, s).pending() == 0
+    # and the next event enqueues one drain again, the one after it none
+    assert notify_changed(s, r, [user_id]) and not notify_changed(s, r, [user_id]) and queue.count == 1
+
 
 @pytest.mark.timeout(120)
 def test_users_leased_by_a_dead_drain_job_are_recomputed_by_a_scheduled_drain(settings, r, pipeline, monkeypatch,

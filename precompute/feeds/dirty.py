@@ -78,6 +78,12 @@ redis.call('SET', KEYS[1], at, 'PX', math.max(1000, at - tonumber(ARGV[2]) + 100
 return 1
 """
 
+# KEYS: the flag. ARGV: a drain job's id. Deletes the flag if it holds that id.
+_CLEAR_FLAG = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
 
 def _ms() -> int:
     return int(time.time() * 1000)
@@ -95,6 +101,7 @@ class DirtyUsers:
         self._flag_scheduled = r.register_script(_FLAG_SCHEDULED)
         self._complete = r.register_script(_COMPLETE)
         self._release = r.register_script(_RELEASE)
+        self._clear_flag = r.register_script(_CLEAR_FLAG)
 
     def mark(self, user_ids) -> None:
         """Make users due: now, or at the end of the recompute interval since their last claim."""
@@ -134,9 +141,14 @@ class DirtyUsers:
     def pending(self) -> int:
         return int(self.r.zcard(self.keys.dirty))
 
-    def try_flag_drain(self) -> bool:
-        """True if the caller should enqueue a drain job: at most one is waiting in the queue at a time."""
-        return bool(self.r.set(self.keys.drain_flag, 1, nx=True, ex=self.flag_ttl))
+    def try_flag_drain(self, job_id: str) -> bool:
+        """True if the caller should enqueue a drain job with id ``job_id``: at most one waits in the queue at a
+        time. The flag holds its id, so that only that job's start clears it."""
+        return bool(self.r.set(self.keys.drain_flag, job_id, nx=True, ex=self.flag_ttl))
 
-    def clear_drain_flag(self) -> None:
-        self.r.delete(self.keys.drain_flag)
+    def clear_drain_flag(self, job_id: str) -> None:
+        """The flagged drain ``job_id`` has started (or was never enqueued): the next event enqueues another.
+        Any other drain leaves the flag alone. Were every drain's start to clear it, each start would let one more
+        in while one waited already, and drains queued beside the flagged one (a scheduled drain come due, one
+        enqueued when the flag outlived its TTL) would stay queued as long as events kept coming."""
+        self._clear_flag(keys=[self.keys.drain_flag], args=[job_id])
