@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 _pipeline: Pipeline | None = None
 _queue_redis = None                 # the queue Redis (RQ, dirty users); the pipeline holds the feed Redis
 _init_pid: int | None = None
+_stopping = False                   # set in a work horse when its worker is asked to stop
 #: The pid of every process of this lineage in which mapper configuration ran (a forked child inherits the list):
 #: a work horse whose list holds only its worker's pid inherited configured mappers, since any ORM query it ran
 #: would otherwise have configured them, in the horse.
@@ -88,7 +89,18 @@ def stats() -> dict:
     }
 
 
+def request_stop(*_signal) -> None:
+    """The worker is stopping (a signal handler in the work horse, see ``jobs/worker.py``): a drain job ends after
+    its current batch and hands the rest to a fresh job."""
+    global _stopping
+    _stopping = True
+
+
+def stopping() -> bool:
+    return _stopping
+
+
 def reset() -> None:
     """Forget the pipeline (tests)."""
-    global _pipeline, _init_pid, _queue_redis
-    _pipeline, _init_pid, _queue_redis = None, None, None
+    global _pipeline, _init_pid, _queue_redis, _stopping
+    _pipeline, _init_pid, _queue_redis, _stopping = None, None, None, False

@@ -41,7 +41,8 @@ def drain_dirty() -> dict:
     dirty.mark(clocks.due(pipeline.items.as_of, settings.batch_size * settings.drain_max_batches))
     users = batches = written = kept = scored = 0
     seconds = dict.fromkeys(STAGES, 0.0)
-    while batches < settings.drain_max_batches:      # then hand the rest to a fresh job, so a job stays short
+    # Then hand the rest to a fresh job, so that a job stays short and a stopping worker is not held up.
+    while batches < settings.drain_max_batches and not context.stopping():
         claimed, stamp = dirty.claim(settings.batch_size)
         if not claimed:
             break
@@ -58,7 +59,7 @@ def drain_dirty() -> dict:
             seconds[stage] += s
         batches += 1
     else:
-        queues.notify_changed(settings, r, [])   # more due: hand over to a fresh job
+        queues.notify_changed(settings, r, [])   # more may be due: hand over to a fresh job
     _drain_later(settings, r, dirty)
     return {"users": users, "written": written, "kept_newer": kept, "scored_items": scored, "seconds": seconds,
             "batches": batches, "job": job.id if job else None, "process": context.stats()}

@@ -45,6 +45,9 @@ _DEATHS = ("Work-horse terminated unexpectedly", "Job was stuck in intermediate 
 
 REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
 
+#: Sent by a stopping worker to its horse (SIGUSR1 is ``manage.py worker``'s stack dump).
+STOP_SIGNAL = signal.SIGUSR2
+
 
 class PrefeedWorker(Worker):
     def __init__(self, *args, **kwargs) -> None:
@@ -60,6 +63,8 @@ class PrefeedWorker(Worker):
         # A worker process forked by WorkerPool inherits the pool parent's pipeline: give it its own sockets.
         context.after_fork()
         self._loads = context.get().loads       # loads before this worker existed are counted where they ran
+        # Ignored here, and so in a horse until it sets its handler: a stop signal in between changes nothing.
+        signal.signal(STOP_SIGNAL, signal.SIG_IGN)
 
     def execute_job(self, job, queue):
         """Here in the worker process, around the horse's whole life: pick up a new bundle before the fork, and
@@ -88,9 +93,21 @@ class PrefeedWorker(Worker):
 
     def main_work_horse(self, job, queue):
         context.after_fork()
+        signal.signal(STOP_SIGNAL, context.request_stop)
         # A horse finishes its job even if its worker dies meanwhile (it exits right after): nothing is lost.
         _set_parent_death_signal(0)
         return super().main_work_horse(job, queue)
+
+    def handle_warm_shutdown_request(self):
+        """Warm shutdown (SIGTERM, or SIGINT): RQ waits for the running horse. Tell it, so that a drain job ends
+        after its current batch instead of after ``PREFEED_DRAIN_MAX_BATCHES`` of them (minutes), and hands the
+        rest over; a supervisor's grace period (Kubernetes: 30 s) then sees the worker out without a SIGKILL."""
+        super().handle_warm_shutdown_request()
+        if self.horse_pid:
+            try:
+                os.kill(self.horse_pid, STOP_SIGNAL)
+            except ProcessLookupError:
+                pass
 
     def handle_job_failure(self, job, queue, started_job_registry=None, exc_string=""):
         if exc_string.startswith(_DEATHS):

@@ -264,6 +264,50 @@ def test_drains_queued_beside_the_flagged_one_die_out_while_events_keep_coming(s
     assert notify_changed(s, r, [user_id]) and not notify_changed(s, r, [user_id]) and queue.count == 1
 
 
+def test_a_drain_asked_to_stop_ends_after_its_batch_and_hands_the_rest_over(settings, r, pipeline, monkeypatch):
+    from jobs import context, tasks
+
+    s = dataclasses.replace(settings, batch_size=2, drain_max_batches=100)
+    monkeypatch.setattr(pipeline, "settings", s)
+    monkeypatch.setattr(context, "_pipeline", pipeline)
+    monkeypatch.setattr(context, "_queue_redis", r)
+    monkeypatch.setattr(context, "_stopping", False)
+    recompute = pipeline.recompute
+
+    def stop_during(user_ids):
+        context.request_stop()          # as the horse's signal handler does when its worker is told to stop
+        return recompute(user_ids)
+
+    monkeypatch.setattr(pipeline, "recompute", stop_during)
+    # given ten users due, and the worker told to stop while the drain computes its first batch
+    DirtyUsers(r, s).mark(list(range(41, 51)))
+    done = tasks.drain_dirty()
+    # then the drain ends after that batch, the other eight stay dirty, and a drain waits for them
+    assert (done["batches"], done["users"]) == (1, 2)
+    assert DirtyUsers(r, s).pending() == 8 and make_queue(s, r).count == 1
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_told_to_stop_mid_drain_stops_after_the_batch_and_loses_nothing(settings, r, world):
+    # given one drain job of a user per batch over every user of the world, running in a real worker
+    s = dataclasses.replace(settings, batch_size=1, drain_max_batches=10_000, recompute_interval_ms=0)
+    dirty = DirtyUsers(r, s)
+    users = list(range(1, 301))
+    worker = spawn_worker(s)
+    try:
+        notify_changed(s, r, users)
+        queue = make_queue(s, r)
+        wait_until(lambda: queue.started_job_registry.count == 1 and dirty.pending() < len(users) - 5, 60,
+                   "the drain under way")
+    finally:
+        # when the worker is told to stop (SIGTERM: RQ's warm shutdown, which waits for the running job)
+        stop_worker(worker)
+    # then the drain stopped after its batch: users are left dirty, none is lost, and a drain waits for them
+    left = dirty.pending()
+    assert 0 < left < len(users) - 5
+    assert queue.count == 1 and dirty.claim(1000)[0] and queue.failed_job_registry.count == 0
+
+
 @pytest.mark.timeout(120)
 def test_users_leased_by_a_dead_drain_job_are_recomputed_by_a_scheduled_drain(settings, r, pipeline, monkeypatch,
                                                                               user_id):
