@@ -192,11 +192,23 @@ def _run_one(queue, r, users):
     raise AssertionError("job did not finish")
 
 
-def test_a_failing_drain_job_hands_its_users_back(settings, r, pipeline, monkeypatch):
-    from jobs import context, tasks
+def _drains_here(monkeypatch, pipeline, r, settings, **changes):
+    """Drain jobs run in this process on ``pipeline`` and ``r``, with ``settings`` changed by ``changes``; returns
+    those settings."""
+    from jobs import context
 
+    s = dataclasses.replace(settings, **changes)
+    monkeypatch.setattr(pipeline, "settings", s)
     monkeypatch.setattr(context, "_pipeline", pipeline)
     monkeypatch.setattr(context, "_queue_redis", r)
+    monkeypatch.setattr(context, "_stopping", False)
+    return s
+
+
+def test_a_failing_drain_job_hands_its_users_back(settings, r, pipeline, monkeypatch):
+    from jobs import tasks
+
+    settings = _drains_here(monkeypatch, pipeline, r, settings)
     dirty = DirtyUsers(r, settings)
     dirty.mark([21, 22])
 
@@ -210,7 +222,6 @@ def test_a_failing_drain_job_hands_its_users_back(settings, r, pipeline, monkeyp
     assert sorted(dirty.claim(10)[0]) == [21, 22]
 
 
-
 def _perform_next(queue, r):
     """Take the queue's next job and run it in this process, as a work horse would (``get_current_job`` is it)."""
     return Job.fetch(queue.pop_job_id(), connection=r, serializer=JSONSerializer).perform()
@@ -220,13 +231,8 @@ def test_a_drain_that_leaves_users_due_now_adds_one_drain_however_many_drains_ru
                                                                                   monkeypatch):
     from rq.registry import ScheduledJobRegistry
 
-    from jobs import context
-
     # given drains that take one user each, and more users due now than drains run: as while events keep arriving
-    s = dataclasses.replace(settings, batch_size=1, drain_max_batches=1)
-    monkeypatch.setattr(pipeline, "settings", s)
-    monkeypatch.setattr(context, "_pipeline", pipeline)
-    monkeypatch.setattr(context, "_queue_redis", r)
+    s = _drains_here(monkeypatch, pipeline, r, settings, batch_size=1, drain_max_batches=1)
     queue = make_queue(s, r)
     assert notify_changed(s, r, [31, 32, 33, 34, 35, 36])
     for n in range(1, 4):
@@ -239,12 +245,7 @@ def test_a_drain_that_leaves_users_due_now_adds_one_drain_however_many_drains_ru
 
 def test_drains_queued_beside_the_flagged_one_die_out_while_events_keep_coming(settings, r, pipeline, monkeypatch,
                                                                                user_id):
-    from jobs import context
-
-    s = dataclasses.replace(settings, recompute_interval_ms=0)
-    monkeypatch.setattr(pipeline, "settings", s)
-    monkeypatch.setattr(context, "_pipeline", pipeline)
-    monkeypatch.setattr(context, "_queue_redis", r)
+    s = _drains_here(monkeypatch, pipeline, r, settings, recompute_interval_ms=0)
     queue = make_queue(s, r)
     # given the flagged drain and three more queued beside it (scheduled drains come due, or enqueued after the
     # flag's TTL ran out while a long drain held the workers)
@@ -267,11 +268,7 @@ def test_drains_queued_beside_the_flagged_one_die_out_while_events_keep_coming(s
 def test_a_drain_asked_to_stop_ends_after_its_batch_and_hands_the_rest_over(settings, r, pipeline, monkeypatch):
     from jobs import context, tasks
 
-    s = dataclasses.replace(settings, batch_size=2, drain_max_batches=100)
-    monkeypatch.setattr(pipeline, "settings", s)
-    monkeypatch.setattr(context, "_pipeline", pipeline)
-    monkeypatch.setattr(context, "_queue_redis", r)
-    monkeypatch.setattr(context, "_stopping", False)
+    s = _drains_here(monkeypatch, pipeline, r, settings, batch_size=2, drain_max_batches=100)
     recompute = pipeline.recompute
 
     def stop_during(user_ids):
@@ -313,12 +310,9 @@ def test_users_leased_by_a_dead_drain_job_are_recomputed_by_a_scheduled_drain(se
                                                                               user_id):
     from rq.registry import FinishedJobRegistry, ScheduledJobRegistry
 
-    from jobs import context, tasks
+    from jobs import tasks
 
-    short = dataclasses.replace(settings, dirty_lease=3)
-    monkeypatch.setattr(pipeline, "settings", short)
-    monkeypatch.setattr(context, "_pipeline", pipeline)
-    monkeypatch.setattr(context, "_queue_redis", r)
+    short = _drains_here(monkeypatch, pipeline, r, settings, dirty_lease=3)
     dirty = DirtyUsers(r, short)
     store = FeedStore(r, short)
     # given a user claimed by a drain job that was then SIGKILLed: leased, never completed, no feed
