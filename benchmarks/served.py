@@ -191,7 +191,7 @@ class _Product:
         lists, late = [], 0
         with self.engine.connect() as conn:
             for s in range(len(steps)):
-                self._post(names, int(steps.known[s]))
+                self._post(names, int(steps.posted[s]))
                 uid = int(steps.user[s])
                 want = conn.execute(text("SELECT history_version FROM users WHERE id = :u"), {"u": uid}).scalar()
                 conn.rollback()

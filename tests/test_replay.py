@@ -75,8 +75,10 @@ def test_three_replayed_steps_are_the_feeds_a_worker_serves_before_each(world, s
     steps = find(events, load_item_table(engine, s, as_of=cut), cut, float("inf"), 10, users=np.array([7]))
     assert len(steps) == 3 and steps.clock.tolist() == sorted(steps.clock.tolist())
     ts = np.array([e[3] for e in log])
-    computed_at = [int(steps.known[0])] + [int(np.searchsorted(ts, t, side="right")) for t in steps.ts[:2]]
-    # (the first step's basket shares its second with a crowd event posted before it)
+    computed_at = [int(steps.posted[0])] + [int(np.searchsorted(ts, t, side="right")) for t in steps.ts[:2]]
+    # (the first step's basket shares its second with a crowd event that comes before it in the log, and is posted
+    # before the feed is read)
+    assert steps.posted[0] == steps.known[0] + 1
     assert steps.feed_known[1] < computed_at[1] and (steps.feed_known <= computed_at).all()
 
     def post(lo, hi):
@@ -90,15 +92,15 @@ def test_three_replayed_steps_are_the_feeds_a_worker_serves_before_each(world, s
         table = load_item_table(engine, s, as_of=float(steps.feed_clock[k]))      # the replay's, of the same moment
         post(int(steps.feed_known[k]), computed_at[k])
         pipeline.recompute([7])
-        post(computed_at[k], int(steps.known[k]))
-        posted = int(steps.known[k])
+        post(computed_at[k], int(steps.posted[k]))
+        posted = int(steps.posted[k])
         served.append(pipeline.store.read(7).items[:10].tolist())
         # then the replay of that step, through the evaluation's code with the table of its feed clock, lists the
         # same ten items in the same order
         cov = pipeline.cov
         assert replayed(table, cov, events, steps.take(np.array([k])), model, s, 10) == served[k]
         # (while the crowd kept moving: the next steps' clocks are hours after their feed's)
-        assert steps.clock[k] - steps.feed_clock[k] > (HOUR if k else -1)
+        assert k == 0 or steps.clock[k] - steps.feed_clock[k] > HOUR
     # and what the user did moves the feed: an item of a step is never served after it
     assert 16 not in served[1] + served[2] and 24 not in served[2]
     engine.dispose()

@@ -72,6 +72,8 @@ def test_steps_are_each_users_first_timestamps_after_the_cut_judged_on_the_items
     assert found.ts.tolist() == [110, 130, 130, 140]
     assert found.clock.tolist() == [100, 120, 120, 130]
     assert found.known.tolist() == [4, 7, 7, 15]
+    # and how many events come before each in log order: user 1's events at 130 come before user 2's
+    assert found.posted.tolist() == [4, 7, 13, 15]
     # and each step's feed was computed at the user's previous event after the cut, a step without truth included
     # (user 1's at 120); a user's first step reads the feed computed when asked for, at the log's clock then
     assert found.feed_clock.tolist() == [100, 120, 110, 130]
@@ -91,12 +93,14 @@ def test_steps_are_each_users_first_timestamps_after_the_cut_judged_on_the_items
     late = replay.find(arrays(LOG), table, CUT, float("inf"), 3)
     assert late.ts.tolist()[-1] == 2000 and late.clock.tolist()[-1] == 150 and late.known.tolist()[-1] == 19
     assert late.feed_clock.tolist()[-1] == 130
-    # and with feeds refreshed every 5 s of log time, user 2's feed of 110 was refreshed at 115 and 120 before its
-    # step at 130, and the one read at 2000 at 150, the newest event before it; refreshes stop once the user's
+    # and with feeds refreshed every 5 s of log time, user 2's feed of 110 was refreshed at 115, 120 and 130 before
+    # its step at 130: user 1's events of that second come first in the log, and once they are posted the clock is
+    # at 130 (on a log stamped by the day, a day's first baskets bring its refreshes before the others' are read);
+    # the one read at 2000 at 150, the newest event before it; refreshes stop once the user's
     # newest event (130) is past a horizon of 7 s: the refresh at 135 records the feed again, the one at 140 does not
     refreshed = replay.find(arrays(LOG), table, CUT, float("inf"), 3, refresh=5.0)
-    assert refreshed.feed_clock.tolist() == [100, 120, 120, 130, 150]
-    assert refreshed.feed_known.tolist() == [4, 6, 6, 8, 19]
+    assert refreshed.feed_clock.tolist() == [100, 120, 130, 130, 150]
+    assert refreshed.feed_known.tolist() == [4, 6, 8, 8, 19]
     assert replay.find(arrays(LOG), table, CUT, float("inf"), 3, refresh=5.0, horizon=7.0).feed_clock[-1] == 140
     engine.dispose()
 

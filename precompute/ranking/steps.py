@@ -7,8 +7,9 @@ cut. That clock is the step's ``feed_clock``: a worker recomputes a feed when it
 every ``PREFEED_FEED_REFRESH`` of log time after (``feeds/refresh.py``), so a user who acted after the cut reads the
 feed computed at their previous event (a shopper's last basket, days before) or at its latest refresh since,
 with popularity up to the first event of that moment (``feed_known``: the item table's reload); the first step
-after the cut reads the feed computed when it was asked for, at the log's clock then (the newest event
-before the step, ``clock``). Ranking at the later clock would give the feed time since the previous event and
+after the cut reads the feed computed when it was asked for, at the log's clock then. The clock a feed is read at
+is the newest event posted before the step's first, in log order: on a log of baskets stamped by the day, the
+day's earlier baskets have moved it to the day and brought the day's refreshes. Ranking at the later clock would give the feed time since the previous event and
 popularity it cannot have yet. The step's truth is its items of positive type weight that are new to
 the user (never interacted with before the step), graded by the strongest interaction's weight.
 
@@ -32,7 +33,7 @@ Events = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]      # (user, ite
 
 @dataclasses.dataclass
 class Steps:
-    """Steps with at least one truth item, sorted by clock. Step ``s``'s truth: ``rows[offsets[s]:offsets[s+1]]``
+    """Steps with at least one truth item, in log order (of their first events). Step ``s``'s truth: ``rows[offsets[s]:offsets[s+1]]``
     (item rows, ascending) graded ``rel``."""
 
     user: np.ndarray        # (S,) user id
@@ -47,12 +48,18 @@ class Steps:
     #: clock's timestamp, when the worker's item table was reloaded (for a log stamped by the day, the days before).
     feed_clock: np.ndarray | None = None
     feed_known: np.ndarray | None = None
+    #: (S,) events [0, posted) come before the step's first event in log order: what a replay posting the log in
+    #: order has posted when it reads the feed. Beyond ``known`` by the other users' events of the step's timestamp
+    #: that come first (a day's earlier baskets, on a log stamped by the day).
+    posted: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.feed_clock is None:
             self.feed_clock = self.clock
         if self.feed_known is None:
             self.feed_known = self.known
+        if self.posted is None:
+            self.posted = self.known
 
     def __len__(self) -> int:
         return len(self.user)
@@ -64,7 +71,7 @@ class Steps:
         idx = np.repeat(lo - np.r_[0, np.cumsum(count)[:-1]], count) + np.arange(int(count.sum()))
         return Steps(self.user[at], self.ts[at], self.clock[at], self.known[at],
                      np.r_[0, np.cumsum(count)].astype(np.int64), self.rows[idx], self.rel[idx], self.feed_clock[at],
-                     self.feed_known[at])
+                     self.feed_known[at], self.posted[at])
 
     @property
     def owner(self) -> np.ndarray:
@@ -130,31 +137,36 @@ def find(events: Events, items: ItemTable, cut: float, end: float, n_steps: int,
     t_step, t_row = t_code // span, t_code % span
     # Per step: its user, time, the log's clock before it.
     s_first = np.flatnonzero(np.r_[True, step[1:] != step[:-1]])
-    s_user, s_ts, s_previous = u[s_first], ev_ts[idx[s_first]], previous[s_first]
+    s_user, s_at, s_previous = u[s_first], idx[s_first], previous[s_first]
     judged = np.unique(t_step)
-    s_user, s_ts, s_previous = s_user[judged], s_ts[judged], s_previous[judged]
+    s_user, s_at, s_previous = s_user[judged], s_at[judged], s_previous[judged]
+    s_ts = ev_ts[s_at]
     known = np.searchsorted(ev_ts, s_ts, side="left")
     clock = ev_ts[np.maximum(known - 1, 0)]
+    # The log's clock once the events before the step in log order are posted, which is when the feed is read: on
+    # a log stamped by the day, the day's earlier baskets have moved it to the day, and the day's refreshes with it.
+    posted = ev_ts[np.maximum(s_at - 1, 0)]
     fresh = np.isnan(s_previous)
-    feed_clock = np.where(fresh, clock, s_previous)
+    feed_clock = np.where(fresh, posted, s_previous)
     if refresh > 0:
         # Refreshed at previous + k·refresh (while the one before was recorded: (k-1)·refresh <= horizon), once the
         # first event at or after that moment is posted.
-        k = np.minimum(np.floor((clock - s_previous) / refresh), np.floor(horizon / refresh) + 1)
+        k = np.minimum(np.floor((posted - s_previous) / refresh), np.floor(horizon / refresh) + 1)
         moved = ~fresh & (k >= 1)
         first = np.searchsorted(ev_ts, s_previous[moved] + refresh * k[moved], side="left")
-        feed_clock[moved] = ev_ts[np.minimum(first, known[moved] - 1)]
+        feed_clock[moved] = ev_ts[np.minimum(first, s_at[moved] - 1)]
     # A worker's popularity is its item table's, reloaded when the log's clock moves on: it knows the log up to the
     # first event of its clock's moment (on a log of baskets stamped by the day, the days before and no more).
     feed_known = np.searchsorted(ev_ts, feed_clock, side="left") + 1
-    order = np.lexsort((s_user, clock))
+    order = np.argsort(s_at, kind="stable")             # log order, so that posting up to each step only moves on
     where = np.empty(len(judged), dtype=np.int64)
     where[order] = np.arange(len(judged))
     t_pos = where[np.searchsorted(judged, t_step)]
     by = np.lexsort((t_row, t_pos))
     return Steps(user=s_user[order], ts=s_ts[order], clock=clock[order], known=known[order],
                  offsets=np.r_[0, np.cumsum(np.bincount(t_pos, minlength=len(judged)))].astype(np.int64),
-                 rows=t_row[by], rel=rel[by], feed_clock=feed_clock[order], feed_known=feed_known[order])
+                 rows=t_row[by], rel=rel[by], feed_clock=feed_clock[order], feed_known=feed_known[order],
+                 posted=s_at[order])
 
 
 class ByUser:
