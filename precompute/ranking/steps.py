@@ -9,9 +9,10 @@ feed computed at their previous event (a shopper's last basket, days before) or 
 with popularity up to the first event of that moment (``feed_known``: the item table's reload); the first step
 after the cut reads the feed computed when it was asked for, at the log's clock then. The clock a feed is read at
 is the newest event posted before the step's first, in log order: on a log of baskets stamped by the day, the
-day's earlier baskets have moved it to the day and brought the day's refreshes. Ranking at the later clock would give the feed time since the previous event and
-popularity it cannot have yet. The step's truth is its items of positive type weight that are new to
-the user (never interacted with before the step), graded by the strongest interaction's weight.
+day's earlier baskets have moved it to the day and brought the day's refreshes. Ranking at the later clock would
+give the feed time since the previous event and popularity it cannot have yet. The step's truth is its items of
+positive type weight that are new to the user (never interacted with before the step), graded by the strongest
+interaction's weight.
 
 Each step becomes one row of a ``Histories`` (its "user" is the step), so the candidate and feature code rank a batch
 of steps exactly as it ranks a batch of users, each at its own clock.
@@ -33,8 +34,8 @@ Events = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]      # (user, ite
 
 @dataclasses.dataclass
 class Steps:
-    """Steps with at least one truth item, in log order (of their first events). Step ``s``'s truth: ``rows[offsets[s]:offsets[s+1]]``
-    (item rows, ascending) graded ``rel``."""
+    """Steps with at least one truth item, in log order (of their first events). Step ``s``'s truth:
+    ``rows[offsets[s]:offsets[s+1]]`` (item rows, ascending) graded ``rel``."""
 
     user: np.ndarray        # (S,) user id
     ts: np.ndarray          # (S,) the step's time
