@@ -146,13 +146,13 @@ def find(events: Events, items: ItemTable, cut: float, end: float, n_steps: int,
     clock = ev_ts[np.maximum(known - 1, 0)]
     # The log's clock once the events before the step in log order are posted, which is when the feed is read: on
     # a log stamped by the day, the day's earlier baskets have moved it to the day, and the day's refreshes with it.
-    posted = ev_ts[np.maximum(s_at - 1, 0)]
+    read_clock = ev_ts[np.maximum(s_at - 1, 0)]
     fresh = np.isnan(s_previous)
-    feed_clock = np.where(fresh, posted, s_previous)
+    feed_clock = np.where(fresh, read_clock, s_previous)
     if refresh > 0:
         # Refreshed at previous + k·refresh (while the one before was recorded: (k-1)·refresh <= horizon), once the
         # first event at or after that moment is posted.
-        k = np.minimum(np.floor((posted - s_previous) / refresh), np.floor(horizon / refresh) + 1)
+        k = np.minimum(np.floor((read_clock - s_previous) / refresh), np.floor(horizon / refresh) + 1)
         moved = ~fresh & (k >= 1)
         first = np.searchsorted(ev_ts, s_previous[moved] + refresh * k[moved], side="left")
         feed_clock[moved] = ev_ts[np.minimum(first, s_at[moved] - 1)]
