@@ -25,7 +25,8 @@ from .urls import check_url, normalize_database_url, redact_url
 __all__ = ("DAY", "LOG_LEVELS", "TRAIN_LABELS", "TRAIN_LOSSES", "Settings", "markdown_table", "without_prefeed_config")
 
 
-#: How training labels examples (``PREFEED_TRAIN_LABELS``) and the CatBoost objectives it can use (``_LOSS``).
+#: How training labels examples (``PREFEED_TRAIN_LABELS``) and the CatBoost objectives it can use (``_LOSS``: one
+#: of them, or ``auto``, every one fitted and the better on validation kept: ``ranking/objective.py``).
 TRAIN_LABELS, TRAIN_LOSSES = ("steps", "period"), ("Logloss", "YetiRank")
 #: The levels ``PREFEED_LOG_LEVEL`` may name.
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -50,7 +51,7 @@ class Settings(RankingSettings, CoreSettings):
             object.__setattr__(self, "model_dir", Path(self.var_dir) / "models")
         if self.page_limit_default > self.page_limit_max:
             raise ConfigError("PREFEED_PAGE_LIMIT_DEFAULT must not exceed PREFEED_PAGE_LIMIT_MAX")
-        for name, allowed in (("log_level", LOG_LEVELS), ("train_loss", TRAIN_LOSSES),
+        for name, allowed in (("log_level", LOG_LEVELS), ("train_loss", ("auto", *TRAIN_LOSSES)),
                               ("train_labels", TRAIN_LABELS)):
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{_env(name)} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")

@@ -59,8 +59,10 @@ class RankingSettings:
     train_periods: int = setting(5, "PREFEED_TRAIN_PERIODS", "training cuts, the last at the training cut and each "
                                  "earlier one the validation cut's distance before the next; each labelled up to the "
                                  "validation cut", unit="periods")
-    train_loss: str = setting("Logloss", "PREFEED_TRAIN_LOSS", "CatBoost objective: `Logloss` (pointwise, each "
-                              "positive weighted by its grade) or `YetiRank` (pairwise, within each group)")
+    train_loss: str = setting("auto", "PREFEED_TRAIN_LOSS", "CatBoost objective: `Logloss` (pointwise, each "
+                              "positive weighted by its grade), `YetiRank` (pairwise, within each group), or `auto`: "
+                              "both fitted, and the one ranking the validation period's whole candidate lists better "
+                              "kept")
     train_early_stopping: int = setting(200, "PREFEED_TRAIN_EARLY_STOPPING", "training stops once validation "
                                         "NDCG@10 has not improved for this many trees and keeps the best count (0: "
                                         "no early stopping, every tree is kept)", unit="trees", minimum=0)

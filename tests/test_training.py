@@ -57,6 +57,20 @@ def test_early_stopping_keeps_fewer_trees_than_the_maximum(trained):
     assert len(result.stopping_users) > 0
 
 
+@one_training
+def test_auto_keeps_the_objective_that_ranks_the_validation_lists_better(trained):
+    # given the module's training run on the small world, with the default objective (auto)
+    result, _ = trained
+    m = result.metrics
+    # then both objectives were fitted and judged on the validation period's lists, and the kept model is the one
+    # that scored higher (a tie keeps Logloss)
+    scores = {loss: m[f"choice_ndcg10_{loss}"] for loss in ("Logloss", "YetiRank")}
+    assert all(0.0 < v <= 1.0 for v in scores.values())
+    want = "YetiRank" if scores["YetiRank"] > scores["Logloss"] else "Logloss"
+    assert m["loss"] == want
+    assert result.model.get_params()["loss_function"] == want
+
+
 def test_early_stopping_zero_keeps_every_tree(world):
     # given the learning rate that makes the run above stop early, and PREFEED_TRAIN_EARLY_STOPPING=0
     settings = dataclasses.replace(world.settings, train_learning_rate=0.5, train_early_stopping=0)

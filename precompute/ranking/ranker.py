@@ -29,13 +29,9 @@ from sqlalchemy import Engine
 from ..data import log as event_log
 from ..errors import InvalidInput
 from ..settings import Settings
-from . import ahead, arrays, candidates, features, periods, popularity
+from . import ahead, arrays, candidates, features, objective, periods, popularity
 from . import steps as replayed
 from .periods import Period, feature_rows  # noqa: F401  (feature_rows: training's feature path, used by tests)
-
-#: CatBoost's NDCG with the gain evaluation's NDCG uses (2^grade - 1), on the top 10.
-EVAL_METRIC = "NDCG:top=10;type=Exp"
-
 
 @dataclasses.dataclass
 class TrainResult:
@@ -114,24 +110,26 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
         else:
             X_eval, y_eval, g_eval = _examples(judge, valid_users, settings, rng)
         names = list(judge.items.layout.names)
-        loss = settings.train_loss
-        progress(f"training CatBoost {loss} on {len(y_train)} rows x {X_train.shape[1]} features, at most "
-                 f"{iterations} trees" + (f", stopping early on {len(y_eval)} validation rows"
-                                          if settings.train_early_stopping > 0 else ", no early stopping"))
-        model = CatBoost(dict(loss_function=loss, iterations=iterations, depth=depth,
-                              learning_rate=settings.train_learning_rate, random_seed=seed, verbose=False,
-                              thread_count=-1, allow_writing_files=False, eval_metric=EVAL_METRIC,
-                              **({"ignored_features": list(ignore)} if ignore else {})))
-        stop = dict(eval_set=_pool(loss, X_eval, y_eval, g_eval, names, weighted=False), use_best_model=True,
-                    early_stopping_rounds=settings.train_early_stopping) \
-            if (y_eval > 0).any() and settings.train_early_stopping > 0 else {}
-        model.fit(_pool(loss, X_train, y_train, g_train, names), **stop)
+        fits = objective.losses(settings)
+        progress(f"training CatBoost {' and '.join(fits)} on {len(y_train)} rows x {X_train.shape[1]} features, at "
+                 f"most {iterations} trees" + (f", stopping early on {len(y_eval)} validation rows"
+                                               if settings.train_early_stopping > 0 else ", no early stopping"))
+        models = {loss: objective.fit(loss, (X_train, y_train, g_train), (X_eval, y_eval, g_eval), names, settings,
+                                      iterations=iterations, depth=depth, seed=seed, ignore=ignore)
+                  for loss in fits}
         del X_train, X_eval
+        choice = {}
+        if len(models) > 1:
+            progress(f"choosing the objective on the validation lists of {len(valid_users)} users")
+            choice = objective.choose(models, _whole_lists(judge, events, by_user, valid_steps, valid_users,
+                                                           settings, rng))
+        loss = max(choice, key=choice.get) if choice else fits[0]         # a tie keeps the first, Logloss
+        model = models[loss]
         all_pairs = whole.result()
     # ``data_clock``: the newest event the model saw; ``trees``: the count early stopping chose.
     metrics = dict(loss=loss, data_clock=float(ev_ts[-1]), train_users=n_train, train_rows=int(len(y_train)),
                    iterations=iterations, trees=int(model.tree_count_), depth=depth, cut=cut, valid_cut=valid_cut,
-                   events=int(len(ev_user)))
+                   events=int(len(ev_user)), **{f"choice_ndcg10_{name}": v for name, v in choice.items()})
     return TrainResult(model=model, pairs=all_pairs, metrics=metrics, stopping_users=valid_users,
                        validation=judge)
 
@@ -168,22 +166,13 @@ def _step_examples(at: Period, events: periods.Events, by_user: replayed.ByUser,
                    user_ids: np.ndarray, settings: Settings, rng: np.random.Generator
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Feature rows, grades and group ids (one group per step) of ``user_ids``' replayed steps after ``at.cut``:
-    each step ranked as a worker would before it (history up to it, popularity at its feed clock; the item table and
-    co-visitation of the cut) and labelled by its new items, with ``train_negatives // 3`` random negatives per
-    step that has a positive candidate. What the replay protocol judges, so the model learns that question."""
-    mine = found.take(np.flatnonzero(np.isin(found.user, user_ids)))
-    act = popularity.Activity(at.items, events[3], events[1], events[2])
-    lengths = candidates.recent_lengths(settings)
+    each step ranked as a worker would before it (``_step_batches``) and labelled by its new items, with
+    ``train_negatives // 3`` random negatives per step that has a positive candidate. What the replay protocol
+    judges, so the model learns that question."""
     negatives = max(settings.train_negatives // 3, 1)
-    span = len(at.items) + 1
     Xs, ys, gs = [], [], []
-    for start in range(0, len(mine), 200):
-        part = mine.take(np.arange(start, min(start + 200, len(mine))))
-        hist = by_user.histories(part, at.items, settings)
-        live = act.live(part.feed_clock, lengths, part.feed_known)
-        cand = candidates.for_batch(at.items, at.cov, hist, settings, live)
+    for start, part, hist, cand, live, rel in _step_batches(at, events, by_user, found, user_ids, settings):
         owner = cand.owner
-        rel = arrays.lookup(part.owner * span + part.rows, part.rel, owner * span + cand.rows)
         keep = (rel > 0) | group_smallest(owner, cand.offsets, rng.random(len(rel)), negatives)
         has_pos = np.bincount(owner[rel > 0], minlength=len(part)) > 0
         keep &= has_pos[owner]
@@ -193,6 +182,42 @@ def _step_examples(at: Period, events: periods.Events, by_user: replayed.ByUser,
     if not Xs:
         return (np.empty((0, len(at.items.layout)), dtype=np.float32), np.empty(0), np.empty(0, dtype=np.int64))
     return np.concatenate(Xs), np.concatenate(ys), np.concatenate(gs)
+
+
+def _step_batches(at: Period, events: periods.Events, by_user: replayed.ByUser, found: replayed.Steps,
+                  user_ids: np.ndarray, settings: Settings) -> Iterator[tuple]:
+    """``user_ids``' replayed steps after ``at.cut`` in batches, each step's candidates as a worker computes them
+    before it (history up to it, popularity at its feed clock; the item table and co-visitation of the cut) with
+    their grades: ``(start, steps, histories, candidates, live popularity, grades)``, candidates owned by step."""
+    mine = found.take(np.flatnonzero(np.isin(found.user, user_ids)))
+    act = popularity.Activity(at.items, events[3], events[1], events[2])
+    lengths = candidates.recent_lengths(settings)
+    span = len(at.items) + 1
+    for start in range(0, len(mine), 200):
+        part = mine.take(np.arange(start, min(start + 200, len(mine))))
+        hist = by_user.histories(part, at.items, settings)
+        live = act.live(part.feed_clock, lengths, part.feed_known)
+        cand = candidates.for_batch(at.items, at.cov, hist, settings, live)
+        rel = arrays.lookup(part.owner * span + part.rows, part.rel, cand.owner * span + cand.rows)
+        yield start, part, hist, cand, live, rel
+
+
+def _whole_lists(at: Period, events: periods.Events, by_user: replayed.ByUser | None, found: replayed.Steps | None,
+                 user_ids: np.ndarray, settings: Settings, rng: np.random.Generator) -> Iterator[tuple]:
+    """What ``objective.choose`` ranks: whole candidate lists of up to ``objective.CHOICE_LISTS`` validation steps
+    (of a seeded sample of ``user_ids``) or, labelled by period, of as many users at the cut; batches of (feature
+    rows, grades, list offsets)."""
+    user_ids = rng.permutation(user_ids)
+    if found is None:
+        for start in range(0, min(len(user_ids), objective.CHOICE_LISTS), 200):
+            hist, cand, rel = at.candidates(np.sort(user_ids[start:start + 200]), settings)
+            yield features.build(at.items, hist, cand, now=at.cut), rel, cand.offsets
+        return
+    users, counts = np.unique(found.user, return_counts=True)
+    n_steps = arrays.lookup(users, counts, user_ids)
+    kept = user_ids[np.cumsum(n_steps) <= objective.CHOICE_LISTS]
+    for _, part, hist, cand, live, rel in _step_batches(at, events, by_user, found, kept, settings):
+        yield features.build(at.items, hist, cand, part.feed_clock, live), rel, cand.offsets
 
 
 def _sample(eligible: np.ndarray, n: int, rng: np.random.Generator, what: str) -> np.ndarray:
@@ -237,18 +262,3 @@ def group_smallest(owner: np.ndarray, offsets: np.ndarray, key: np.ndarray, k: i
         return np.ones(len(key), dtype=bool)
     padded = arrays.padded_groups(key, owner, offsets[:-1], width, np.inf)
     return key <= np.partition(padded, k - 1, axis=1)[:, k - 1][owner]
-
-
-def _pool(loss: str, X: np.ndarray, grade: np.ndarray, group: np.ndarray, names: list[str],
-          weighted: bool = True):
-    """A CatBoost pool for ``loss``. YetiRank learns the grades' order within each user's group. Logloss learns
-    whether a candidate is interacted with at all (target 1 for any grade > 0), each positive weighing its grade
-    (view 1 … purchase 6), each negative 1: scores are then comparable across users and periods, and on both the
-    synthetic marketplace and MovieLens it ranked better than YetiRank (docs/evaluation.md). Groups stay,
-    for early stopping's NDCG (of the unweighted validation pool)."""
-    from catboost import Pool
-
-    if loss == "Logloss":
-        weight = np.where(grade > 0, grade, 1.0) if weighted else None
-        return Pool(X, (grade > 0).astype(np.float32), weight=weight, group_id=group, feature_names=names)
-    return Pool(X, grade, group_id=group, feature_names=names)

@@ -1,0 +1,95 @@
+"""The ranker's CatBoost objective, and choosing it by what each one ranks.
+
+``Logloss`` learns how likely a candidate is to be interacted with at all (target 1 for any grade > 0), each
+positive weighing its grade (view 1 … purchase 6), each negative 1: scores are comparable across users and periods.
+``YetiRank`` learns the grades' order within each group (a user's step, or a user at a cut). Neither wins on every
+log (docs/replay.md, "The objective, chosen by validation"): on a log where what sold yesterday says what sells next,
+YetiRank orders the day's best sellers better; on a log of steady tastes Logloss is ahead.
+
+``PREFEED_TRAIN_LOSS=auto`` (the default) fits both on the same examples and keeps the one whose whole candidate
+lists rank the validation period better (``choose``): NDCG@10 within each list, over the users whose examples stop
+the training early. The promotion check then judges the kept model on the other users, so the choice does not
+flatter it. The cost is the second fit and one scoring pass over those users' candidates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from ..settings import TRAIN_LOSSES, Settings
+from .arrays import top_desc_grouped
+
+#: CatBoost's NDCG with the gain evaluation's NDCG uses (2^grade - 1), on the top 10.
+EVAL_METRIC = "NDCG:top=10;type=Exp"
+#: The choice judges at most this many lists (validation steps, or users at the validation cut).
+CHOICE_LISTS = 3000
+
+
+def losses(settings: Settings) -> tuple[str, ...]:
+    """The objectives ``train`` fits: every one for ``auto``, else the one named."""
+    return TRAIN_LOSSES if settings.train_loss == "auto" else (settings.train_loss,)
+
+
+def fit(loss: str, train: tuple[np.ndarray, ...], valid: tuple[np.ndarray, ...], names: list[str],
+        settings: Settings, *, iterations: int, depth: int, seed: int, ignore: tuple[str, ...] = ()):
+    """A CatBoost model of ``loss`` fitted on ``train`` (rows, grades, group ids), stopped early on ``valid``'s
+    NDCG@10 when it has a positive and early stopping is on."""
+    from catboost import CatBoost
+
+    model = CatBoost(dict(loss_function=loss, iterations=iterations, depth=depth,
+                          learning_rate=settings.train_learning_rate, random_seed=seed, verbose=False,
+                          thread_count=-1, allow_writing_files=False, eval_metric=EVAL_METRIC,
+                          **({"ignored_features": list(ignore)} if ignore else {})))
+    X_eval, y_eval, g_eval = valid
+    stop = dict(eval_set=pool(loss, X_eval, y_eval, g_eval, names, weighted=False), use_best_model=True,
+                early_stopping_rounds=settings.train_early_stopping) \
+        if (y_eval > 0).any() and settings.train_early_stopping > 0 else {}
+    model.fit(pool(loss, *train, names), **stop)
+    return model
+
+
+def choose(models: dict[str, object], lists: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]],
+           k: int = 10) -> dict[str, float]:
+    """Mean NDCG@``k`` of each model over ``lists``: batches of (feature rows, grades, offsets), each list one step's
+    (or one user's) whole candidate set at offsets ``[j, j+1)``, ranked by the model's scores, the ideal being the
+    list's own grades sorted. Lists without a positive candidate are left out (no model can rank them well).
+    The caller keeps the objective with the highest mean."""
+    from .ranker import score
+
+    disc = 1.0 / np.log2(np.arange(k) + 2)
+    totals, n = dict.fromkeys(models, 0.0), 0
+    for X, rel, offsets in lists:
+        sizes = np.diff(offsets)
+        owner = np.repeat(np.arange(len(sizes)), sizes)
+        has_pos = np.bincount(owner[rel > 0], minlength=len(sizes)) > 0
+        if not has_pos.any():
+            continue
+        # Each list's ideal DCG: its grades sorted, best first.
+        ideal, ideal_off = top_desc_grouped(rel.astype(np.float32), offsets, k)
+        idcg = _dcg(rel[ideal], ideal_off, disc)
+        n += int(has_pos.sum())
+        for name, model in models.items():
+            top, top_off = top_desc_grouped(score(model, X, thread_count=-1), offsets, k)
+            totals[name] += float((_dcg(rel[top], top_off, disc)[has_pos] / idcg[has_pos]).sum())
+    return {name: total / n if n else 0.0 for name, total in totals.items()}
+
+
+def _dcg(grades: np.ndarray, offsets: np.ndarray, disc: np.ndarray) -> np.ndarray:
+    """DCG of each group of ``grades`` (ranked, best first, at offsets ``[j, j+1)``), gain 2^grade - 1."""
+    sizes = np.diff(offsets)
+    owner = np.repeat(np.arange(len(sizes)), sizes)
+    place = np.arange(len(grades)) - offsets[:-1][owner]
+    return np.bincount(owner, weights=(2.0 ** grades - 1.0) * disc[place], minlength=len(sizes))
+
+
+def pool(loss: str, X: np.ndarray, grade: np.ndarray, group: np.ndarray, names: list[str], weighted: bool = True):
+    """A CatBoost pool for ``loss`` (see the module's note). Groups stay under Logloss too, for early stopping's
+    NDCG (of the unweighted validation pool)."""
+    from catboost import Pool
+
+    if loss == "Logloss":
+        weight = np.where(grade > 0, grade, 1.0) if weighted else None
+        return Pool(X, (grade > 0).astype(np.float32), weight=weight, group_id=group, feature_names=names)
+    return Pool(X, grade, group_id=group, feature_names=names)
