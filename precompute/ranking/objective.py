@@ -56,8 +56,6 @@ def choose(models: dict[str, object], lists: Iterable[tuple[np.ndarray, np.ndarr
     (or one user's) whole candidate set at offsets ``[j, j+1)``, ranked by the model's scores, the ideal being the
     list's own grades sorted. Lists without a positive candidate are left out (no model can rank them well).
     The caller keeps the objective with the highest mean."""
-    from .ranker import score
-
     disc = 1.0 / np.log2(np.arange(k) + 2)
     totals, n = dict.fromkeys(models, 0.0), 0
     for X, rel, offsets in lists:
@@ -71,7 +69,8 @@ def choose(models: dict[str, object], lists: Iterable[tuple[np.ndarray, np.ndarr
         idcg = _dcg(rel[ideal], ideal_off, disc)
         n += int(has_pos.sum())
         for name, model in models.items():
-            top, top_off = top_desc_grouped(score(model, X, thread_count=-1), offsets, k)
+            scores = np.asarray(model.predict(X, prediction_type="RawFormulaVal", thread_count=-1), dtype=np.float32)
+            top, top_off = top_desc_grouped(scores, offsets, k)
             totals[name] += float((_dcg(rel[top], top_off, disc)[has_pos] / idcg[has_pos]).sum())
     return {name: total / n if n else 0.0 for name, total in totals.items()}
 

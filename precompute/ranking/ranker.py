@@ -38,7 +38,8 @@ class TrainResult:
     model: object
     pairs: dict[str, np.ndarray]
     metrics: dict
-    #: The users whose validation examples chose the tree count: the promotion check judges others.
+    #: The users whose validation examples chose the tree count, or whose lists chose the objective: the promotion
+    #: check judges others.
     stopping_users: np.ndarray = dataclasses.field(default_factory=lambda: np.empty(0, dtype=np.int64))
     #: The validation cut's period (item table and co-visitation as of it), for the promotion check to reuse.
     validation: Period | None = None
@@ -97,6 +98,10 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
         eligible = valid_steps.users() if by_steps else judge.eligible()
         n_valid = max(5, min(users // 5, len(eligible) // 2))
         valid_users = _sample(eligible, n_valid, rng, "validation")
+        # The objective is chosen on as many others (their own generator: training's sample stays the same), not on
+        # the users the early stopping of both fits has looked at.
+        rest = np.setdiff1d(eligible, valid_users)
+        choice_users = np.sort(np.random.default_rng([seed, 1]).permutation(rest)[:min(n_valid, len(rest) // 2)])
         X_train, y_train, g_train, n_train = _periods(fitted, settings, events, bounds, everyone, users - n_valid,
                                                       rng, progress, by_user)
     finally:
@@ -120,17 +125,21 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
         del X_train, X_eval
         choice = {}
         if len(models) > 1:
-            progress(f"choosing the objective on the validation lists of {len(valid_users)} users")
-            choice = objective.choose(models, _whole_lists(judge, events, by_user, valid_steps, valid_users,
+            progress(f"choosing the objective on the validation lists of {len(choice_users)} users")
+            choice = objective.choose(models, _whole_lists(judge, events, by_user, valid_steps, choice_users,
                                                            settings, rng))
         loss = max(choice, key=choice.get) if choice else fits[0]         # a tie keeps the first, Logloss
+        if choice:
+            progress(f"kept {loss}: NDCG@10 of the validation lists " +
+                     ", ".join(f"{name} {v:.4f}" for name, v in choice.items()))
         model = models[loss]
         all_pairs = whole.result()
     # ``data_clock``: the newest event the model saw; ``trees``: the count early stopping chose.
     metrics = dict(loss=loss, data_clock=float(ev_ts[-1]), train_users=n_train, train_rows=int(len(y_train)),
                    iterations=iterations, trees=int(model.tree_count_), depth=depth, cut=cut, valid_cut=valid_cut,
                    events=int(len(ev_user)), **{f"choice_ndcg10_{name}": v for name, v in choice.items()})
-    return TrainResult(model=model, pairs=all_pairs, metrics=metrics, stopping_users=valid_users,
+    return TrainResult(model=model, pairs=all_pairs, metrics=metrics,
+                       stopping_users=np.union1d(valid_users, choice_users) if choice else valid_users,
                        validation=judge)
 
 
