@@ -26,10 +26,32 @@ def test_the_choice_scores_each_model_by_ndcg_within_its_lists():
     offsets = np.array([0, 3, 6, 8])
     models = {"up": _line(1.0), "down": _line(-1.0)}
     # when each model ranks the lists, in two batches
-    got = objective.choose(models, [(X[:6], rel[:6], offsets[:3]), (X[6:], rel[6:], offsets[2:] - 6)])
+    batches = [(X[:6], rel[:6], offsets[:3], [1, 2]), (X[6:], rel[6:], offsets[2:] - 6, [3])]
+    kept, got = objective.choose(models, batches)
     # then the model that ranks the relevant item first scores 1; the other puts it last of three in both lists
     # (DCG g / log2(4) of an ideal g, g = 2^grade - 1: 0.5); the list without a positive counts for neither
     assert got == pytest.approx({"up": 1.0, "down": 0.5})
+    assert kept == "up"
+
+
+def _lists(users_up: int, users_down: int):
+    """One list of three candidates per user: for the first ``users_up`` users the largest column 0 is the relevant
+    one, for the next ``users_down`` the smallest."""
+    X = np.tile(np.array([[1], [5], [9]], dtype=np.float32), (users_up + users_down, 1))
+    rel = np.tile([0.0, 0.0, 1.0], users_up + users_down)
+    rel[3 * users_up:] = np.tile([1.0, 0.0, 0.0], users_down)
+    return [(X, rel, np.arange(0, 3 * (users_up + users_down) + 1, 3), np.arange(users_up + users_down))]
+
+
+def test_the_default_objective_is_left_only_on_confident_evidence():
+    models = {"down": _line(-1.0), "up": _line(1.0)}        # "down" listed first: the default
+    # given forty users whose lists the other model ranks better, it is kept
+    kept, means = objective.choose(models, _lists(40, 0))
+    assert kept == "up" and means["up"] > means["down"]
+    # but given three users, two for it and one against, its higher mean is not evidence enough: the default stays
+    kept, means = objective.choose(models, _lists(2, 1))
+    assert means["up"] > means["down"]
+    assert kept == "down"
 
 
 def test_a_named_objective_is_the_only_one_fitted(world):

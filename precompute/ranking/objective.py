@@ -6,10 +6,11 @@ positive weighing its grade (view 1 … purchase 6), each negative 1: scores are
 log (docs/replay.md, "The objective, chosen by validation"): on a log where what sold yesterday says what sells next,
 YetiRank orders the day's best sellers better; on a log of steady tastes Logloss is ahead.
 
-``PREFEED_TRAIN_LOSS=auto`` (the default) fits both on the same examples and keeps the one whose whole candidate
-lists rank the validation period better (``choose``): NDCG@10 within each list, over the users whose examples stop
-the training early. The promotion check then judges the kept model on the other users, so the choice does not
-flatter it. The cost is the second fit and one scoring pass over those users' candidates.
+``PREFEED_TRAIN_LOSS=auto`` (the default) fits both on the same examples and keeps Logloss unless YetiRank's whole
+candidate lists rank the validation period better with confidence (``choose``): NDCG@10 within each list, over
+users apart from those whose examples stop the training early (both fits looked at those). The promotion check then
+judges the users left, so the choice does not flatter it. The cost is the second fit and one scoring pass over the
+chosen users' candidates.
 """
 
 from __future__ import annotations
@@ -50,15 +51,19 @@ def fit(loss: str, train: tuple[np.ndarray, ...], valid: tuple[np.ndarray, ...],
     return model
 
 
-def choose(models: dict[str, object], lists: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]],
-           k: int = 10) -> dict[str, float]:
-    """Mean NDCG@``k`` of each model over ``lists``: batches of (feature rows, grades, offsets), each list one step's
-    (or one user's) whole candidate set at offsets ``[j, j+1)``, ranked by the model's scores, the ideal being the
-    list's own grades sorted. Lists without a positive candidate are left out (no model can rank them well).
-    The caller keeps the objective with the highest mean."""
+def choose(models: dict[str, object], lists: Iterable[tuple[np.ndarray, ...]], k: int = 10,
+           seed: int = 0) -> tuple[str, dict[str, float]]:
+    """The objective to keep, and each model's mean NDCG@``k`` over ``lists``: batches of (feature rows, grades,
+    offsets, owners), each list one step's (or one user's) whole candidate set at offsets ``[j, j+1)`` and owned by
+    user ``owners[j]``, ranked by the model's scores, the ideal being the list's own grades sorted. Lists without a
+    positive candidate are left out (no model can rank them well).
+
+    The first model (the default objective) is kept unless another ranks better with confidence: the 95 % bootstrap
+    interval over users of its mean's lead lies above 0. On a small log the lists of a few dozen users can favour
+    either by chance, and a wrong switch costs more than a missed one (measured: docs/replay.md)."""
     disc = 1.0 / np.log2(np.arange(k) + 2)
-    totals, n = dict.fromkeys(models, 0.0), 0
-    for X, rel, offsets in lists:
+    per_list, owner_ids = {name: [] for name in models}, []
+    for X, rel, offsets, owners in lists:
         sizes = np.diff(offsets)
         owner = np.repeat(np.arange(len(sizes)), sizes)
         has_pos = np.bincount(owner[rel > 0], minlength=len(sizes)) > 0
@@ -67,12 +72,29 @@ def choose(models: dict[str, object], lists: Iterable[tuple[np.ndarray, np.ndarr
         # Each list's ideal DCG: its grades sorted, best first.
         ideal, ideal_off = top_desc_grouped(rel.astype(np.float32), offsets, k)
         idcg = _dcg(rel[ideal], ideal_off, disc)
-        n += int(has_pos.sum())
+        owner_ids.append(np.asarray(owners)[has_pos])
         for name, model in models.items():
             scores = np.asarray(model.predict(X, prediction_type="RawFormulaVal", thread_count=-1), dtype=np.float32)
             top, top_off = top_desc_grouped(scores, offsets, k)
-            totals[name] += float((_dcg(rel[top], top_off, disc)[has_pos] / idcg[has_pos]).sum())
-    return {name: total / n if n else 0.0 for name, total in totals.items()}
+            per_list[name].append(_dcg(rel[top], top_off, disc)[has_pos] / idcg[has_pos])
+    names = list(models)
+    if not owner_ids:
+        return names[0], dict.fromkeys(names, 0.0)
+    ndcg = {name: np.concatenate(v) for name, v in per_list.items()}
+    means = {name: float(v.mean()) for name, v in ndcg.items()}
+    _, user = np.unique(np.concatenate(owner_ids), return_inverse=True)
+    user = user.ravel()
+    lists_per_user = np.bincount(user)
+    draws = np.random.default_rng(seed).multinomial(len(lists_per_user), np.full(len(lists_per_user),
+                                                                                 1.0 / len(lists_per_user)), 1000)
+    n = draws @ lists_per_user
+    first = names[0]
+    confident = []
+    for name in names[1:]:
+        lead = np.bincount(user, weights=ndcg[name] - ndcg[first], minlength=len(lists_per_user))
+        if np.quantile(draws @ lead / n, 0.025) > 0:
+            confident.append(name)
+    return max(confident, key=means.get, default=first), means
 
 
 def _dcg(grades: np.ndarray, offsets: np.ndarray, disc: np.ndarray) -> np.ndarray:

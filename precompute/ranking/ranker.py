@@ -123,13 +123,11 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
                                       iterations=iterations, depth=depth, seed=seed, ignore=ignore)
                   for loss in fits}
         del X_train, X_eval
-        choice = {}
+        loss, choice = fits[0], {}
         if len(models) > 1:
             progress(f"choosing the objective on the validation lists of {len(choice_users)} users")
-            choice = objective.choose(models, _whole_lists(judge, events, by_user, valid_steps, choice_users,
-                                                           settings, rng))
-        loss = max(choice, key=choice.get) if choice else fits[0]         # a tie keeps the first, Logloss
-        if choice:
+            loss, choice = objective.choose(models, _whole_lists(judge, events, by_user, valid_steps, choice_users,
+                                                                 settings, rng), seed=seed)
             progress(f"kept {loss}: NDCG@10 of the validation lists " +
                      ", ".join(f"{name} {v:.4f}" for name, v in choice.items()))
         model = models[loss]
@@ -215,18 +213,18 @@ def _whole_lists(at: Period, events: periods.Events, by_user: replayed.ByUser | 
                  user_ids: np.ndarray, settings: Settings, rng: np.random.Generator) -> Iterator[tuple]:
     """What ``objective.choose`` ranks: whole candidate lists of up to ``objective.CHOICE_LISTS`` validation steps
     (of a seeded sample of ``user_ids``) or, labelled by period, of as many users at the cut; batches of (feature
-    rows, grades, list offsets)."""
+    rows, grades, list offsets, each list's user)."""
     user_ids = rng.permutation(user_ids)
     if found is None:
         for start in range(0, min(len(user_ids), objective.CHOICE_LISTS), 200):
             hist, cand, rel = at.candidates(np.sort(user_ids[start:start + 200]), settings)
-            yield features.build(at.items, hist, cand, now=at.cut), rel, cand.offsets
+            yield features.build(at.items, hist, cand, now=at.cut), rel, cand.offsets, hist.user_ids
         return
     users, counts = np.unique(found.user, return_counts=True)
     n_steps = arrays.lookup(users, counts, user_ids)
     kept = user_ids[np.cumsum(n_steps) <= objective.CHOICE_LISTS]
     for _, part, hist, cand, live, rel in _step_batches(at, events, by_user, found, kept, settings):
-        yield features.build(at.items, hist, cand, part.feed_clock, live), rel, cand.offsets
+        yield features.build(at.items, hist, cand, part.feed_clock, live), rel, cand.offsets, part.user
 
 
 def _sample(eligible: np.ndarray, n: int, rng: np.random.Generator, what: str) -> np.ndarray:
