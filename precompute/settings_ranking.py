@@ -61,8 +61,8 @@ class RankingSettings:
                                  "validation cut", unit="periods")
     train_loss: str = setting("auto", "PREFEED_TRAIN_LOSS", "CatBoost objective: `Logloss` (pointwise, each "
                               "positive weighted by its grade), `YetiRank` (pairwise, within each group), or `auto`: "
-                              "both fitted, and the one ranking the validation period's whole candidate lists better "
-                              "kept")
+                              "both fitted, and Logloss kept unless YetiRank ranks the validation period's whole "
+                              "candidate lists better with confidence")
     train_early_stopping: int = setting(200, "PREFEED_TRAIN_EARLY_STOPPING", "training stops once validation "
                                         "NDCG@10 has not improved for this many trees and keeps the best count (0: "
                                         "no early stopping, every tree is kept)", unit="trees", minimum=0)
