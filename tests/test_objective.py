@@ -61,3 +61,11 @@ def test_a_named_objective_is_the_only_one_fitted(world):
     # then it fits that one and makes no choice
     assert result.metrics["loss"] == "YetiRank" == result.model.get_params()["loss_function"]
     assert not any(key.startswith("choice_") for key in result.metrics)
+
+
+def test_auto_fits_the_default_only_when_too_few_users_could_choose(world):
+    # given the small world, whose validation cut has fewer users to choose on than the choice needs
+    result = ranker.train(world.engine, world.settings, iterations=20, depth=3, users=300)
+    # then auto fits Logloss alone and makes no choice
+    assert result.metrics["loss"] == "Logloss" == result.model.get_params()["loss_function"]
+    assert not any(key.startswith("choice_") for key in result.metrics)

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
-from precompute.ranking import periods, ranker, steps
+from precompute.ranking import objective, periods, ranker, steps
 
 from tests.conftest import manage
 from tests.test_cli import _one_line_error
@@ -34,6 +34,7 @@ def trained(world):
     calls = []
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(periods, "each", recording(calls))
+        patch.setattr(objective, "CHOICE_MIN_USERS", 5)        # the small world has a few dozen to choose on
         result = ranker.train(world.engine, settings, iterations=300, depth=4, users=300)
     return result, calls
 

@@ -26,11 +26,17 @@ from .arrays import top_desc_grouped
 EVAL_METRIC = "NDCG:top=10;type=Exp"
 #: The choice judges at most this many lists (validation steps, or users at the validation cut).
 CHOICE_LISTS = 3000
+#: With fewer users to judge on, ``auto`` fits the default objective only: a few dozen users' lists can favour
+#: either objective by a wide margin that the next period does not keep (MovieLens-100K, docs/replay.md).
+CHOICE_MIN_USERS = 100
 
 
-def losses(settings: Settings) -> tuple[str, ...]:
-    """The objectives ``train`` fits: every one for ``auto``, else the one named."""
-    return TRAIN_LOSSES if settings.train_loss == "auto" else (settings.train_loss,)
+def losses(settings: Settings, choice_users: int) -> tuple[str, ...]:
+    """The objectives ``train`` fits: every one for ``auto`` given ``CHOICE_MIN_USERS`` to choose on (else the
+    first, the default), or the one named."""
+    if settings.train_loss != "auto":
+        return (settings.train_loss,)
+    return TRAIN_LOSSES if choice_users >= CHOICE_MIN_USERS else TRAIN_LOSSES[:1]
 
 
 def fit(loss: str, train: tuple[np.ndarray, ...], valid: tuple[np.ndarray, ...], names: list[str],

@@ -115,7 +115,9 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
         else:
             X_eval, y_eval, g_eval = _examples(judge, valid_users, settings, rng)
         names = list(judge.items.layout.names)
-        fits = objective.losses(settings)
+        fits = objective.losses(settings, len(choice_users))
+        if settings.train_loss == "auto" and len(fits) == 1:
+            progress(f"{len(choice_users)} validation users are too few to choose the objective on: {fits[0]}")
         progress(f"training CatBoost {' and '.join(fits)} on {len(y_train)} rows x {X_train.shape[1]} features, at "
                  f"most {iterations} trees" + (f", stopping early on {len(y_eval)} validation rows"
                                                if settings.train_early_stopping > 0 else ", no early stopping"))
