@@ -64,9 +64,7 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
     keep), ``depth`` and ``users`` default to the ``train_*`` settings; everything else (negatives, learning rate,
     the cuts, candidates) comes from ``settings``. ``events``: the log as (user, item, type, ts) arrays in (ts, id)
     order (``load_events``), when the caller has read it already (evaluation trains on the part before its cut);
-    default: the database's, up to ``settings.as_of``."""
-    from catboost import CatBoost
-
+    default: the database's, up to ``settings.as_of``. The objective: ``objective.py``."""
     if settings.train_cut_quantile >= settings.train_valid_quantile:
         raise InvalidInput("PREFEED_TRAIN_CUT_QUANTILE must be below PREFEED_TRAIN_VALID_QUANTILE (training learns "
                            "from the period before the one it is judged on)")
