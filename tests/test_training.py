@@ -59,17 +59,16 @@ def test_early_stopping_keeps_fewer_trees_than_the_maximum(trained):
 
 
 @one_training
-def test_auto_keeps_the_objective_that_ranks_the_validation_lists_better(trained):
+def test_auto_fits_both_objectives_and_serves_the_one_it_kept(trained):
     # given the module's training run on the small world, with the default objective (auto)
     result, _ = trained
     m = result.metrics
-    # then both objectives were fitted and judged on the validation period's lists, and the kept model is the one
-    # that scored higher (a tie keeps Logloss)
+    # then both objectives were fitted and judged on the validation period's lists (the rule between them:
+    # tests/test_objective.py), YetiRank is kept only with the higher score, and the model is the one kept
     scores = {loss: m[f"choice_ndcg10_{loss}"] for loss in ("Logloss", "YetiRank")}
     assert all(0.0 < v <= 1.0 for v in scores.values())
-    want = "YetiRank" if scores["YetiRank"] > scores["Logloss"] else "Logloss"
-    assert m["loss"] == want
-    assert result.model.get_params()["loss_function"] == want
+    assert m["loss"] == "Logloss" or scores["YetiRank"] > scores["Logloss"]
+    assert result.model.get_params()["loss_function"] == m["loss"]
 
 
 def test_early_stopping_zero_keeps_every_tree(world):
