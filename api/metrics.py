@@ -24,6 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import GaugeMetricFamily
 
 from jobs.queues import backlog
+from precompute.metric_files import ProcessFiles
 from precompute.settings import Settings
 
 from .auth import require
@@ -47,9 +48,7 @@ class ApiMetrics:
     def __init__(self, settings: Settings, queue_redis: redis.Redis) -> None:
         self.registry = CollectorRegistry()
         if multiprocess():
-            from prometheus_client import multiprocess as mp
-
-            mp.MultiProcessCollector(self.registry)
+            self.registry.register(ProcessFiles(os.environ["PROMETHEUS_MULTIPROC_DIR"]))
             own = None          # counted in the directory's files, which the collector reads
         else:
             own = self.registry

@@ -23,6 +23,7 @@ from rq.job import Job
 from rq.results import Result
 
 from precompute.errors import ConfigError
+from precompute.metric_files import ProcessFiles
 from precompute.ranking.pipeline import STAGES, Pipeline
 
 log = logging.getLogger("prefeed.jobs")
@@ -54,10 +55,8 @@ def serve(port: int, pipeline: Pipeline) -> None:
     load ``pipeline`` made before any fork."""
     if values.ValueClass is values.MutexValue:
         raise RuntimeError("PROMETHEUS_MULTIPROC_DIR must be set before prometheus_client is imported")
-    from prometheus_client.multiprocess import MultiProcessCollector
-
     registry = CollectorRegistry()
-    MultiProcessCollector(registry)
+    registry.register(ProcessFiles(os.environ["PROMETHEUS_MULTIPROC_DIR"]))
     try:
         server, _ = start_http_server(port, registry=registry)
     except OSError as exc:
