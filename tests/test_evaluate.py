@@ -16,7 +16,7 @@ from precompute.evaluation import baselines, metrics, model, run
 from precompute.ranking import steps
 from precompute.evaluation.lists import Ranked
 from precompute.evaluation.split import Truth, cut_time, split_log
-from precompute.ranking import covisit, ranker
+from precompute.ranking import bootstrap, covisit, ranker
 from precompute.ranking.item_table import load_item_table
 from tests.conftest import manage, own_database
 
@@ -68,20 +68,20 @@ def test_the_ratio_interval_is_a_paired_bootstrap_over_users():
     theirs = rng.gamma(0.5, 0.3, 1600)
     ours = theirs * rng.lognormal(0.1, 0.5, 1600)
     # then a method equal to, or a constant multiple of, the other has a point interval (resamples are paired)
-    assert metrics.ratio_interval(theirs, theirs) == pytest.approx((1.0, 1.0))
-    assert metrics.ratio_interval(1.25 * theirs, theirs) == pytest.approx((1.25, 1.25))
+    assert bootstrap.ratio_interval(theirs, theirs) == pytest.approx((1.0, 1.0))
+    assert bootstrap.ratio_interval(1.25 * theirs, theirs) == pytest.approx((1.25, 1.25))
     # and a noisy one an interval around the ratio of means that narrows with more users (~ 1 / sqrt(users))
-    wide = metrics.ratio_interval(ours[:100], theirs[:100])
-    narrow = metrics.ratio_interval(ours, theirs)
+    wide = bootstrap.ratio_interval(ours[:100], theirs[:100])
+    narrow = bootstrap.ratio_interval(ours, theirs)
     assert narrow[0] < ours.mean() / theirs.mean() < narrow[1]
     assert wide[0] < ours[:100].mean() / theirs[:100].mean() < wide[1]
     assert 2.5 < (wide[1] - wide[0]) / (narrow[1] - narrow[0]) < 6
     # and the same seed gives the same interval
-    assert metrics.ratio_interval(ours, theirs, seed=3) == metrics.ratio_interval(ours, theirs, seed=3)
+    assert bootstrap.ratio_interval(ours, theirs, seed=3) == bootstrap.ratio_interval(ours, theirs, seed=3)
     # and a baseline that scores 0 for every user of a resample leaves the ratio undefined
-    assert metrics.ratio_interval(ours[:3], np.zeros(3)) is None
+    assert bootstrap.ratio_interval(ours[:3], np.zeros(3)) is None
     with pytest.raises(ValueError):
-        metrics.ratio_interval(ours[:3], theirs[:4])
+        bootstrap.ratio_interval(ours[:3], theirs[:4])
 
 
 def test_popular_is_perfect_when_everyone_buys_the_most_popular_film(own, tmp_path):

@@ -30,7 +30,7 @@ import numpy as np
 from scipy import sparse
 
 from ..progress import Count
-from ..ranking import candidates, features, latent, popularity, ranker
+from ..ranking import bootstrap, candidates, features, latent, popularity, ranker
 from ..ranking.arrays import top_desc_grouped
 from ..ranking.covisit import CoVisit
 from ..ranking.item_table import ItemTable
@@ -159,7 +159,7 @@ def judge(items: ItemTable, cov: CoVisit, events, cut: float, model, settings: S
     interval = None
     if n_users:
         per_user = {m: np.bincount(user_pos, weights=ndcg[m], minlength=n_users) for m in ("ranker", best)}
-        interval = metrics.ratio_interval(per_user["ranker"], per_user[best], seed=seed)
+        interval = bootstrap.ratio_interval(per_user["ranker"], per_user[best], seed=seed)
     return ReplayResult(cut=cut, k=k, steps=len(steps), users=n_users, methods=summary, sources=sources,
                         best_baseline=best, ratio=summary["ranker"]["ndcg"] / base if base > 0 else None,
                         ratio_interval=interval, seconds=time.perf_counter() - t0)

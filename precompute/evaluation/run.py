@@ -17,7 +17,7 @@ from sqlalchemy import Engine
 from ..data import log as event_log
 from ..errors import InvalidInput
 from ..progress import indented
-from ..ranking import covisit, periods, ranker
+from ..ranking import bootstrap, covisit, periods, ranker
 from ..ranking.covisit import CoVisit
 from ..ranking.item_table import ItemTable, load_item_table
 from ..ranking.periods import Period
@@ -46,7 +46,7 @@ class Evaluation:
     methods: dict[str, dict[str, float]]     # metrics by method, baselines first, "ranker" last
     best_baseline: str
     ratio: float | None                 # ranker NDCG@k / best baseline's; None when the baseline scores 0
-    #: 95 % bootstrap interval of ``ratio`` over the judged users (``metrics.ratio_interval``); None when the best
+    #: 95 % bootstrap interval of ``ratio`` over the judged users (``bootstrap.ratio_interval``); None when the best
     #: baseline scores 0 for every user of a resample (and so with ``ratio``)
     ratio_interval: tuple[float, float] | None
     train: dict                         # the ranker's own training metrics (inner split of the pre-cut log)
@@ -102,8 +102,8 @@ def judge(at: Scene, settings: Settings, ranker_model, *, k: int = 10, recent_da
     n_active = int(at.items.active.sum())
     summary = {name: metrics.summarize(at.split.truth, r, k, n_active) for name, r in ranked.items()}
     best = max(baselines.BASELINES, key=lambda name: summary[name]["ndcg"])
-    interval = metrics.ratio_interval(metrics.ndcg_per_user(at.split.truth, ranked["ranker"], k),
-                                      metrics.ndcg_per_user(at.split.truth, ranked[best], k), seed=seed)
+    interval = bootstrap.ratio_interval(metrics.ndcg_per_user(at.split.truth, ranked["ranker"], k),
+                                        metrics.ndcg_per_user(at.split.truth, ranked[best], k), seed=seed)
     return summary, best, interval
 
 

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from ..settings import TRAIN_LOSSES, Settings
+from . import bootstrap
 from .arrays import top_desc_grouped
 
 #: CatBoost's NDCG with the gain evaluation's NDCG uses (2^grade - 1), on the top 10.
@@ -29,6 +30,8 @@ CHOICE_LISTS = 3000
 #: With fewer users to judge on, ``auto`` fits the default objective only: a few dozen users' lists can favour
 #: either objective by a wide margin that the next period does not keep (MovieLens-100K, docs/replay.md).
 CHOICE_MIN_USERS = 100
+#: Bootstrap resamples behind the choice's interval.
+CHOICE_RESAMPLES = 1000
 
 
 def losses(settings: Settings, choice_users: int) -> tuple[str, ...]:
@@ -91,15 +94,12 @@ def choose(models: dict[str, object], lists: Iterable[tuple[np.ndarray, ...]], k
     _, user = np.unique(np.concatenate(owner_ids), return_inverse=True)
     user = user.ravel()
     lists_per_user = np.bincount(user)
-    draws = np.random.default_rng(seed).multinomial(len(lists_per_user), np.full(len(lists_per_user),
-                                                                                 1.0 / len(lists_per_user)), 1000)
-    n = draws @ lists_per_user
     first = names[0]
-    confident = []
-    for name in names[1:]:
-        lead = np.bincount(user, weights=ndcg[name] - ndcg[first], minlength=len(lists_per_user))
-        if np.quantile(draws @ lead / n, 0.025) > 0:
-            confident.append(name)
+    # Each user's summed lead over their lists against their list count: the ratio of the two sums is the mean lead
+    # per list, resampled by user (a user's lists are not independent).
+    confident = [name for name in names[1:]
+                 if bootstrap.ratio_interval(np.bincount(user, weights=ndcg[name] - ndcg[first]), lists_per_user,
+                                             seed=seed, resamples=CHOICE_RESAMPLES)[0] > 0]
     return max(confident, key=means.get, default=first), means
 
 
