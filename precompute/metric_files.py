@@ -12,6 +12,8 @@ from __future__ import annotations
 import glob
 import os
 
+from prometheus_client.multiprocess import MultiProcessCollector
+
 
 class ProcessFiles:
     """The counts of every process whose files are in ``path``; registered in a ``CollectorRegistry``."""
@@ -20,7 +22,5 @@ class ProcessFiles:
         self.path = path
 
     def collect(self):
-        from prometheus_client.multiprocess import MultiProcessCollector
-
         files = [f for f in glob.glob(os.path.join(self.path, "*.db")) if os.path.getsize(f) > 0]
         return MultiProcessCollector.merge(files)
