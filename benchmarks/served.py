@@ -39,9 +39,9 @@ from precompute.data import api_keys, engine as db
 from precompute.data.importing import import_events
 from precompute.data.log import load_events
 from precompute.data.models import Item, ItemAttribute, ItemCategory
-from precompute.evaluation import metrics, replay
+from precompute.evaluation import replay
 from precompute.evaluation.split import cut_time
-from precompute.ranking import bundle, covisit, ranker
+from precompute.ranking import bootstrap, bundle, covisit, ranker
 from precompute.ranking.item_table import load_item_table
 from precompute.ranking.steps import find
 
@@ -90,9 +90,9 @@ def run(quick: bool = False) -> dict:
             replay_seconds=seconds, events_per_request=per_request, best_baseline=best, baseline_ndcg=base,
             served=dict(ndcg=served_mean, hit_rate=float(hit["served"].mean()) if len(steps) else 0.0,
                         ratio=served_mean / base if base > 0 else None,
-                        interval=metrics.ratio_interval(per_user["served"], per_user[best])),
+                        interval=bootstrap.ratio_interval(per_user["served"], per_user[best])),
             evaluated=dict(ndcg=judged.methods["ranker"]["ndcg"], ratio=judged.ratio, interval=judged.ratio_interval),
-            served_vs_evaluated=metrics.ratio_interval(per_user["served"], per_user["evaluated"]),
+            served_vs_evaluated=bootstrap.ratio_interval(per_user["served"], per_user["evaluated"]),
             same_score_share=float(np.mean(np.isclose(ndcg["served"], evaluated))) if len(steps) else None,
             methods=judged.methods)
         print(table(f"replay on {name} at cut {cfg['cut']:g}: {len(steps)} steps of {len(who)} users",
