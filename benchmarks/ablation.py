@@ -1,16 +1,17 @@
 """ablation: what each candidate source and each column group adds, under both protocols. ``evaluate --protocol both``
-at one cut (0.8), once with everything and once without each part: a source is removed by its setting (its
-candidates are never gathered), a column group by keeping the model from splitting on its columns (the layout, and
-so the bundle format, stay the same).
+at one cut (0.8, or ``PREFEED_BENCH_CUT``), once with everything and once without each part: a source is removed by
+its setting (its candidates are never gathered), a column group by keeping the model from splitting on its columns
+(the layout, and so the bundle format, stay the same).
 
 Runs on the database of the environment's settings (``PREFEED_VAR_DIR`` / ``DATABASE_URL``), or on the synthetic
 marketplace at the demo's size when that database holds no events (as ``protocols``); writes
-``results/ablation-<name>.json``.
+``results/ablation-<name>.json`` (``ablation-<name>-cut<cut>.json`` at another cut).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 
 from precompute.evaluation.run import evaluate
@@ -33,6 +34,7 @@ GROUPS = ("item_static", "item_clock", "item_live", "user", "user_category", "us
 
 
 def run(quick: bool = False) -> dict:
+    cut = float(os.environ.get("PREFEED_BENCH_CUT") or 0.8)
     with open_log(quick) as (engine, settings, name):
         variants = [("everything", {}, ())]
         variants += [(f"without source: {s}", change, ()) for s, change in SOURCES.items()]
@@ -43,7 +45,7 @@ def run(quick: bool = False) -> dict:
         rows, runs = [], []
         for label, change, ignore in variants:
             t0 = time.perf_counter()
-            ev = evaluate(engine, dataclasses.replace(settings, **change), cut_quantile=0.8, ignore=tuple(ignore),
+            ev = evaluate(engine, dataclasses.replace(settings, **change), cut_quantile=cut, ignore=tuple(ignore),
                           iterations=30 if quick else None)
             rp = ev.replay
             runs.append(dict(variant=label, static_ndcg=ev.methods["ranker"]["ndcg"], static_ratio=ev.ratio,
@@ -55,8 +57,9 @@ def run(quick: bool = False) -> dict:
             rows.append([label, f"{r['static_ndcg']:.4f}", f"{r['static_ratio']:.2f}x", f"{r['replay_ndcg']:.4f}",
                          f"{r['replay_ratio']:.2f}x", f"{r['candidate_recall']:.3f}"])
             print(f"  {label}: {r['seconds']:.0f}s")
-        print(table(f"ablation on {name} (cut 0.8)", ["variant", "static NDCG@10", "static ratio", "replay NDCG@10",
+        print(table(f"ablation on {name} (cut {cut:g})", ["variant", "static NDCG@10", "static ratio", "replay NDCG@10",
                                                       "replay ratio", "replay cand. recall"], rows))
-        path = write_result("ablation" if quick else f"ablation-{name}", dict(log=name, cut=0.8, runs=runs), quick)
+        stem = f"ablation-{name}" + ("" if cut == 0.8 else f"-cut{cut:g}")
+        path = write_result("ablation" if quick else stem, dict(log=name, cut=cut, runs=runs), quick)
         print(f"wrote {path}")
         return runs
