@@ -8,7 +8,8 @@ import math
 #: Logs in the order the pages show them (others after, by name).
 ORDER = ("synthetic", "pf-ml-1m", "pf-ml-100k")
 NAMES = {"synthetic": "Synthetic marketplace (the demo's world: 2,000 users, 3,000 items, 100,000 events)",
-         "pf-ml-1m": "MovieLens-1M", "pf-ml-100k": "MovieLens-100K"}
+         "pf-ml-1m": "MovieLens-1M", "pf-ml-100k": "MovieLens-100K",
+         "ml1m": "MovieLens-1M, films numbered by sorted title (another import of the same ratings)"}
 
 
 def by_log(results: list[dict]) -> list[dict]:
@@ -18,11 +19,13 @@ def by_log(results: list[dict]) -> list[dict]:
 
 def command(res: dict) -> str:
     """What to type to write ``res`` again, with what its name alone does not say: the log's folder
-    (``PREFEED_VAR_DIR``), the protocols' training seeds, the import's row count and PostgreSQL run."""
+    (``PREFEED_VAR_DIR``), the protocols' training seeds, the ablation's cut, the import's row count and PostgreSQL
+    run."""
     name = res["benchmark"].partition("-")[0]
     env = f"PREFEED_VAR_DIR=<{res['log']}> " if res.get("log", "synthetic") != "synthetic" else ""
     seeds = res.get("seeds", [0]) if name == "protocols" else [0]
     env += f"PREFEED_BENCH_SEEDS={','.join(map(str, seeds))} " if seeds != [0] else ""
+    env += f"PREFEED_BENCH_CUT={res['cut']:g} " if name == "ablation" and res.get("cut", 0.8) != 0.8 else ""
     options = ""
     if name == "import":
         from .import_ import FULL_ROWS

@@ -112,3 +112,13 @@ def test_every_benchmark_has_a_section_on_the_performance_page():
     from benchmarks.performance_sections import SECTIONS
 
     assert list(SECTIONS) == [n for n in NAMES if n != "report"]
+
+
+def test_a_result_names_the_settings_that_wrote_it():
+    from benchmarks.pages import command
+
+    # an ablation at another cut than 0.8 names the cut; at 0.8 it need not
+    assert command(dict(benchmark="ablation-pf-ml-1m-cut0.9", log="pf-ml-1m", cut=0.9)) == \
+        "PREFEED_VAR_DIR=<pf-ml-1m> PREFEED_BENCH_CUT=0.9 python -m benchmarks ablation"
+    assert command(dict(benchmark="ablation-pf-ml-1m", log="pf-ml-1m", cut=0.8)) == \
+        "PREFEED_VAR_DIR=<pf-ml-1m> python -m benchmarks ablation"
