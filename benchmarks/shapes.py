@@ -11,10 +11,10 @@ each of its numbers can be rebuilt. ``python -m benchmarks.shapes NAME`` loads o
 - ``category-promotions``: the same, but a purchase moves only to a promotion of its own item's category (a shopper
   takes the offers of what they buy anyway): both the day's offers and each shopper's taste say what sells next.
 
-Promotions: ``PER_DAY`` (20) start each day and run ``DAYS`` (3); each has a strength drawn from a Zipf law (exponent
-1.6, capped at 50) that halves on each later day; a purchase moved goes to a promotion running that day with a
-probability in proportion to its strength (among those of its category, for ``category-promotions``; it stays where
-it was when none runs).
+Promotions: ``PER_DAY`` (20) start each day, each of an item listed by then, and run ``DAYS`` (3); each has a
+strength drawn from a Zipf law (exponent 1.6, capped at 50) that halves on each later day; a purchase moved goes to a
+promotion running that day with a probability in proportion to its strength (among those of its category, for
+``category-promotions``; it stays where it was when none runs).
 """
 
 from __future__ import annotations
@@ -60,7 +60,9 @@ def promoted(m: synthetic.Marketplace, share: float, seed: int, by_category: boo
     first, last = int(day.min()), int(day.max())
     n_days = last - first + 1
     # Promotions by the day they start: items, strengths; running on day d are those started on d - DAYS + 1 .. d.
-    p_item = rng.integers(0, len(m.item_id), (n_days, PER_DAY))
+    # A promotion is of an item listed by its first day (an offer cannot sell an item before it exists).
+    created_day = np.floor(np.nan_to_num(m.item_created_at, nan=-np.inf) / DAY)
+    p_item = np.stack([rng.choice(np.flatnonzero(created_day <= first + d), PER_DAY) for d in range(n_days)])
     p_strength = np.minimum(rng.zipf(ZIPF, (n_days, PER_DAY)).astype(np.float64), CAP)
     category = np.asarray(m.item_category)
     row_of = np.full(int(m.item_id.max()) + 1, -1, dtype=np.int64)

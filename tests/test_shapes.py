@@ -40,6 +40,10 @@ def test_promotions_move_the_share_asked_to_a_few_items_a_day(market):
     day = b.event_ts // DAY
     for d in np.unique(day):                            # at most the promotions running that day
         assert len(np.unique(p.event_item[moved & (day == d)])) <= shapes.PER_DAY * shapes.DAYS
+    # and no purchase moves to an item listed after its day
+    row = {int(i): k for k, i in enumerate(market.item_id)}
+    listed = market.item_created_at[[row[int(i)] for i in p.event_item[moved]]] // DAY
+    assert (listed <= day[moved]).all()
 
 
 def test_category_promotions_keep_each_purchase_in_its_category(market):
