@@ -55,3 +55,11 @@ def test_category_promotions_keep_each_purchase_in_its_category(market):
     after = category[[row[int(i)] for i in p.event_item]]
     assert (before == after).all()
     assert 0.1 < (p.event_item != b.event_item).mean() < 0.5     # fewer move: not every category has an offer
+
+
+def test_every_shape_lists_an_item_before_it_sells():
+    for name in shapes.SIZES:
+        m = shapes.build(name, now=1.8e9, users=100, items=800, events=5000)
+        row = {int(i): k for k, i in enumerate(m.item_id)}
+        created = m.item_created_at[[row[int(i)] for i in m.event_item]]
+        assert (created <= m.event_ts).all(), name
