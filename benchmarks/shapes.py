@@ -26,6 +26,7 @@ import click
 import numpy as np
 
 from precompute.data import bulk, engine as db, synthetic
+from precompute.errors import PrefeedError
 from precompute.settings import Settings
 
 DAY = 86400.0
@@ -47,7 +48,7 @@ def baskets(m: synthetic.Marketplace, purchase: int) -> synthetic.Marketplace:
 
 def stretched(m: synthetic.Marketplace, factor: float, back: float) -> synthetic.Marketplace:
     """Event times ``factor`` times as far from the first event, then ``back`` seconds earlier; the items' creation
-    times move back the same (an item listed after its first event would be a made-up age)."""
+    times move back the same."""
     start = float(m.event_ts.min()) if len(m.event_ts) else 0.0
     return dataclasses.replace(m, event_ts=start + (m.event_ts - start) * factor - back,
                                item_created_at=m.item_created_at - back)
@@ -65,8 +66,7 @@ def promoted(m: synthetic.Marketplace, share: float, seed: int, by_category: boo
     p_item = np.stack([rng.choice(np.flatnonzero(created_day <= first + d), PER_DAY) for d in range(n_days)])
     p_strength = np.minimum(rng.zipf(ZIPF, (n_days, PER_DAY)).astype(np.float64), CAP)
     category = np.asarray(m.item_category)
-    row_of = np.full(int(m.item_id.max()) + 1, -1, dtype=np.int64)
-    row_of[m.item_id] = np.arange(len(m.item_id))
+    row_of = _rows(m)
     item = m.event_item.copy()
     moved = rng.random(len(item)) < share
     for d in range(n_days):
@@ -93,10 +93,15 @@ def listed_by_first_event(m: synthetic.Marketplace) -> synthetic.Marketplace:
     out of the replay while a running worker serves it as soon as it sells: on a log with such items the two would
     differ by the generator's inconsistency, not by what the product does."""
     first = np.full(len(m.item_id), np.inf)
+    np.minimum.at(first, _rows(m)[m.event_item], m.event_ts)
+    return dataclasses.replace(m, item_created_at=np.fmin(m.item_created_at, first))
+
+
+def _rows(m: synthetic.Marketplace) -> np.ndarray:
+    """Item id → its row in the marketplace's item arrays."""
     row_of = np.full(int(m.item_id.max()) + 1, -1, dtype=np.int64)
     row_of[m.item_id] = np.arange(len(m.item_id))
-    np.minimum.at(first, row_of[m.event_item], m.event_ts)
-    return dataclasses.replace(m, item_created_at=np.fmin(m.item_created_at, first))
+    return row_of
 
 
 def build(name: str, now: float, users: int | None = None, items: int | None = None,
@@ -120,8 +125,11 @@ def build(name: str, now: float, users: int | None = None, items: int | None = N
 @click.option("--events", type=click.IntRange(100), help="Instead of the shape's size.")
 def main(name: str, users: int | None, items: int | None, events: int | None) -> None:
     """Load the shape NAME into the environment's database."""
-    settings = Settings.from_env()
-    engine = db.make_engine(settings.database_url, settings)
+    try:
+        settings = Settings.from_env()
+        engine = db.make_engine(settings.database_url, settings)
+    except PrefeedError as exc:
+        raise click.ClickException(str(exc)) from None
     try:
         db.init_db(engine, settings)
         if bulk.has_data(engine):
