@@ -22,7 +22,7 @@ from precompute.feeds import freshness
 from precompute.feeds.keys import Keys
 from precompute.ranking import bundle
 from precompute.settings import Settings
-from precompute.urls import redact_url
+from precompute.settings.connections import redact_url
 
 from .queues import make_queue
 

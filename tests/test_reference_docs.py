@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from api import openapi, reference as api_reference
 from cli import cli, docs, reference as cli_reference
 from precompute.settings import Settings, markdown_table
-from precompute.env_values import markdown_table as settings_table, setting
+from precompute.settings.environment import markdown_table as settings_table, setting
 from tests.conftest import ROOT
 
 

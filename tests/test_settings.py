@@ -112,7 +112,7 @@ def test_the_settings_command_shows_no_secret(settings):
 
 
 def test_passwords_given_as_url_query_parameters_are_masked_too(settings):
-    from precompute.urls import redact_url
+    from precompute.settings.connections import redact_url
 
     # given passwords as query parameters, as libpq and redis-py accept them
     secret = dataclasses.replace(settings, database_url="postgresql+psycopg://app@127.0.0.1:1/x?password=db-pa55",

@@ -18,7 +18,7 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 
 from ..errors import Unavailable, first_line
-from ..urls import cluster_nodes
+from ..settings.connections import cluster_nodes
 
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 _OPTIONS: dict[str, Any] = dict(socket_connect_timeout=2, socket_timeout=5, health_check_interval=30)

@@ -1,5 +1,5 @@
-"""Setting values as environment strings, for ``settings.py``: declaring one (``setting``), parsing one (range- and
-name-checked, ``ConfigError`` naming the variable) and writing one back."""
+"""Setting values as environment strings, for the ``Settings`` of this package: declaring one (``setting``), parsing
+one (range- and name-checked, ``ConfigError`` naming the variable) and writing one back."""
 
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from ..errors import ConfigError
+
+#: Seconds in a day, the unit of the defaults stated in days.
+DAY = 86400
 
 #: What a declared name (an event type, an item attribute) may look like: it becomes part of a feature's name.
 NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
@@ -21,7 +24,7 @@ def setting(default: Any, env: str, doc: str, unit: str = "", minimum: float | N
     """A ``Settings`` field read from ``env``. Numbers must lie in ``[minimum, maximum]``; tuples are
     comma-separated numbers, each checked the same way. ``shown``: the default as ``docs/configuration.md`` states
     it, for defaults derived from other settings. ``kind``: ``"names"`` for a comma-separated list of names,
-    ``"weights"`` for comma-separated ``name:weight`` pairs (names as ``env_values.NAME``, weights range-checked)."""
+    ``"weights"`` for comma-separated ``name:weight`` pairs (names as ``NAME``, weights range-checked)."""
     meta = dict(env=env, doc=doc, unit=unit, minimum=minimum, maximum=maximum, secret=secret, shown=shown,
                 kind=kind)
     return dataclasses.field(default=default, metadata=meta)

@@ -1,10 +1,14 @@
-"""The ranking's settings: candidate sources and training (``Settings`` inherits them; see ``settings.py``)."""
+"""The ranking's settings: candidate sources and training."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from .env_values import setting
+from .environment import setting
+
+#: How training labels examples (``PREFEED_TRAIN_LABELS``) and the CatBoost objectives it can use (``_LOSS``: one
+#: of them, or ``auto``, every one fitted and the better on validation kept: ``learning/objective.py``).
+TRAIN_LABELS, TRAIN_LOSSES = ("steps", "period"), ("Logloss", "YetiRank")
 
 
 @dataclasses.dataclass(frozen=True)

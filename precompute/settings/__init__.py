@@ -1,10 +1,12 @@
 """Settings: one object, built from the environment when the CLI, app or worker starts (never at import).
 
-Every tunable is a field of ``Settings`` declared with ``setting(...)`` (in ``settings_core.py`` and
-``settings_ranking.py``, which ``Settings`` inherits): its environment variable, default, unit and meaning live in
-that one declaration. ``from_env`` parses the environment from it, ``as_env`` writes it back for
-child processes, and ``markdown_table`` renders the table of ``docs/configuration.md`` (``manage.py docs`` writes the
-page; ``tests/test_settings.py`` checks they agree).
+Every tunable is a field of ``Settings`` declared with ``setting(...)`` (``environment.py``) in one of the groups
+``Settings`` inherits: where state lives (``connections.py``), what the pipeline reads and precomputes
+(``pipeline.py``), what the API accepts (``serving.py``), the job side (``workers.py``) and the ranking's candidate
+sources and training (``ranking.py``). Its environment variable, default, unit and meaning live in that one
+declaration. ``from_env`` parses the environment from it, ``as_env`` writes it back for child processes, and
+``markdown_table`` renders the table of ``docs/configuration.md`` (``manage.py docs`` writes the page;
+``tests/test_settings.py`` checks they agree).
 Code receives a ``Settings`` (or the values it needs) from its caller; nothing reads a module-level default.
 """
 
@@ -15,26 +17,24 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from .env_values import as_env as _as_env, markdown_table as _markdown_table, public as _public
-from .env_values import values_from_env as _values_from_env, without_config as _without_config
-from .errors import ConfigError
-from .settings_core import DAY, CoreSettings
-from .settings_ranking import RankingSettings
-from .urls import check_url, normalize_database_url, redact_url
+from ..errors import ConfigError
+from .connections import ConnectionSettings, check_url, normalize_database_url, redact_url
+from .environment import DAY
+from .environment import as_env as _as_env, markdown_table as _markdown_table, public as _public
+from .environment import values_from_env as _values_from_env, without_config as _without_config
+from .pipeline import PipelineSettings
+from .ranking import TRAIN_LABELS, TRAIN_LOSSES, RankingSettings
+from .serving import ServingSettings
+from .workers import LOG_LEVELS, WorkerSettings
 
-__all__ = ("DAY", "LOG_LEVELS", "TRAIN_LABELS", "TRAIN_LOSSES", "Settings", "markdown_table", "without_prefeed_config")
-
-
-#: How training labels examples (``PREFEED_TRAIN_LABELS``) and the CatBoost objectives it can use (``_LOSS``: one
-#: of them, or ``auto``, every one fitted and the better on validation kept: ``ranking/objective.py``).
-TRAIN_LABELS, TRAIN_LOSSES = ("steps", "period"), ("Logloss", "YetiRank")
-#: The levels ``PREFEED_LOG_LEVEL`` may name.
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+__all__ = ("DAY", "LOG_LEVELS", "TRAIN_LABELS", "TRAIN_LOSSES", "Settings", "markdown_table",
+           "normalize_database_url", "without_prefeed_config")
 
 
 @dataclasses.dataclass(frozen=True)
-class Settings(RankingSettings, CoreSettings):
-    """Every setting: the core ones (``settings_core.py``), then the ranking's (``settings_ranking.py``)."""
+class Settings(RankingSettings, WorkerSettings, ServingSettings, PipelineSettings, ConnectionSettings):
+    """Every setting. A dataclass takes its bases' fields from the last base to the first, so they run, here and in
+    ``docs/configuration.md``: connections, pipeline, serving, workers, ranking."""
 
     def __post_init__(self) -> None:
         # Paths derived from ``var_dir`` unless given (the empty default means "derive").

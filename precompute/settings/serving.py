@@ -1,0 +1,48 @@
+"""What the API accepts and answers: page sizes, the boost rule's limits, the live seen filter, limits on batches,
+bodies and event times, authentication, keys' rates and cursors."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .environment import DAY, setting
+
+
+@dataclasses.dataclass(frozen=True)
+class ServingSettings:
+    # -- serving -------------------------------------------------------------------------------------------
+    page_limit_default: int = setting(20, "PREFEED_PAGE_LIMIT_DEFAULT", "items per page when `limit` is not given",
+                                      unit="items")
+    page_limit_max: int = setting(100, "PREFEED_PAGE_LIMIT_MAX", "largest `limit` a feed request may ask for",
+                                  unit="items")
+    boost_every: int = setting(4, "PREFEED_BOOST_EVERY", "at most one boosted item per this many feed slots",
+                               unit="slots")
+    boost_lookahead: int = setting(100, "PREFEED_BOOST_LOOKAHEAD", "boosted items this far below the page may be "
+                                   "lifted into it", unit="items", minimum=0)
+    boost_max_weight: float = setting(1000.0, "PREFEED_BOOST_MAX_WEIGHT", "largest weight `PUT /boosts` accepts",
+                                      minimum=1e-6)
+    boost_default_ttl: int = setting(DAY, "PREFEED_BOOST_DEFAULT_TTL", "a boost's lifetime when `ttl_seconds` is "
+                                     "not given", unit="s")
+    boost_max_ttl: int = setting(90 * DAY, "PREFEED_BOOST_MAX_TTL", "longest `ttl_seconds` a boost may ask for",
+                                 unit="s")
+    seen_recent_max: int = setting(500, "PREFEED_SEEN_RECENT_MAX", "recent interactions kept per user for the live "
+                                   "seen filter and the fallback", unit="items")
+    events_batch_max: int = setting(500, "PREFEED_EVENTS_BATCH_MAX", "events accepted in one `POST /events`",
+                                    unit="events")
+    event_max_age: int = setting(365 * DAY, "PREFEED_EVENT_MAX_AGE", "oldest `ts` an event may carry, before now",
+                                 unit="s")
+    event_max_future: int = setting(60, "PREFEED_EVENT_MAX_FUTURE", "newest `ts` an event may carry, after now "
+                                    "(clock skew)", unit="s", minimum=0)
+    request_body_max: int = setting(1 << 20, "PREFEED_REQUEST_BODY_MAX", "largest request body", unit="bytes")
+    auth: bool = setting(True, "PREFEED_AUTH", "`off`: the data routes (feed, events, items) answer without a key, "
+                         "for a trusted network (a warning at start); admin and metrics routes still need one")
+    rate_limit: float = setting(500.0, "PREFEED_RATE_LIMIT", "requests per second a key may make, shared by every API "
+                                "process (a key's own `--rate` overrides)", unit="1/s")
+    rate_burst: int = setting(1000, "PREFEED_RATE_BURST", "requests a key may make at once after a pause (a key's "
+                              "own `--burst` overrides)", unit="requests")
+    cursor_ttl: int = setting(3600, "PREFEED_CURSOR_TTL", "a feed's `next_cursor` is honoured this long; an older one "
+                              "starts the scroll over, flagged `restarted`", unit="s")
+    cursor_secret: str | None = setting(None, "PREFEED_CURSOR_SECRET", "key that signs cursors; unset: a random one "
+                                        "kept in the queue Redis, shared by every API process", secret=True)
+    user_events_per_minute: int = setting(600, "PREFEED_USER_EVENTS_PER_MINUTE", "events accepted per user id per "
+                                          "minute; more are refused with 429", unit="events", minimum=1)
