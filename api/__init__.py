@@ -16,6 +16,8 @@ from precompute.feeds.live import LiveState
 from precompute.feeds.page import LiveFeeds
 from precompute.settings import Settings
 
+from .services import EXTENSION, Services
+
 
 def create_app(settings: Settings | None = None, test_config: dict | None = None) -> Flask:
     app = Flask(__name__)
@@ -28,32 +30,29 @@ def create_app(settings: Settings | None = None, test_config: dict | None = None
     keys = Keys(settings.key_prefix)
     queue_redis, r = clients(settings)
     engine = make_engine(settings.database_url, settings)
-    from . import auth
+    from . import (auth, boosts, dashboard, errors, events, feed, health, items, metrics, observe, openapi,
+                   rq_panel)
 
-    app.extensions["prefeed"] = {
-        "settings": settings,
-        "engine": engine,
-        "keyring": auth.Keyring(engine, settings),
-        "limiter": Limiter(queue_redis),
-        "cursors": cursor.Cursors(settings.cursor_secret.encode() if settings.cursor_secret else
-                                  cursor.shared_secret(queue_redis, keys.cursor_secret), settings.cursor_ttl),
-        "redis": r,                      # feeds and live state (may be a cluster)
-        "queue_redis": queue_redis,      # RQ and the dirty-user set
-        "keys": keys,
-        "live": LiveFeeds(r, settings),
-        "live_state": LiveState(r, keys),
-    }
-
-    from . import boosts, dashboard, errors, events, feed, health, items, metrics, observe, openapi, rq_panel
-
-    app.extensions["prefeed"]["metrics"] = metrics.ApiMetrics(settings, queue_redis)
+    app.extensions[EXTENSION] = Services(
+        settings=settings,
+        engine=engine,
+        keyring=auth.Keyring(engine, settings),
+        limiter=Limiter(queue_redis),
+        cursors=cursor.Cursors(settings.cursor_secret.encode() if settings.cursor_secret else
+                               cursor.shared_secret(queue_redis, keys.cursor_secret), settings.cursor_ttl),
+        feed_redis=r,
+        queue_redis=queue_redis,
+        keys=keys,
+        pages=LiveFeeds(r, settings),
+        item_states=LiveState(r, keys),
+        metrics=metrics.ApiMetrics(settings, queue_redis),
+        openapi=openapi.spec(settings),
+    )
     configure_logs(settings)
     if not settings.auth:
         logging.getLogger(__name__).warning("PREFEED_AUTH=off: the feed, events and items routes answer without "
                                             "an API key; only for a trusted network")
     observe.register(app)
-
-    app.extensions["prefeed"]["openapi"] = openapi.spec(settings)     # built once: it depends on settings only
     errors.register(app)
     for module in (feed, events, boosts, items, health, openapi, metrics, dashboard):
         app.register_blueprint(module.bp)

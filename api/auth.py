@@ -22,12 +22,14 @@ import logging
 import threading
 import time
 
-from flask import current_app, g, request
+from flask import g, request
 
 from precompute.data import api_keys
 from precompute.data.api_keys import Key
 from precompute.errors import Forbidden, TooManyRequests, Unauthorized, database_errors
 from precompute.feeds.limits import Bucket
+
+from .services import Services, services
 
 log = logging.getLogger(__name__)
 #: What a browser is asked for when the dashboard gets no credentials.
@@ -104,8 +106,8 @@ def require(scope: str | None):
 
 def authorize(scope: str | None, presented: str | None = None) -> Key:
     """The request's key (``g.key``) if it may use ``scope``; raises 401/403/429 otherwise."""
-    ctx = current_app.extensions["prefeed"]
-    settings = ctx["settings"]
+    svc = services()
+    settings = svc.settings
     if presented is None:
         scheme, _, presented = request.headers.get("Authorization", "").strip().partition(" ")
         if scheme.lower() != "bearer":
@@ -117,21 +119,21 @@ def authorize(scope: str | None, presented: str | None = None) -> Key:
             return OPEN
         need = "an API key" if scope is None else f"an API key with the scope {scope}"
         raise Unauthorized(f"this route needs {need}: Authorization: Bearer <key>")
-    key = ctx["keyring"].find(presented)
+    key = svc.keyring.find(presented)
     if key is None:
         raise Unauthorized("unknown or revoked API key")
     if scope is not None and not key.allows(scope):
         raise Forbidden(f"this key lacks the scope {scope}")
     g.key = key
-    wait = ctx["limiter"].take_one(key_bucket(ctx, key))
+    wait = svc.limiter.take_one(key_bucket(svc, key))
     if wait > 0:
         raise TooManyRequests(f"over this key's rate of {_rate(key, settings):g} requests/s", retry_after=wait)
     return key
 
 
-def key_bucket(ctx, key: Key) -> Bucket:
-    settings = ctx["settings"]
-    return Bucket(ctx["keys"].rate_key(key.name), _rate(key, settings), key.burst or settings.rate_burst)
+def key_bucket(svc: Services, key: Key) -> Bucket:
+    settings = svc.settings
+    return Bucket(svc.keys.rate_key(key.name), _rate(key, settings), key.burst or settings.rate_burst)
 
 
 def check_dashboard() -> None:

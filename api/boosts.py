@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from flask import Blueprint, current_app
+from flask import Blueprint
 
 from precompute.data import catalog
 from precompute.errors import InvalidInput
@@ -12,6 +12,7 @@ from precompute.errors import InvalidInput
 from .auth import require
 from .errors import json_response
 from .parse import body_object, field_id, field_number, json_body, path_id
+from .services import services
 
 bp = Blueprint("boosts", __name__)
 
@@ -21,16 +22,16 @@ bp = Blueprint("boosts", __name__)
 def put_boost(item_id: str):
     iid = path_id(item_id, "item_id")
     body = body_object(json_body())
-    ctx = current_app.extensions["prefeed"]
-    settings = ctx["settings"]
+    svc = services()
+    settings = svc.settings
     weight = field_number(body, "weight", 1e-6, settings.boost_max_weight)
     ttl = field_id(body, "ttl_seconds") if "ttl_seconds" in body else settings.boost_default_ttl
     if ttl > settings.boost_max_ttl:
         raise InvalidInput(f"ttl_seconds must be at most {settings.boost_max_ttl}")
-    catalog.require_item(ctx["engine"], iid)
+    catalog.require_item(svc.engine, iid)
     expires = time.time() + ttl
-    ctx["live_state"].boost(iid, weight, expires)
-    ctx["live"].live.refresh(force=True)          # this process serves it at once; the others within the bound
+    svc.item_states.boost(iid, weight, expires)
+    svc.pages.live.refresh(force=True)          # this process serves it at once; the others within the bound
     return json_response({"item_id": iid, "weight": weight, "expires_at": expires})
 
 
@@ -38,7 +39,7 @@ def put_boost(item_id: str):
 @require("admin")
 def delete_boost(item_id: str):
     iid = path_id(item_id, "item_id")
-    ctx = current_app.extensions["prefeed"]
-    removed = ctx["live_state"].unboost(iid)
-    ctx["live"].live.refresh(force=True)
+    svc = services()
+    removed = svc.item_states.unboost(iid)
+    svc.pages.live.refresh(force=True)
     return json_response({"item_id": iid, "removed": bool(removed)})

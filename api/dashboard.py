@@ -17,6 +17,7 @@ from .auth import dashboard_required
 from .errors import json_response
 from .feed import fallback
 from .parse import query_int
+from .services import Services, services
 
 bp = Blueprint("dashboard", __name__)
 
@@ -35,14 +36,14 @@ def _not_framed(response):
 @bp.get("/dashboard")
 @dashboard_required
 def dashboard():
-    ctx = current_app.extensions["prefeed"]
-    settings = ctx["settings"]
+    svc = services()
+    settings = svc.settings
     raw = request.args.get("user", "").strip()
     uid = _user_id(raw) if raw else None
     limit = query_int("limit", settings.page_limit_default, 1, settings.page_limit_max)
-    status = snapshot(settings, ctx["engine"], ctx["queue_redis"], ctx["redis"])
+    status = snapshot(settings, svc.engine, svc.queue_redis, svc.feed_redis)
     html = render_template("dashboard.html", s=status, chart=chart.freshness(status["freshness"]),
-                           lookup=None if uid is None else lookup(ctx, uid, limit), user=raw, limit=limit,
+                           lookup=None if uid is None else lookup(svc, uid, limit), user=raw, limit=limit,
                            rq_prefix="/dashboard/rq/", when=utc_text, age=age_text)
     return current_app.response_class(html, mimetype="text/html", headers={"Cache-Control": "no-store"})
 
@@ -50,18 +51,18 @@ def dashboard():
 @bp.get("/dashboard/status.json")
 @dashboard_required
 def status_json():
-    ctx = current_app.extensions["prefeed"]
-    return json_response(snapshot(ctx["settings"], ctx["engine"], ctx["queue_redis"], ctx["redis"]))
+    svc = services()
+    return json_response(snapshot(svc.settings, svc.engine, svc.queue_redis, svc.feed_redis))
 
 
-def lookup(ctx, uid: int, limit: int) -> dict:
+def lookup(svc: Services, uid: int, limit: int) -> dict:
     """What ``GET /feed/<uid>?limit=<limit>`` serves now, and why: the same live page code (``LiveFeeds.explain``;
     the fallback as the API builds it, without scheduling a recompute)."""
-    settings = ctx["settings"]
-    live = ctx["live"]
+    settings = svc.settings
+    live = svc.pages
     found = live.explain(uid, limit, 0)
     if found is None:
-        page, dropped, ranks = fallback(ctx, uid, limit, 0, notify=False), [], []
+        page, dropped, ranks = fallback(svc, uid, limit, 0, notify=False), [], []
     else:
         page, dropped, ranks = found
     ids = [i for i, _, _ in page.items]
@@ -70,7 +71,7 @@ def lookup(ctx, uid: int, limit: int) -> dict:
               "rank": ranks[k] if k < len(ranks) else None}
              for k, ((i, s, b), w) in enumerate(zip(page.items, weights))]
     h = page.header
-    version = users.history_version(ctx["engine"], uid)
+    version = users.history_version(svc.engine, uid)
     return {
         "user_id": uid,
         "known": version is not None,
@@ -82,7 +83,7 @@ def lookup(ctx, uid: int, limit: int) -> dict:
         "model_version": h.model_version if h else None,
         "computed_at": h.computed_at if h else None,
         "feed_length": h.count if h else None,
-        "events": users.recent_events(ctx["engine"], uid, RECENT_EVENTS, settings),
+        "events": users.recent_events(svc.engine, uid, RECENT_EVENTS, settings),
     }
 
 

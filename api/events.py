@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 
-from flask import Blueprint, current_app, g
+from flask import Blueprint, g
 
 from jobs.queues import notify_changed
 from precompute.data.event_types import EventTypes
@@ -26,6 +26,7 @@ from precompute.feeds.limits import Bucket
 from .auth import require
 from .errors import json_response
 from .parse import body_object, field_id, field_number, field_optional_number, json_body, refuse_unknown
+from .services import Services, services
 
 bp = Blueprint("events", __name__)
 
@@ -37,8 +38,8 @@ def post_events():
     batch = body if isinstance(body, list) else [body]
     if not batch:
         raise InvalidInput("no events in the request")
-    ctx = current_app.extensions["prefeed"]
-    settings = ctx["settings"]
+    svc = services()
+    settings = svc.settings
     if len(batch) > settings.events_batch_max:
         raise InvalidInput(f"at most {settings.events_batch_max} events per request")
     # ts may lie up to event_max_age in the past and event_max_future ahead (clock skew); it defaults to now.
@@ -47,34 +48,34 @@ def post_events():
     types = EventTypes.of(settings).codes
     events = [_parse(body_object(e), types, now, window, k if isinstance(body, list) else None)
               for k, e in enumerate(batch)]
-    ping_redis(ctx["redis"])
-    ping_redis(ctx["queue_redis"])
-    _per_user_limit(ctx, events)
-    result = record(ctx["engine"], events, settings, create_items=settings.events_create_items and
+    ping_redis(svc.feed_redis)
+    ping_redis(svc.queue_redis)
+    _per_user_limit(svc, events)
+    result = record(svc.engine, events, settings, create_items=settings.events_create_items and
                     g.key.allows("items:write"))
     if result.versions:
-        pipe = ctx["redis"].pipeline(transaction=False)
+        pipe = svc.feed_redis.pipeline(transaction=False)
         for uid, iid, version in result.seen:
-            pipe.zadd(ctx["keys"].seen(uid), {str(iid): version})
+            pipe.zadd(svc.keys.seen(uid), {str(iid): version})
         for uid in result.versions:
-            key = ctx["keys"].seen(uid)
+            key = svc.keys.seen(uid)
             pipe.zremrangebyrank(key, 0, -settings.seen_recent_max - 1)
             pipe.expire(key, settings.feed_ttl)
         pipe.execute()
     # Every user of the request, not only those with newly stored events: a client retrying after a 503 that
     # came after the commit gets "duplicates" back, and its users must still be recomputed.
-    notify_changed(settings, ctx["queue_redis"], {e.user_id for e in events})
+    notify_changed(settings, svc.queue_redis, {e.user_id for e in events})
     return json_response({"accepted": result.accepted, "duplicates": result.duplicates,
                           "items_created": result.items_created}, 202)
 
 
-def _per_user_limit(ctx, events: list[NewEvent]) -> None:
+def _per_user_limit(svc: Services, events: list[NewEvent]) -> None:
     """Charge each user id of the batch its events against ``PREFEED_USER_EVENTS_PER_MINUTE``; all or none."""
-    per_minute = ctx["settings"].user_events_per_minute
+    per_minute = svc.settings.user_events_per_minute
     counts: dict[int, int] = {}
     for e in events:
         counts[e.user_id] = counts.get(e.user_id, 0) + 1
-    wait = ctx["limiter"].take([Bucket(ctx["keys"].rate_user(uid), per_minute / 60.0, per_minute, n)
+    wait = svc.limiter.take([Bucket(svc.keys.rate_user(uid), per_minute / 60.0, per_minute, n)
                                 for uid, n in sorted(counts.items())])
     if wait > 0:
         raise TooManyRequests(f"over {per_minute} events per minute for one user id", retry_after=wait)

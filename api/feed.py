@@ -8,7 +8,7 @@ scroll."""
 from __future__ import annotations
 
 import numpy as np
-from flask import Blueprint, current_app, request
+from flask import Blueprint, request
 
 from jobs.queues import notify_changed
 from precompute.data import catalog, event_types
@@ -18,6 +18,7 @@ from precompute.feeds import cursor
 from .auth import require
 from .errors import json_response
 from .parse import path_id, query_int
+from .services import Services, services
 
 bp = Blueprint("feed", __name__)
 
@@ -26,8 +27,8 @@ bp = Blueprint("feed", __name__)
 @require("feed:read")
 def get_feed(user_id: str):
     uid = path_id(user_id, "user_id")
-    ctx = current_app.extensions["prefeed"]
-    settings = ctx["settings"]
+    svc = services()
+    settings = svc.settings
     limit = query_int("limit", settings.page_limit_default, 1, settings.page_limit_max)
     offset = query_int("offset", 0, 0, settings.feed_length)
     given = request.args.get("cursor")
@@ -35,20 +36,20 @@ def get_feed(user_id: str):
         raise InvalidInput("give cursor or offset, not both")
     scroll, restarted = None, False
     if given is not None:
-        scroll = ctx["cursors"].decode(given, uid)
+        scroll = svc.cursors.decode(given, uid)
         restarted = scroll is None
     if scroll is None and offset == 0:
         scroll = cursor.start(uid)                # a first page is the start of a scroll
-    page = ctx["live"].page(uid, limit, offset, scroll)
+    page = svc.pages.page(uid, limit, offset, scroll)
     if page is None:
-        page = fallback(ctx, uid, limit, offset, scroll=scroll)
+        page = fallback(svc, uid, limit, offset, scroll=scroll)
     header = page.header
     n_boosted = sum(1 for _, _, b in page.items if b)
     next_cursor = None
     if scroll is not None and len(page.items) == limit:     # a short page is the feed's end: nothing to continue
-        next_cursor = ctx["cursors"].next(scroll, [i for i, _, _ in page.items], n_boosted)
+        next_cursor = svc.cursors.next(scroll, [i for i, _, _ in page.items], n_boosted)
     items = [{"item_id": i, "score": round(s, 6), "boosted": b} for i, s, b in page.items]
-    ctx["metrics"].feed(page.source, n_boosted, header.computed_at if header else None)
+    svc.metrics.feed(page.source, n_boosted, header.computed_at if header else None)
     return json_response({
         "user_id": uid,
         "items": items,
@@ -61,15 +62,16 @@ def get_feed(user_id: str):
     })
 
 
-def fallback(ctx, uid: int, limit: int, offset: int, notify: bool = True, scroll: cursor.Scroll | None = None):
+def fallback(svc: Services, uid: int, limit: int, offset: int, notify: bool = True,
+             scroll: cursor.Scroll | None = None):
     """Popular in the user's recent categories, else global popular; and ask for the real feed (unless ``notify``
     is False: the dashboard shows the fallback without acting).
 
     The user's categories are ranked as precompute ranks them: each recent event adds its type's weight
     (``PREFEED_EVENT_TYPES``) to every category of its item; ties by category id."""
-    settings = ctx["settings"]
-    recent = catalog.latest_interactions(ctx["engine"], uid, settings.seen_recent_max)
-    seen = np.union1d(catalog.seen_items(ctx["engine"], uid, settings),
+    settings = svc.settings
+    recent = catalog.latest_interactions(svc.engine, uid, settings.seen_recent_max)
+    seen = np.union1d(catalog.seen_items(svc.engine, uid, settings),
                       np.array([r[0] for r in recent], dtype=np.int64))
     if scroll is not None:                        # a scroll's next page: what it has not served, from the top
         seen = np.union1d(seen, np.array(scroll.served, dtype=np.int64))
@@ -82,6 +84,6 @@ def fallback(ctx, uid: int, limit: int, offset: int, notify: bool = True, scroll
             weights[c] = weights.get(c, 0.0) + w
     top = sorted((c for c in weights if weights[c] > 0), key=lambda c: (-weights[c], c))
     if notify and len(recent):
-        notify_changed(settings, ctx["queue_redis"], [uid])
-    return ctx["live"].fallback(top[: settings.user_top_categories], limit, offset, seen,
-                                lambda n: catalog.newest_active(ctx["engine"], n))
+        notify_changed(settings, svc.queue_redis, [uid])
+    return svc.pages.fallback(top[: settings.user_top_categories], limit, offset, seen,
+                              lambda n: catalog.newest_active(svc.engine, n))

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, current_app
+from flask import Blueprint
 
 from precompute.data.engine import ping
 from precompute.errors import Unavailable
 from precompute.feeds.client import ping_redis
 
 from .errors import json_response
+from .services import services
 
 bp = Blueprint("health", __name__)
 
@@ -22,9 +23,10 @@ def livez():
 
 @bp.get("/healthz")
 def healthz():
-    ctx = current_app.extensions["prefeed"]
+    svc = services()
     status = {}
-    for name, check in (("redis", lambda: [ping_redis(ctx[k]) for k in ("redis", "queue_redis")]), ("database", lambda: ping(ctx["engine"]))):
+    for name, check in (("redis", lambda: [ping_redis(r) for r in (svc.feed_redis, svc.queue_redis)]),
+                        ("database", lambda: ping(svc.engine))):
         try:
             check()
             status[name] = "ok"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from flask import Blueprint, current_app
+from flask import Blueprint
 
 from precompute.data import items
 from precompute.data.items import NewItem, Upserted
@@ -22,6 +22,7 @@ from .auth import require
 from .errors import json_response
 from .parse import (body_object, field_id, field_id_set, field_optional_number, field_time, json_body, path_id,
                     refuse_unknown)
+from .services import services
 
 bp = Blueprint("items", __name__)
 
@@ -41,9 +42,9 @@ def put_item(item_id: str):
 @require("items:write")
 def patch_item(item_id: str):
     item, given = _parse(body_object(json_body()), path_id(item_id, "item_id"))
-    ctx = current_app.extensions["prefeed"]
-    ping_redis(ctx["redis"])
-    with ctx["engine"].begin() as conn:
+    svc = services()
+    ping_redis(svc.feed_redis)
+    with svc.engine.begin() as conn:
         items.patch(conn, item, given)
     if "active" in given:
         _follow_active({item.item_id: item.active})
@@ -57,7 +58,7 @@ def post_items():
     body = body_object(json_body())
     refuse_unknown(body, ("items",))
     batch = body.get("items")
-    limit = current_app.extensions["prefeed"]["settings"].items_batch_max
+    limit = services().settings.items_batch_max
     if not isinstance(batch, list) or not 1 <= len(batch) <= limit:
         raise InvalidInput(f"items must be a list of 1 to {limit} items")
     new = []
@@ -86,7 +87,7 @@ def _attributes(obj: dict) -> dict[str, float | None]:
     """``{name: number or None}``, names among the declared ``PREFEED_ITEM_ATTRIBUTES``; absent or null: every
     declared name None (none, and for PATCH: every attribute removed)."""
     given = obj.get("attributes")
-    declared = current_app.extensions["prefeed"]["settings"].item_attributes
+    declared = services().settings.item_attributes
     if given is None:
         return dict.fromkeys(declared)
     if not isinstance(given, dict):
@@ -100,11 +101,11 @@ def _attributes(obj: dict) -> dict[str, float | None]:
 
 def _upsert(new: list[NewItem]) -> Upserted:
     """Replace or create the items of ``new`` (the same id twice: the last wins) in one transaction."""
-    ctx = current_app.extensions["prefeed"]
-    attributes = ctx["settings"].item_attributes
+    svc = services()
+    attributes = svc.settings.item_attributes
     chunk, active = items.chunk_of(new, attributes)
-    ping_redis(ctx["redis"])
-    with ctx["engine"].begin() as conn:
+    ping_redis(svc.feed_redis)
+    with svc.engine.begin() as conn:
         done = items.upsert(conn, chunk, attributes, active=active)
     _follow_active({item.item_id: item.active for item in new})
     return done
@@ -112,6 +113,6 @@ def _upsert(new: list[NewItem]) -> Upserted:
 
 def _follow_active(flags: dict[int, bool]) -> None:
     """Bring the live state's inactive set in line with the active ``flags`` just committed (item id → active)."""
-    ctx = current_app.extensions["prefeed"]
-    ctx["live_state"].set_active(flags)
-    ctx["live"].live.refresh(force=True)          # this process serves it at once; the others within the bound
+    svc = services()
+    svc.item_states.set_active(flags)
+    svc.pages.live.refresh(force=True)          # this process serves it at once; the others within the bound

@@ -19,7 +19,7 @@ import os
 import time
 
 import redis
-from flask import Blueprint, Response, current_app
+from flask import Blueprint, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
@@ -28,6 +28,7 @@ from precompute.metric_files import ProcessFiles
 from precompute.settings import Settings
 
 from .auth import require
+from .services import services
 
 log = logging.getLogger(__name__)
 bp = Blueprint("metrics", __name__)
@@ -104,5 +105,5 @@ class Backlog:
 @bp.get("/metrics")
 @require("metrics:read")
 def metrics():
-    body = generate_latest(current_app.extensions["prefeed"]["metrics"].registry)
+    body = generate_latest(services().metrics.registry)
     return Response(body, mimetype=None, content_type=CONTENT_TYPE_LATEST)

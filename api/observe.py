@@ -9,6 +9,7 @@ import time
 from flask import Flask, Response, g, request
 
 from . import logs
+from .services import services
 
 UNMATCHED = "<unmatched>"      # the route label of a path no rule matches (a 404): never the path itself
 #: Methods labelled by name; any other (a client may send any token) is "other", so labels stay bounded.
@@ -16,7 +17,7 @@ METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 
 def register(app: Flask) -> None:
-    metrics = app.extensions["prefeed"]["metrics"]
+    metrics = services(app).metrics
 
     @app.before_request
     def _start() -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, current_app
+from flask import Blueprint
 
 from precompute.settings import Settings
 
 from .auth import require
 from .errors import json_response
+from .services import services
 
 bp = Blueprint("openapi", __name__)
 
@@ -185,4 +186,4 @@ def spec(settings: Settings) -> dict:
 @bp.get("/openapi.json")
 @require(None)
 def openapi():
-    return json_response(current_app.extensions["prefeed"]["openapi"])
+    return json_response(services().openapi)

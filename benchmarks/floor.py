@@ -5,11 +5,12 @@ config, so feed/floor is the cost of the live rules and nothing else."""
 
 from __future__ import annotations
 
-from flask import Flask, current_app
+from flask import Flask
 
 from api import create_app as create_api
 from api.errors import json_response
 from api.parse import path_id, query_int
+from api.services import services
 from precompute.feeds.codec import HEADER_SIZE, RECORD_SIZE, decode
 
 
@@ -19,9 +20,9 @@ def create_app(settings=None) -> Flask:
     @app.get("/floor/<user_id>")
     def floor(user_id: str):
         uid = path_id(user_id, "user_id")
-        ctx = current_app.extensions["prefeed"]
-        limit = query_int("limit", 20, 1, ctx["settings"].page_limit_max)
-        blob = ctx["redis"].getrange(ctx["keys"].feed(uid), 0, HEADER_SIZE + limit * RECORD_SIZE - 1)
+        svc = services()
+        limit = query_int("limit", 20, 1, svc.settings.page_limit_max)
+        blob = svc.feed_redis.getrange(svc.keys.feed(uid), 0, HEADER_SIZE + limit * RECORD_SIZE - 1)
         feed = decode(blob)
         h = feed.header
         return json_response({

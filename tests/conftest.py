@@ -181,12 +181,13 @@ def refusing_client(settings, world):
     """A client of an app that refuses events naming items the catalogue does not have
     (``PREFEED_EVENTS_CREATE_ITEMS=false``) instead of creating them."""
     from api import create_app
+    from api.services import services
 
     app = create_app(dataclasses.replace(settings, events_create_items=False), {"TESTING": True})
     c = app.test_client()
     c.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {world.key}"
     yield c
-    app.extensions["prefeed"]["engine"].dispose()
+    services(app).engine.dispose()
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import func, select, text
 
 from api import create_app
+from api.services import services
 from precompute.data.models import Event, User
 from precompute.feeds.keys import Keys
 from precompute.feeds.live import LiveState
@@ -419,4 +420,4 @@ def test_a_database_outage_is_a_503_naming_the_dependency_never_its_host_or_port
     # then the answer says which dependency, and nothing of where it is or what the driver said
     assert resp.status_code == 503
     assert _json(resp) == {"error": "database is unavailable", "dependency": "database"}
-    app.extensions["prefeed"]["engine"].dispose()
+    services(app).engine.dispose()

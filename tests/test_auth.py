@@ -12,6 +12,7 @@ import time
 from sqlalchemy import func, select
 
 from api import create_app
+from api.services import services
 from jobs.status import snapshot
 from precompute.data import api_keys
 from precompute.data.models import Event, Item
@@ -81,7 +82,7 @@ def test_every_route_but_the_probes_needs_a_key_with_its_scope(app, world):
 
 def test_the_openapi_document_states_each_routes_scope(app):
     # given the scopes the test above holds every route to, and the document the app serves
-    spec = app.extensions["prefeed"]["openapi"]
+    spec = services(app).openapi
     for (method, rule), scope in SCOPES.items():
         op = spec["paths"][re.sub(r"<(\w+)>", r"{\1}", rule)][method.lower()]
         # then each route's security names a key with exactly that scope (docs/api.md is rendered from it)
@@ -133,7 +134,7 @@ def test_a_revoked_key_stops_working_within_a_second_on_every_api_process(settin
     time.sleep(1.05)
     assert all(c.get("/feed/1", headers=headers).status_code == 401 for c in clients)
     for a in apps:
-        a.extensions["prefeed"]["engine"].dispose()
+        services(a).engine.dispose()
 
 
 def test_the_admin_token_is_an_admin_key(client, admin):
@@ -165,7 +166,7 @@ def test_over_a_keys_rate_is_a_429_with_retry_after_shared_by_every_api_process(
     time.sleep(1.05)
     assert clients[0].get("/feed/1", headers=headers).status_code == 200
     for a in apps:
-        a.extensions["prefeed"]["engine"].dispose()
+        services(a).engine.dispose()
 
 
 def test_one_user_id_gets_at_most_its_events_per_minute(settings, world):
@@ -187,7 +188,7 @@ def test_one_user_id_gets_at_most_its_events_per_minute(settings, world):
     assert (count(bot), count(other)) == (4, 0)
     # and another user id is not held back by the bot
     assert client.post("/events", json={"user_id": other, "item_id": 4, "type": "view"}).status_code == 202
-    app.extensions["prefeed"]["engine"].dispose()
+    services(app).engine.dispose()
 
 
 def test_auth_off_opens_the_data_routes_only_and_says_so(settings, world, caplog):
@@ -199,7 +200,7 @@ def test_auth_off_opens_the_data_routes_only_and_says_so(settings, world, caplog
     assert client.post("/events", json={"user_id": 11, "item_id": 3, "type": "view"}).status_code == 202
     assert client.put("/boosts/1", json={"weight": 1.0}).status_code == 401
     assert client.get("/metrics").status_code == 401
-    app.extensions["prefeed"]["engine"].dispose()
+    services(app).engine.dispose()
 
 
 def test_no_key_hash_or_token_appears_in_logs_bodies_status_dashboard_or_metrics(settings, world, admin, r,
@@ -226,7 +227,7 @@ def test_no_key_hash_or_token_appears_in_logs_bodies_status_dashboard_or_metrics
     for text in seen:
         for s in secrets_:
             assert s not in text
-    app.extensions["prefeed"]["engine"].dispose()
+    services(app).engine.dispose()
 
 
 def test_keys_on_the_command_line(settings):

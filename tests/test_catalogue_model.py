@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import insert, update
 
 from api import create_app
+from api.services import services
 from precompute.data import bulk, catalog, engine as db, synthetic
 from precompute.data.history import histories_from_arrays
 from precompute.data.models import Event, Item, ItemAttribute, ItemCategory, User
@@ -187,7 +188,7 @@ def test_sparse_category_ids_work_end_to_end(sparse_world, r):
     body = client.get(f"/feed/{newcomer}?limit=10").get_json()
     assert body["source"] == "fallback"
     assert [i["item_id"] for i in body["items"]] == [i for i in listed if i != listed[-1]][:10]
-    app.extensions["prefeed"]["engine"].dispose()
+    services(app).engine.dispose()
 
 
 @one_sparse_world

@@ -53,10 +53,11 @@ def test_the_dashboard_asks_for_the_admin_token(app, world):
 
 def test_the_dashboard_is_closed_without_a_token(settings):
     from api import create_app
+    from api.services import services
 
     app = create_app(dataclasses.replace(settings, admin_token=None), {"TESTING": True})
     assert app.test_client().get("/dashboard", headers=basic("a", "")).status_code == 403
-    app.extensions["prefeed"]["engine"].dispose()
+    services(app).engine.dispose()
 
 
 def test_rq_dashboard_reads_prefeeds_json_jobs_and_refuses_foreign_posts(client, settings, r):

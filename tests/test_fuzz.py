@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings as hsettings, strategies as 
 from sqlalchemy import select
 
 from api import create_app
+from api.services import services
 from precompute.data import bulk, engine as db, synthetic
 from precompute.data.models import Item
 from tests.conftest import own_database, with_key
@@ -99,7 +100,7 @@ def own(settings, own_url):
         item_id = conn.execute(select(Item.id).where(Item.active).limit(1)).scalar()
     app = create_app(s, {"TESTING": True})
     yield with_key(app.test_client()), item_id
-    app.extensions["prefeed"]["engine"].dispose()
+    services(app).engine.dispose()
     engine.dispose()
 
 

@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import text
 
 from api import create_app
+from api.services import services
 from precompute.data import bulk, engine as db, synthetic
 from precompute.ranking import bundle, ranker
 from precompute.ranking.pipeline import Pipeline
@@ -70,7 +71,7 @@ def test_items_and_users_above_2_53_keep_their_exact_ids_end_to_end(settings, r,
                                         "ts": time.time()}).status_code in (200, 201, 202)
     ids, _ = page(limit=40)
     assert clicked not in ids and {clicked - 3, clicked + 3} & set(stored[:60]) <= set(ids) | {sold, lifted}
-    app.extensions["prefeed"]["engine"].dispose()
+    services(app).engine.dispose()
     engine.dispose()
 
 

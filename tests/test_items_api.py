@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import func, select
 
 from api import create_app
+from api.services import services
 from precompute.data import engine as db
 from precompute.data.models import Event, Item, ItemAttribute, ItemCategory, User
 from tests.conftest import own_database
@@ -43,8 +44,8 @@ def own(settings, catalogue_url):
     app = _app(settings, catalogue_url)
     client = app.test_client()
     client.environ_base["HTTP_AUTHORIZATION"] = "Bearer test-admin-token"    # this database has no keys of its own
-    yield client, app.extensions["prefeed"]["engine"]
-    app.extensions["prefeed"]["engine"].dispose()
+    yield client, services(app).engine
+    services(app).engine.dispose()
 
 
 _ids = iter(range(BASE, BASE + 10**6, 100))
@@ -245,7 +246,7 @@ def test_events_naming_unknown_items_create_them_bare_and_store_their_value(own,
 
 def test_events_naming_unknown_items_are_refused_whole_when_creation_is_off(settings, catalogue_url, admin, ids):
     app = _app(settings, catalogue_url, events_create_items=False)
-    client, engine = app.test_client(), app.extensions["prefeed"]["engine"]
+    client, engine = app.test_client(), services(app).engine
     client.environ_base["HTTP_AUTHORIZATION"] = admin["Authorization"]      # this catalogue's database has no keys
     try:
         assert client.put(f"/items/{ids[0]}", headers=admin, json={}).status_code == 201
@@ -291,7 +292,7 @@ def test_a_put_under_a_narrower_declaration_keeps_attributes_it_does_not_declare
     body = {"categories": [2], "price": 6.0, "attributes": {"quality": 0.9}}
     assert narrow.test_client().put(f"/items/{ids[0]}", json=body, headers=admin).status_code == 200
     # then what it declares is replaced and the value it cannot see is kept, not erased
-    engine = narrow.extensions["prefeed"]["engine"]
+    engine = services(narrow).engine
     assert _stored(engine, ids[0])["attributes"] == {"quality": 0.9, "photos": 3.0}
     for app in (wide, narrow):
-        app.extensions["prefeed"]["engine"].dispose()
+        services(app).engine.dispose()

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from api import create_app
+from api.services import services
 
 HEX_ID = re.compile(r"[0-9a-f]{32}")
 
@@ -62,4 +63,4 @@ def test_the_log_level_setting_silences_request_lines(settings, capsys):
     # then the response still names its request id, and no request line is written
     assert HEX_ID.fullmatch(resp.headers["X-Request-ID"])
     assert _lines(capsys.readouterr().err) == []
-    app.extensions["prefeed"]["engine"].dispose()
+    services(app).engine.dispose()

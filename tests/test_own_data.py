@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import func, select
 
 from api import create_app
+from api.services import services
 from precompute.data import engine as db, synthetic
 from precompute.data.models import Event, ItemCategory
 from tests.conftest import manage, own_database, with_key
@@ -82,4 +83,4 @@ def test_a_movielens_catalogue_and_log_are_imported_trained_precomputed_and_serv
     served = [e["item_id"] for e in body["items"]]
     rated = set(market.event_item[market.event_user == user].tolist())
     assert served and not set(served) & rated and set(served) <= set(market.item_id.tolist())
-    app.extensions["prefeed"]["engine"].dispose()
+    services(app).engine.dispose()

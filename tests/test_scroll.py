@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 from api import create_app
+from api.services import services
 from precompute.errors import InvalidInput
 from precompute.feeds import cursor
 from precompute.feeds.keys import Keys
@@ -24,7 +25,7 @@ LIMIT = 10
 def scroll_app(settings, world):
     app = create_app(dataclasses.replace(settings, live_refresh_ms=0, cursor_ttl=2), {"TESTING": True})
     yield app, with_key(app.test_client(), world.key)
-    app.extensions["prefeed"]["engine"].dispose()
+    services(app).engine.dispose()
 
 
 def test_unchanged_feed_scrolls_like_offsets(scroll_app, pipeline, world):

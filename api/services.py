@@ -1,0 +1,45 @@
+"""What one app holds for its requests: built once by ``create_app``, read by the routes through ``services()``."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+import redis
+from flask import Flask, current_app
+from sqlalchemy.engine import Engine
+
+from precompute.feeds.cursor import Cursors
+from precompute.feeds.keys import Keys
+from precompute.feeds.limits import Limiter
+from precompute.feeds.live import LiveState
+from precompute.feeds.page import LiveFeeds
+from precompute.settings import Settings
+
+if TYPE_CHECKING:                  # both modules read services() themselves
+    from .auth import Keyring
+    from .metrics import ApiMetrics
+
+#: The app's ``extensions`` entry that holds its ``Services``.
+EXTENSION = "prefeed"
+
+
+@dataclasses.dataclass(frozen=True)
+class Services:
+    settings: Settings          # the one settings object, from the environment unless the app was given one
+    engine: Engine              # the database
+    keyring: Keyring            # API keys as this process last read them
+    limiter: Limiter            # token buckets in the queue Redis, shared by every API process
+    cursors: Cursors            # signs and reads scroll cursors
+    feed_redis: redis.Redis     # feeds, seen items, live state, popular lists (may be a cluster)
+    queue_redis: redis.Redis    # RQ and the dirty-user set
+    keys: Keys                  # every Redis key name, under the settings' prefix
+    pages: LiveFeeds            # a user's page with the live rules applied, and the fallback's
+    item_states: LiveState      # writes inactive items and boosts to Redis
+    metrics: ApiMetrics         # what /metrics renders
+    openapi: dict               # the OpenAPI document, built once (it depends on settings only)
+
+
+def services(app: Flask | None = None) -> Services:
+    """The services of ``app`` (default: the app handling the current request)."""
+    return (app or current_app).extensions[EXTENSION]
