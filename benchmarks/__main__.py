@@ -8,12 +8,12 @@ import logging
 
 import click
 
-from .common import Skipped
+from .lab.world import Skipped
 
 #: Benchmark name → module (``import`` is a Python keyword, so its module is ``import_``).
 NAMES = {"precompute": "precompute", "fork": "fork", "serve": "serve", "freshness": "freshness", "memory": "memory",
          "scaling": "scaling", "soak": "soak", "import": "import_", "quality": "quality", "hosts": "hosts",
-         "protocols": "protocols", "ablation": "ablation", "served": "served", "report": "report"}
+         "protocols": "protocols", "ablation": "ablation", "served": "served", "report": "pages.report"}
 
 
 @click.command()

@@ -17,8 +17,8 @@ import time
 from precompute.evaluation.run import evaluate
 from precompute.ranking.layout import for_settings
 
-from .common import table, write_result
-from .protocols import open_log
+from .lab.logs import open_log
+from .lab.results import table, write_result
 
 #: Each source off, by the settings that gather it.
 SOURCES = {

@@ -22,7 +22,8 @@ from jobs.queues import enqueue_batches, make_queue
 from precompute.settings import Settings
 from precompute.feeds.client import redis_client
 
-from .common import ROOT, make_world, table, write_result
+from .lab.results import table, write_result
+from .lab.world import ROOT, make_world
 
 FULL = dict(users=3000, items=30_000, events=600_000, jobs=1000, jobs_a=40, batch=50)
 QUICK = dict(users=200, items=2000, events=20_000, jobs=60, jobs_a=2, batch=20)     # (a): a job per worker
@@ -85,7 +86,7 @@ def run(quick: bool = False) -> dict:
 
 
 def _enqueue_noops(queue, n: int) -> int:
-    specs = [queue.prepare_data("benchmarks.noop.noop", result_ttl=600) for _ in range(n)]
+    specs = [queue.prepare_data("benchmarks.lab.noop.noop", result_ttl=600) for _ in range(n)]
     queue.enqueue_many(specs)
     return n
 

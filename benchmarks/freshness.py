@@ -19,7 +19,8 @@ from precompute.feeds.client import redis_client
 from precompute.feeds.codec import HEADER, HEADER_SIZE
 from precompute.feeds.keys import Keys
 
-from .common import ROOT, make_world, median, table, write_result
+from .lab.results import median, table, write_result
+from .lab.world import ROOT, make_world
 
 FULL = dict(users=2000, items=20_000, events=300_000, rate=100, seconds=20, deadline=10.0)
 QUICK = dict(users=150, items=2000, events=15_000, rate=20, seconds=3, deadline=10.0)

@@ -33,9 +33,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import servers
-from .common import QUICK_TRAIN_PERIODS, ROOT, Skipped, median, table, write_result
-from .netns import Lab, stop, unavailable, wait_until
+from .lab import servers
+from .lab.netns import Lab, stop, unavailable, wait_until
+from .lab.results import median, table, write_result
+from .lab.world import QUICK_TRAIN_PERIODS, ROOT, Skipped
 
 FULL = dict(users=10_000, items=30_000, events=600_000, train_users=3000, iterations=None, batch=250,
             layouts=[(1, 0), (1, 1), (2, 2)], rounds=3)

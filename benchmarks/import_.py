@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .common import ROOT, table, write_result
+from .lab.results import table, write_result
+from .lab.world import ROOT
 
 ML25M_ROWS, ML25M_USERS, ML25M_ITEMS = 25_000_095, 162_541, 62_423
 FULL_ROWS, QUICK_ROWS = 25_000_000, 20_000

@@ -16,7 +16,8 @@ from precompute.feeds.client import redis_client
 from precompute.feeds.keys import Keys
 from precompute.settings import Settings
 
-from .common import ROOT, make_world, table, write_result
+from .lab.results import table, write_result
+from .lab.world import ROOT, make_world
 
 FULL = dict(users=3000, items=45_000, events=600_000, rebuild_users=3000)
 QUICK = dict(users=150, items=2000, events=15_000, rebuild_users=150)

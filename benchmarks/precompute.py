@@ -20,7 +20,8 @@ from precompute.ranking import features, ranker
 from precompute.settings import Settings
 from precompute.ranking.pipeline import STAGES
 
-from .common import make_world, median, table, write_result
+from .lab.results import median, table, write_result
+from .lab.world import make_world
 
 FULL = dict(users=3000, items=45_000, events=600_000, iterations=Settings().train_iterations, rebuild_users=2000,
             repeats=3)

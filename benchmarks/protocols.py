@@ -9,51 +9,16 @@ method's metrics per run: the docs' quality tables are rendered from it.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
-import tempfile
 import time
-from pathlib import Path
 
-from sqlalchemy.exc import SQLAlchemyError
-
-from precompute.data import bulk, engine as db, synthetic
 from precompute.evaluation.run import evaluate
-from precompute.settings import Settings
 
-from .common import QUICK_TRAIN_PERIODS, table, write_result
+from .lab.logs import open_log
+from .lab.results import table, write_result
 
-FULL = dict(cuts=(0.7, 0.8, 0.9), seeds=(0,), users=2000, items=3000, events=100_000, iterations=None)
-QUICK = dict(cuts=(0.8,), seeds=(0,), users=300, items=1500, events=30_000, iterations=30)
-
-
-@contextlib.contextmanager
-def open_log(quick: bool):
-    """``(engine, settings, name)`` of the environment's database, or of a synthetic marketplace at the demo's size
-    (the quick one with ``quick``) in a temporary folder when that database holds nothing (removed after)."""
-    cfg = QUICK if quick else FULL
-    settings = Settings.from_env()
-    engine = db.make_engine(settings.database_url, settings)
-    tmp = None
-    name = Path(settings.var_dir).resolve().name
-    if quick or not _has_data(engine):
-        engine.dispose()
-        tmp = Path(tempfile.mkdtemp(prefix="prefeed-protocols-"))
-        settings = Settings(database_url=f"sqlite:///{tmp / 'p.db'}", var_dir=tmp, model_dir=tmp / "models",
-                            item_attributes=synthetic.ATTRIBUTES,
-                            **({"train_periods": QUICK_TRAIN_PERIODS} if quick else {}))
-        engine = db.make_engine(settings.database_url, settings)
-        db.init_db(engine, settings)
-        market = synthetic.generate(cfg["users"], cfg["items"], cfg["events"], seed=0, now=time.time())
-        bulk.load(engine, market, settings)
-        name = "synthetic"
-    try:
-        yield engine, settings, name
-    finally:
-        engine.dispose()
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+FULL = dict(cuts=(0.7, 0.8, 0.9), seeds=(0,), iterations=None)
+QUICK = dict(cuts=(0.8,), seeds=(0,), iterations=30)
 
 
 def run(quick: bool = False) -> dict:
@@ -80,13 +45,6 @@ def run(quick: bool = False) -> dict:
         out = dict(log=name, cuts=list(cfg["cuts"]), seeds=list(cfg["seeds"]), runs=runs)
         print(f"wrote {write_result('protocols' if quick else f'protocols-{name}', out, quick)}")
         return out
-
-
-def _has_data(engine) -> bool:
-    try:
-        return bulk.has_data(engine)
-    except SQLAlchemyError:         # no tables: nothing imported there
-        return False
 
 
 def _ratio(ratio, interval) -> str:

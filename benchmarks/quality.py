@@ -24,7 +24,8 @@ from precompute.evaluation.run import LIST_LENGTH, evaluate, scene
 from precompute.evaluation.split import cut_time
 from precompute.settings import Settings
 
-from .common import QUICK_TRAIN_PERIODS, RESULTS, table, write_result
+from .lab.results import RESULTS, table, write_result
+from .lab.world import QUICK_TRAIN_PERIODS
 
 FULL = dict(users=2000, items=3000, events=100_000, seeds=(0, 1, 2), iterations=None)
 QUICK = dict(users=300, items=1500, events=30_000, seeds=(0,), iterations=30)

@@ -10,7 +10,8 @@ import time
 from precompute.settings import Settings
 from precompute.ranking.pipeline import STAGES, Pipeline
 
-from .common import RESULTS, make_world, table, write_result
+from .lab.results import RESULTS, table, write_result
+from .lab.world import make_world
 
 FULL = dict(users=3000, items=45_000, events=600_000, user_steps=[250, 500, 1000, 2000],
             candidate_steps=[500, 1000, 2000, 3000], tree_steps=[100, 250, 500, 1000], fixed_users=500)

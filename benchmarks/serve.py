@@ -1,7 +1,7 @@
 """serve: requests per second and latency at fixed concurrency, on loopback, for
 
 - ``GET /feed/<user>?limit=20`` with boosts active (prefeed),
-- ``GET /floor/<user>?limit=20`` of the same app (``benchmarks/floor.py``): one ``GETRANGE`` of the page's bytes
+- ``GET /floor/<user>?limit=20`` of the same app (``benchmarks/lab/floor.py``): one ``GETRANGE`` of the page's bytes
   returned as the same JSON, no live rules (the serving floor: feed/floor is what the live rules cost),
 - ``GET /livez`` of the same app under the same gunicorn config (the framework floor),
 - a real-time endpoint that ranks the user's candidates at request time (the architecture prefeed replaces);
@@ -35,7 +35,8 @@ from precompute.feeds.keys import Keys
 from precompute.feeds.live import LiveState
 from precompute.settings import Settings
 
-from .common import ROOT, make_world, median, table, write_result
+from .lab.results import median, table, write_result
+from .lab.world import ROOT, make_world
 
 FULL = dict(users=2000, items=20_000, events=300_000, iterations=None, seconds=10, connections=16, http_workers=2,
             repeats=5, calls=3000, deep_users=200)
@@ -46,7 +47,6 @@ FEED, FLOOR = "/feed/{user}?limit=20", "/floor/{user}?limit=20"
 
 
 def run(quick: bool = False) -> dict:
-
     cfg = QUICK if quick else FULL
     world = make_world(cfg["users"], cfg["items"], cfg["events"], cfg["iterations"] or Settings().train_iterations,
                        quick=quick)
@@ -66,9 +66,9 @@ def run(quick: bool = False) -> dict:
         floor = _in_process(world, cfg["users"], cfg["calls"], cfg["deep_users"])    # before any server runs
         cursor_chars = floor.pop("cursor_chars")    # sizes, not microseconds
         api_port, rt_port, sync_port = free_port(), free_port(), free_port()
-        servers.append(_gunicorn(world, "benchmarks.floor:create_app()", api_port, cfg["http_workers"]))
-        servers.append(_gunicorn(world, "benchmarks.realtime:create_app()", rt_port, cfg["http_workers"]))
-        servers.append(_gunicorn(world, "benchmarks.floor:create_app()", sync_port, cfg["http_workers"],
+        servers.append(_gunicorn(world, "benchmarks.lab.floor:create_app()", api_port, cfg["http_workers"]))
+        servers.append(_gunicorn(world, "benchmarks.lab.realtime:create_app()", rt_port, cfg["http_workers"]))
+        servers.append(_gunicorn(world, "benchmarks.lab.floor:create_app()", sync_port, cfg["http_workers"],
                                  threads=None))
         for port in (api_port, rt_port, sync_port):
             wait_for_http(f"http://127.0.0.1:{port}/feed/1", timeout=60, headers=world.auth)
@@ -132,7 +132,7 @@ def _in_process(world, n_users: int, n: int, deep_users: int) -> dict:
     """What one request costs the app itself, measured through Flask's test client, next to a bare Redis round
     trip: the part of /feed no server choice can remove. Floor and feed requests alternate in one loop, so the
     machine's noise moves both alike. ``n`` requests per endpoint and loop."""
-    from .floor import create_app
+    from .lab.floor import create_app
 
     settings = world.settings
     client = create_app(settings).test_client()

@@ -45,8 +45,9 @@ from precompute.ranking import bootstrap, bundle, covisit, ranker
 from precompute.ranking.item_table import load_item_table
 from precompute.ranking.steps import find
 
-from .common import ROOT, table, write_result
-from .protocols import open_log
+from .lab.logs import open_log
+from .lab.results import table, write_result
+from .lab.world import ROOT
 
 FULL = dict(cut=0.8, users=300, steps=5, workers=2, iterations=None, k=10)
 QUICK = dict(cut=0.8, users=6, steps=2, workers=1, iterations=30, k=10)

@@ -16,7 +16,8 @@ import psutil
 
 from cli.net import free_port, wait_for_http
 
-from .common import ROOT, make_world, table, write_result
+from .lab.results import table, write_result
+from .lab.world import ROOT, make_world
 
 FULL = dict(users=1000, items=10_000, events=100_000, iterations=300, seconds=300, rate=200, event_share=0.1)
 QUICK = dict(users=100, items=1000, events=10_000, iterations=20, seconds=12, rate=60, event_share=0.2)

@@ -64,7 +64,7 @@ def test_benchmark_runs_in_quick_mode(name, tmp_path):
 
 def test_the_quality_page_is_the_render_of_the_committed_results():
     # given the protocols benchmark's committed results
-    from benchmarks import report
+    from benchmarks.pages import report
 
     results = report.load(ROOT / "benchmarks" / "results")
     assert results, "no benchmarks/results/protocols-*.json"
@@ -74,7 +74,7 @@ def test_the_quality_page_is_the_render_of_the_committed_results():
 
 def test_the_performance_page_is_the_render_of_the_committed_results():
     # given the latest full result of every benchmark, as committed
-    from benchmarks import report
+    from benchmarks.pages import report
 
     latest = report.load_latest(ROOT / "benchmarks" / "results")
     # then docs/performance.md is exactly what they render to
@@ -84,7 +84,7 @@ def test_the_performance_page_is_the_render_of_the_committed_results():
 
 def test_the_performance_page_shows_what_ran_and_lists_what_did_not(tmp_path):
     # given a full freshness run, a quick one beside it, and no other results
-    from benchmarks import report
+    from benchmarks.pages import report
     from benchmarks.__main__ import NAMES
 
     result = dict(benchmark="freshness", quick=False, date="2026-01-02 03:04:05 UTC",
@@ -109,13 +109,13 @@ def test_the_performance_page_shows_what_ran_and_lists_what_did_not(tmp_path):
 
 def test_every_benchmark_has_a_section_on_the_performance_page():
     from benchmarks.__main__ import NAMES
-    from benchmarks.performance_sections import SECTIONS
+    from benchmarks.pages.performance_sections import SECTIONS
 
     assert list(SECTIONS) == [n for n in NAMES if n != "report"]
 
 
 def test_a_result_names_the_settings_that_wrote_it():
-    from benchmarks.pages import command
+    from benchmarks.pages.provenance import command
 
     # an ablation at another cut than 0.8 names the cut; at 0.8 it need not
     assert command(dict(benchmark="ablation-pf-ml-1m-cut0.9", log="pf-ml-1m", cut=0.9)) == \

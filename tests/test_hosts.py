@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from benchmarks.netns import unavailable
-from benchmarks.servers import missing_programs
+from benchmarks.lab.netns import unavailable
+from benchmarks.lab.servers import missing_programs
 from precompute.settings import without_prefeed_config
 from tests.conftest import ROOT
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from .pages import figure, interval, percent, table, times
+from .figures import figure, interval, percent, table, times
 
 
 def _precompute(res: dict) -> list[str]:
@@ -138,7 +138,7 @@ def _soak(res: dict) -> list[str]:
 
 
 def _import(res: dict) -> list[str]:
-    from .import_ import sizes
+    from ..import_ import sizes
 
     users, films = sizes(res["rows"])
     databases = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}

@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .common import RESULTS, ROOT
-from .pages import NAMES, by_log, command
+from ..lab.results import RESULTS
+from ..lab.world import ROOT
 from .performance_sections import SECTIONS
+from .provenance import NAMES, by_log, command
 
 PERFORMANCE_PAGE = ROOT / "docs" / "performance.md"
 

@@ -12,7 +12,7 @@ rest on. Earlier figures are in git's history of those files, not on the pages.
 
 from __future__ import annotations
 
-from .common import ROOT
+from ..lab.world import ROOT
 from .performance_page import PERFORMANCE_PAGE, load_latest, render_performance
 from .quality_page import PAGE, load, render
 

@@ -1,9 +1,7 @@
-"""What the generated pages share: the logs' order and names, the command that writes a results file again, and
-how figures are rounded and tabled."""
+"""Where a figure on a generated page comes from: the logs in the pages' order and by name, and the command that
+writes a results file again."""
 
 from __future__ import annotations
-
-import math
 
 #: Logs in the order the pages show them (others after, by name).
 ORDER = ("synthetic", "pf-ml-1m", "pf-ml-100k")
@@ -28,41 +26,8 @@ def command(res: dict) -> str:
     env += f"PREFEED_BENCH_CUT={res['cut']:g} " if name == "ablation" and res.get("cut", 0.8) != 0.8 else ""
     options = ""
     if name == "import":
-        from .import_ import FULL_ROWS
+        from ..import_ import FULL_ROWS
 
         options += f" --rows {res['rows']}" if res.get("rows", FULL_ROWS) != FULL_ROWS else ""
         options += " --postgres URL" if any(r.get("database") == "postgresql" for r in res.get("runs", [])) else ""
     return f"{env}python -m benchmarks {name}{options}"
-
-
-# Formatting: figures rounded to what this machine's noise leaves meaningful; units in the headers.
-
-
-def figure(v, digits: int | None = None) -> str:
-    """A figure: thousands separated; floats to 3 significant digits (at least the units) unless ``digits``."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    if isinstance(v, int) or digits == 0:
-        return f"{v:,.0f}"
-    if digits is not None:
-        return f"{v:,.{digits}f}"
-    a = abs(v)      # by what the figure rounds to: 99.99 is "100", not "100.0"
-    return f"{v:,.0f}" if a >= 99.95 else f"{v:.1f}" if a >= 9.995 else f"{v:.2f}" if a >= 0.9995 else f"{v:.3f}"
-
-
-def times(v) -> str:
-    return "–" if v is None else f"{v:.1f}×" if abs(v) >= 10 else f"{v:.2f}×"
-
-
-def percent(v) -> str:
-    return "–" if v is None else f"{100 * v:.1f}%" if abs(v) < 0.1 else f"{100 * v:.0f}%"
-
-
-def interval(iv) -> str:
-    return "–" if not iv else f"{iv[0]:.2f}–{iv[1]:.2f}"
-
-
-def table(header: list[str], rows: list[list]) -> list[str]:
-    """A markdown table: the first column left, the others (figures) right."""
-    return ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1),
-            *("| " + " | ".join(str(c) for c in row) + " |" for row in rows)]

@@ -7,8 +7,9 @@ import json
 import statistics
 from pathlib import Path
 
-from .common import RESULTS, ROOT
-from .pages import NAMES, by_log, command
+from ..lab.results import RESULTS
+from ..lab.world import ROOT
+from .provenance import NAMES, by_log, command
 
 PAGE = ROOT / "docs" / "quality.md"
 
