@@ -15,7 +15,7 @@ from precompute.errors import InvalidInput
 from . import chart
 from .auth import dashboard_required
 from .errors import json_response
-from .feed import fallback
+from .fallback import fallback
 from .parse import query_int
 from .services import Services, services
 

@@ -7,18 +7,16 @@ scroll."""
 
 from __future__ import annotations
 
-import numpy as np
 from flask import Blueprint, request
 
-from jobs.queues import notify_changed
-from precompute.data import catalog, event_types
 from precompute.errors import InvalidInput
 from precompute.feeds import cursor
 
 from .auth import require
 from .errors import json_response
+from .fallback import fallback
 from .parse import path_id, query_int
-from .services import Services, services
+from .services import services
 
 bp = Blueprint("feed", __name__)
 
@@ -61,29 +59,3 @@ def get_feed(user_id: str):
         **({"restarted": True} if restarted else {}),
     })
 
-
-def fallback(svc: Services, uid: int, limit: int, offset: int, notify: bool = True,
-             scroll: cursor.Scroll | None = None):
-    """Popular in the user's recent categories, else global popular; and ask for the real feed (unless ``notify``
-    is False: the dashboard shows the fallback without acting).
-
-    The user's categories are ranked as precompute ranks them: each recent event adds its type's weight
-    (``PREFEED_EVENT_TYPES``) to every category of its item; ties by category id."""
-    settings = svc.settings
-    recent = catalog.latest_interactions(svc.engine, uid, settings.seen_recent_max)
-    seen = np.union1d(catalog.seen_items(svc.engine, uid, settings),
-                      np.array([r[0] for r in recent], dtype=np.int64))
-    if scroll is not None:                        # a scroll's next page: what it has not served, from the top
-        seen = np.union1d(seen, np.array(scroll.served, dtype=np.int64))
-        offset = 0
-    by_type = event_types.EventTypes.of(settings).weight_by_code()
-    type_weight = event_types.by_code(by_type, [r[1] for r in recent]).tolist()
-    weights: dict[int, float] = {}
-    for (_, _, cats), w in zip(recent, type_weight):
-        for c in cats:
-            weights[c] = weights.get(c, 0.0) + w
-    top = sorted((c for c in weights if weights[c] > 0), key=lambda c: (-weights[c], c))
-    if notify and len(recent):
-        notify_changed(settings, svc.queue_redis, [uid])
-    return svc.pages.fallback(top[: settings.user_top_categories], limit, offset, seen,
-                              lambda n: catalog.newest_active(svc.engine, n))

@@ -1,6 +1,6 @@
 """The live page: what must be live at request time, applied to a precomputed feed. Items deactivated or interacted
-with since the feed was computed are dropped, boosted items are lifted (``boosts.py``), and users without a feed get
-a fallback of popular items.
+with since the feed was computed are dropped, boosted items are lifted (``boosts.py``). Users without a feed get the
+fallback (``fallback.py``).
 
 A page reads only its own user's keys, in one round trip on one slot (``{u:<id>}``): the first bytes of the feed
 and the items the user interacted with since the feed's history version. Boosts and deactivations come from the
@@ -10,7 +10,6 @@ process's in-memory copy of the live state (``live.LiveView``), refreshed at mos
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from itertools import compress
 
 import numpy as np
@@ -145,35 +144,3 @@ class LiveFeeds:
         """Mask of ``ids`` still active and not interacted with since the feed was computed."""
         self.live.refresh()
         return self.live.active_mask(ids) & ~np.isin(ids, seen_since)
-
-    def fallback(self, categories: list[int], limit: int, offset: int, seen: np.ndarray,
-                 newest: Callable[[int], list[int]]) -> Page:
-        """Popular items of ``categories`` (interleaved), then global popular; no boosts, seen/inactive dropped.
-
-        The popular lists are published by workers when they load; before any worker has, ``newest(n)`` (the
-        newest active listings) stands in.
-        """
-        pipe = self.r.pipeline(transaction=False)
-        for c in categories:
-            pipe.get(self.keys.popular_category(c))
-        pipe.get(self.keys.popular_global)
-        # A value that is not whole 8-byte ids is not a list this version wrote: left out, as if unpublished.
-        lists = [np.frombuffer(b, dtype="<i8").astype(np.int64) for b in pipe.execute() if b and len(b) % 8 == 0]
-        if len(lists) > 1:
-            width = max(len(x) for x in lists[:-1])
-            grid = np.full((len(lists) - 1, width), -1, dtype=np.int64)
-            for k, x in enumerate(lists[:-1]):
-                grid[k, : len(x)] = x
-            merged = np.concatenate([grid.T.ravel(), lists[-1]])
-            merged = merged[merged >= 0]
-        else:
-            merged = lists[0] if lists else np.empty(0, dtype=np.int64)
-        if len(merged) == 0:
-            merged = np.asarray(newest(offset + limit + len(seen)), dtype=np.int64)
-        _, first = np.unique(merged, return_index=True)
-        merged = merged[np.sort(first)]
-        need = offset + limit
-        head = merged[: need + len(seen) + self.lookahead]
-        head = head[self.filter_live(head, seen)] if len(head) else head
-        items = [(int(i), 0.0, False) for i in head[offset:need]]
-        return Page(items=items, source="fallback", header=None)

@@ -15,6 +15,7 @@ import dataclasses
 import numpy as np
 
 from ..data.history import Histories
+from ..feeds import taste
 from ..settings import Settings
 from . import arrays, latent
 from .covisit import CoVisit
@@ -76,14 +77,13 @@ class Candidates:
 
 
 def category_weights(items: ItemTable, hist: Histories) -> np.ndarray:
-    """``(B, n_categories)`` weight of each user's history per category: each event adds its type's weight
-    (``PREFEED_EVENT_TYPES``; codes past the declaration weigh 0) to every category of its item."""
-    n_users, n_cat = len(hist), items.n_categories
+    """``(B, n_categories)`` weight of each user's history per category, by the rule of ``feeds/taste.py``: each
+    event adds its type's weight (``PREFEED_EVENT_TYPES``; codes past the declaration weigh 0) to every category of
+    its item."""
     known = np.flatnonzero(hist.item_rows >= 0)
     event, cat = items.categories_of(hist.item_rows[known])
-    w = items.weight_of(hist.types[known])[event]
-    return np.bincount(hist.owner[known][event] * n_cat + cat, weights=w,
-                       minlength=n_users * n_cat).reshape(n_users, n_cat)
+    return taste.category_weights(hist.owner[known], items.weight_of(hist.types[known]), event, cat, len(hist),
+                                  items.n_categories)
 
 
 def recent_items(hist: Histories, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
