@@ -43,7 +43,7 @@ def run(quick: bool = False) -> dict:
         rng = np.random.default_rng(0)
         from sqlalchemy import select
 
-        from precompute.data.models import Item
+        from precompute.data.tables import Item
         with world.engine.connect() as conn:
             item_ids = np.array(conn.execute(select(Item.id).where(Item.active)).scalars().all())
         pending: dict[int, list[tuple[int, float]]] = {}   # user -> [(version awaited, accepted at), ...]

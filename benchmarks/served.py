@@ -38,7 +38,7 @@ from cli.net import free_port, start_valkey, stop_all, wait_for_http
 from precompute.data import api_keys, engine as db
 from precompute.data.importing import import_events
 from precompute.data.log import load_events
-from precompute.data.models import Item, ItemAttribute, ItemCategory
+from precompute.data.tables import Item, ItemAttribute, ItemCategory
 from precompute.evaluation import replay
 from precompute.evaluation.split import cut_time
 from precompute.ranking import bootstrap, bundle, covisit, ranker

@@ -10,7 +10,7 @@ import click
 from sqlalchemy import select
 
 from precompute.data import engine as db
-from precompute.data.models import User
+from precompute.data.tables import User
 from precompute.errors import InvalidInput
 from precompute.feeds.client import clients, ping_redis
 

@@ -1,7 +1,7 @@
 """prefeed's core, importable without Flask or RQ; ``api`` and ``jobs`` build on it.
 
     settings, errors    one settings object, one error tree
-    data/               the database: models, engine, recording events, histories, catalogue, bulk loading,
+    data/               the database: tables, engine, recording events, histories, catalogue, bulk loading,
                         the synthetic marketplace
     ranking/            item matrices, co-visitation, candidates, features, the CatBoost ranker, bundles, the
                         Pipeline that glues them (reads ``data``, writes through ``feeds``)

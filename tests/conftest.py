@@ -108,7 +108,7 @@ def user_id(world) -> int:
 def users_with_history(world: World, first: int, n: int) -> list[int]:
     """``n`` users with at least one event, ``first`` and on: for tests that write only their own Redis keys for
     them (other tests may hold these ids)."""
-    from precompute.data.models import User
+    from precompute.data.tables import User
 
     with world.engine.connect() as conn:
         return list(conn.execute(select(User.id).where(User.id >= first, User.history_version > 0)

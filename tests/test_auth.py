@@ -15,7 +15,7 @@ from api import create_app
 from api.services import services
 from jobs.status import snapshot
 from precompute.data import api_keys
-from precompute.data.models import Event, Item
+from precompute.data.tables import Event, Item
 from tests.conftest import manage
 
 PUBLIC = {"/livez", "/healthz"}

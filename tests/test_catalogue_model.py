@@ -13,7 +13,7 @@ from api import create_app
 from api.services import services
 from precompute.data import bulk, catalog, engine as db, synthetic
 from precompute.data.history import histories_from_arrays
-from precompute.data.models import Event, Item, ItemAttribute, ItemCategory, User
+from precompute.data.tables import Event, Item, ItemAttribute, ItemCategory, User
 from precompute.ranking import bundle, candidates, features, ranker
 from precompute.ranking.covisit import index_for
 from precompute.ranking.item_table import load_item_table

@@ -73,7 +73,7 @@ def test_precompute_stale_rebuilds_missing_old_and_unreadable_feeds_and_leaves_c
     from rq.serializers import JSONSerializer
 
     from jobs.queues import make_queue
-    from precompute.data.models import User
+    from precompute.data.tables import User
     from precompute.data.recording import NewEvent, record
 
     def versions():

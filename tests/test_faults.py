@@ -21,7 +21,7 @@ from jobs.queues import enqueue_batches, make_queue
 from jobs.worker import recovery_delay
 from precompute.data import history
 from precompute.feeds.dirty import DirtyUsers
-from precompute.data.models import Event, User
+from precompute.data.tables import Event, User
 from precompute.feeds.codec import CorruptFeed, decode
 from precompute.feeds.keys import Keys
 from precompute.feeds.store import FeedStore

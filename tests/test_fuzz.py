@@ -18,7 +18,7 @@ from sqlalchemy import select
 from api import create_app
 from api.services import services
 from precompute.data import bulk, engine as db, synthetic
-from precompute.data.models import Item
+from precompute.data.tables import Item
 from tests.conftest import own_database, with_key
 
 TOKEN = {"Authorization": "Bearer test-admin-token"}

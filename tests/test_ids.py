@@ -81,7 +81,7 @@ ID_COLUMNS = [("items", "id"), ("users", "id"), ("events", "user_id"), ("events"
 @pytest.mark.skipif(not os.environ.get("PREFEED_TEST_DATABASE_URL"), reason="PostgreSQL only (SQLite ids are 64-bit)")
 def test_init_db_widens_32_bit_id_columns_on_postgresql(own_url):
     # given a PostgreSQL database whose id columns an earlier version created as 32-bit integers
-    from precompute.data.models import Base
+    from precompute.data.tables import Base
 
     engine = db.make_engine(own_url)
     Base.metadata.create_all(engine)

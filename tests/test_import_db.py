@@ -12,7 +12,7 @@ from sqlalchemy import func, select, text
 
 from precompute.data import engine as db
 from precompute.data.importing import import_events, import_items
-from precompute.data.models import Event, Item, ItemAttribute, ItemCategory, User
+from precompute.data.tables import Event, Item, ItemAttribute, ItemCategory, User
 from precompute.data.recording import NewEvent, record
 from precompute.errors import InvalidInput
 from precompute.settings import Settings

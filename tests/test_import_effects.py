@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 from cli import cli
 from precompute.data import engine as db, history, seen
 from precompute.data.importing import import_events
-from precompute.data.models import Event, User
+from precompute.data.tables import Event, User
 from precompute.data.recording import NewEvent, record
 from precompute.feeds import codec
 from precompute.feeds.store import FeedStore

@@ -17,7 +17,7 @@ from sqlalchemy import func, select
 from api import create_app
 from api.services import services
 from precompute.data import engine as db
-from precompute.data.models import Event, Item, ItemAttribute, ItemCategory, User
+from precompute.data.tables import Event, Item, ItemAttribute, ItemCategory, User
 from tests.conftest import own_database
 
 BASE = 7_000_000_000_000          # ids of this file's items, far from the synthetic world's

@@ -16,7 +16,7 @@ from sqlalchemy import select
 
 from jobs import metrics
 from jobs.queues import enqueue_batches, make_queue, notify_changed, retry
-from precompute.data.models import User
+from precompute.data.tables import User
 from precompute.errors import BundleError
 from precompute.feeds.dirty import DirtyUsers
 from precompute.feeds.store import FeedStore

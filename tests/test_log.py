@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import select
 
 from precompute.data import engine as db, log
-from precompute.data.models import Event, Item, User
+from precompute.data.tables import Event, Item, User
 from precompute.settings import Settings
 from tests.conftest import own_database
 

@@ -13,7 +13,7 @@ from sqlalchemy import func, select
 from api import create_app
 from api.services import services
 from precompute.data import engine as db, synthetic
-from precompute.data.models import Event, ItemCategory
+from precompute.data.tables import Event, ItemCategory
 from tests.conftest import manage, own_database, with_key
 
 RATING_OF_TYPE = {1: 3, 2: 3.5, 3: 4, 4: 5}     # the generator's view ... purchase as a film's stars

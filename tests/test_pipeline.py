@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import select, text, update
 
 from precompute.data import history
-from precompute.data.models import Item, User
+from precompute.data.tables import Item, User
 from precompute.data.recording import NewEvent, record
 from precompute.ranking import candidates, covisit, features, popularity, ranker
 from precompute.ranking.item_table import load_item_table
@@ -277,7 +277,7 @@ def test_deactivated_items_leave_candidates_after_reload(pipeline, world):
 def test_stale_users_are_those_whose_feed_is_missing_or_older(pipeline, world, user_id):
     from sqlalchemy import select
 
-    from precompute.data.models import User
+    from precompute.data.tables import User
 
     fresh, missing = user_id, user_id + 2000        # ``missing`` has never had a feed stored
     pipeline.recompute([fresh])
@@ -292,7 +292,7 @@ def test_stale_users_are_those_whose_feed_is_missing_or_older(pipeline, world, u
 def test_new_items_reach_candidates_and_feeds_once_the_item_matrices_reload(settings, world, r, user_id):
     from sqlalchemy import delete, insert
 
-    from precompute.data.models import Event, ItemCategory
+    from precompute.data.tables import Event, ItemCategory
     from precompute.ranking.pipeline import Pipeline
 
     # given a worker's pipeline whose popular lists are shorter than the catalogue, reading the whole log every 2 s
@@ -349,7 +349,7 @@ def test_wall_clock_reloads_carry_the_item_matrices_forward_and_a_full_reload_re
                                                                                                user_id):
     from sqlalchemy import delete
 
-    from precompute.data.models import Event
+    from precompute.data.tables import Event
     from precompute.ranking.pipeline import Pipeline
 
     # given a worker's pipeline reloading every second of wall time, and reading the whole log every 3 s
@@ -417,7 +417,7 @@ def test_the_item_matrices_reload_once_the_logs_clock_moves_past_their_max_age(s
     finally:
         from sqlalchemy import delete
 
-        from precompute.data.models import Event
+        from precompute.data.tables import Event
         with world.engine.begin() as conn:
             conn.execute(delete(Event).where(Event.user_id == crowd))
             conn.execute(delete(User).where(User.id == crowd))

@@ -9,7 +9,7 @@ import numpy as np
 from sqlalchemy import select, text, update
 
 from precompute.data import bulk, engine as db, history, seen, synthetic
-from precompute.data.models import User
+from precompute.data.tables import User
 from precompute.data.recording import NewEvent, record
 from precompute.ranking.pipeline import Pipeline
 from precompute.settings import DAY

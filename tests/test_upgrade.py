@@ -8,7 +8,7 @@ from sqlalchemy import insert, select, text
 from sqlalchemy.exc import IntegrityError
 
 from precompute.data import engine as db
-from precompute.data.models import Event, Item, ItemAttribute, ItemCategory, StoredEventType, User
+from precompute.data.tables import Event, Item, ItemAttribute, ItemCategory, StoredEventType, User
 from precompute.errors import ConfigError
 from precompute.ranking.item_table import load_item_table
 from precompute.ranking.layout import for_settings

@@ -1,2 +1,2 @@
-"""The database side: SQLAlchemy models and engine, recording events, users' histories, the catalogue, bulk
+"""The database side: SQLAlchemy tables and engine, recording events, users' histories, the catalogue, bulk
 loading and the synthetic marketplace. Imports nothing else of prefeed but ``settings`` and ``errors``."""

@@ -22,7 +22,7 @@ from sqlalchemy import Engine, select, update
 from sqlalchemy.exc import IntegrityError
 
 from ..errors import InvalidInput, NotFound
-from .models import ApiKey
+from .tables import ApiKey
 
 SCOPES = ("feed:read", "events:write", "items:write", "metrics:read", "admin")
 PREFIX = "pf_"

@@ -10,7 +10,7 @@ from sqlalchemy import Engine, delete, func, select
 from ..settings import Settings
 from . import seen
 from .history import recent_values_from_arrays
-from .models import Event, Item, ItemAttribute, ItemCategory, User
+from .tables import Event, Item, ItemAttribute, ItemCategory, User
 from .synthetic import Marketplace
 
 CHUNK = 50_000

@@ -9,7 +9,7 @@ from sqlalchemy import Engine, select, update
 from ..errors import NotFound
 from ..settings import Settings
 from . import clock, seen
-from .models import Event, Item, ItemCategory, User
+from .tables import Event, Item, ItemCategory, User
 
 
 def require_item(engine: Engine, item_id: int) -> None:

@@ -14,7 +14,7 @@ import time
 from sqlalchemy import func, select
 
 from ..settings import Settings
-from .models import Event
+from .tables import Event
 
 
 def newest_event(conn) -> float | None:

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from ..errors import as_prefeed_error
 from ..settings import Settings
 from . import event_types, upgrade
-from .models import Base
+from .tables import Base
 
 
 def make_engine(url: str, settings: Settings | None = None) -> Engine:

@@ -17,7 +17,7 @@ from sqlalchemy import Connection, select
 
 from ..errors import ConfigError
 from ..settings import Settings
-from .models import Event, StoredEventType
+from .tables import Event, StoredEventType
 
 
 @dataclasses.dataclass(frozen=True)

@@ -34,7 +34,7 @@ from sqlalchemy import Engine, select
 
 from ..settings import Settings
 from . import clock as clocks, seen as seen_items
-from .models import User
+from .tables import User
 from .rows import table
 
 RECORD = np.dtype([("item", "<i8"), ("type", "u1"), ("ts", "<f8")])     # packed: 17 bytes

@@ -19,7 +19,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from ..errors import NotFound
 from .parsing.chunks import ItemChunk
-from .models import Item, ItemAttribute, ItemCategory
+from .tables import Item, ItemAttribute, ItemCategory
 
 #: Ids per ``IN (...)`` list: under SQLite's limit of bound parameters (32,766) with room to spare.
 IN_BATCH = 10_000

@@ -13,7 +13,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from ..errors import as_prefeed_error, database_errors
 from ..settings import Settings
 from . import event_types, history, items, seen as seen_items
-from .models import Event, User
+from .tables import Event, User
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,7 +22,7 @@ import struct
 import numpy as np
 from sqlalchemy import func, select
 
-from .models import Event
+from .tables import Event
 from .rows import table
 
 RECORD = np.dtype([("item", "<i8"), ("ts", "<f8")])

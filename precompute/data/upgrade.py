@@ -10,7 +10,7 @@ from sqlalchemy.schema import CreateTable
 
 from ..settings import Settings
 from . import history, seen
-from .models import Event, User
+from .tables import Event, User
 
 
 def fill_missing(engine: Engine, settings: Settings, batch: int = 500) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqlalchemy import Engine, func, select
 
 from .event_types import EventTypes
-from .models import Event, User
+from .tables import Event, User
 from ..settings import Settings
 
 

@@ -24,7 +24,7 @@ from sqlalchemy import Engine, case, func, select
 
 from ..data import clock, event_types
 from ..data.rows import table
-from ..data.models import Event, Item, ItemAttribute, ItemCategory
+from ..data.tables import Event, Item, ItemAttribute, ItemCategory
 from ..settings import Settings
 from . import arrays
 from .layout import FeatureLayout, for_settings

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from sqlalchemy import Connection
 
-from ..models import Event
+from ..tables import Event
 from .stage import postgres
 
 DEFERRED = ("ix_events_item_type", "ix_events_ts")
