@@ -10,10 +10,10 @@ from precompute.logs import configure as configure_logs
 from precompute.data.engine import make_engine
 from precompute.feeds.client import clients
 from precompute.feeds import cursor
+from precompute.feeds.item_states import ItemStates
 from precompute.feeds.keys import Keys
 from precompute.feeds.limits import Limiter
-from precompute.feeds.live import LiveState
-from precompute.feeds.page import LiveFeeds
+from precompute.feeds.page import PageReader
 from precompute.settings import Settings
 
 from .services import EXTENSION, Services
@@ -43,8 +43,8 @@ def create_app(settings: Settings | None = None, test_config: dict | None = None
         feed_redis=r,
         queue_redis=queue_redis,
         keys=keys,
-        pages=LiveFeeds(r, settings),
-        item_states=LiveState(r, keys),
+        pages=PageReader(r, settings),
+        item_states=ItemStates(r, keys),
         metrics=metrics.ApiMetrics(settings, queue_redis),
         openapi=openapi.spec(settings),
     )

@@ -31,7 +31,7 @@ def put_boost(item_id: str):
     catalog.require_item(svc.engine, iid)
     expires = time.time() + ttl
     svc.item_states.boost(iid, weight, expires)
-    svc.pages.live.refresh(force=True)          # this process serves it at once; the others within the bound
+    svc.pages.states.refresh(force=True)        # this process serves it at once; the others within the bound
     return json_response({"item_id": iid, "weight": weight, "expires_at": expires})
 
 
@@ -41,5 +41,5 @@ def delete_boost(item_id: str):
     iid = path_id(item_id, "item_id")
     svc = services()
     removed = svc.item_states.unboost(iid)
-    svc.pages.live.refresh(force=True)
+    svc.pages.states.refresh(force=True)
     return json_response({"item_id": iid, "removed": bool(removed)})

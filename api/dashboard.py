@@ -56,17 +56,17 @@ def status_json():
 
 
 def lookup(svc: Services, uid: int, limit: int) -> dict:
-    """What ``GET /feed/<uid>?limit=<limit>`` serves now, and why: the same live page code (``LiveFeeds.explain``;
+    """What ``GET /feed/<uid>?limit=<limit>`` serves now, and why: the same live page code (``PageReader.explain``;
     the fallback as the API builds it, without scheduling a recompute)."""
     settings = svc.settings
-    live = svc.pages
-    found = live.explain(uid, limit, 0)
+    pages = svc.pages
+    found = pages.explain(uid, limit, 0)
     if found is None:
         page, dropped, ranks = fallback(svc, uid, limit, 0, notify=False), [], []
     else:
         page, dropped, ranks = found
     ids = [i for i, _, _ in page.items]
-    weights = live.live.weights(ids)
+    weights = pages.states.weights(ids)
     items = [{"item_id": i, "score": round(s, 6), "boosted": b, "weight": w if b else None,
               "rank": ranks[k] if k < len(ranks) else None}
              for k, ((i, s, b), w) in enumerate(zip(page.items, weights))]

@@ -112,7 +112,7 @@ def _upsert(new: list[NewItem]) -> Upserted:
 
 
 def _follow_active(flags: dict[int, bool]) -> None:
-    """Bring the live state's inactive set in line with the active ``flags`` just committed (item id → active)."""
+    """Bring the item states' inactive set in line with the active ``flags`` just committed (item id → active)."""
     svc = services()
     svc.item_states.set_active(flags)
-    svc.pages.live.refresh(force=True)          # this process serves it at once; the others within the bound
+    svc.pages.states.refresh(force=True)        # this process serves it at once; the others within the bound

@@ -10,10 +10,10 @@ from flask import Flask, current_app
 from sqlalchemy.engine import Engine
 
 from precompute.feeds.cursor import Cursors
+from precompute.feeds.item_states import ItemStates
 from precompute.feeds.keys import Keys
 from precompute.feeds.limits import Limiter
-from precompute.feeds.live import LiveState
-from precompute.feeds.page import LiveFeeds
+from precompute.feeds.page import PageReader
 from precompute.settings import Settings
 
 if TYPE_CHECKING:                  # both modules read services() themselves
@@ -31,11 +31,11 @@ class Services:
     keyring: Keyring            # API keys as this process last read them
     limiter: Limiter            # token buckets in the queue Redis, shared by every API process
     cursors: Cursors            # signs and reads scroll cursors
-    feed_redis: redis.Redis     # feeds, seen items, live state, popular lists (may be a cluster)
+    feed_redis: redis.Redis     # feeds, seen items, item states, popular lists (may be a cluster)
     queue_redis: redis.Redis    # RQ and the dirty-user set
     keys: Keys                  # every Redis key name, under the settings' prefix
-    pages: LiveFeeds            # a user's page with the live rules applied, and the fallback's
-    item_states: LiveState      # writes inactive items and boosts to Redis
+    pages: PageReader           # reads a user's page: their feed with the live rules applied
+    item_states: ItemStates     # writes inactive items and boosts to Redis
     metrics: ApiMetrics         # what /metrics renders
     openapi: dict               # the OpenAPI document, built once (it depends on settings only)
 

@@ -32,7 +32,7 @@ from cli.net import free_port, wait_for_http
 from cli.server import THREADS
 from precompute.feeds.client import redis_client
 from precompute.feeds.keys import Keys
-from precompute.feeds.live import LiveState
+from precompute.feeds.item_states import ItemStates
 from precompute.settings import Settings
 
 from .lab.results import median, table, write_result
@@ -59,7 +59,7 @@ def run(quick: bool = False) -> dict:
         # Boost 2% of items, popular ones, so pages do carry boosted items.
         rng = np.random.default_rng(0)
         boosted = rng.choice(pipeline.items.ids[pipeline.items.global_popular], max(1, len(pipeline.items) // 50))
-        live = LiveState(r, Keys(s.key_prefix))
+        live = ItemStates(r, Keys(s.key_prefix))
         for i in boosted:
             live.boost(int(i), float(rng.uniform(0.5, 3)), time.time() + 3600)
 

@@ -12,9 +12,9 @@ from sqlalchemy import func, select, text
 
 from api import create_app
 from api.services import services
-from precompute.data.tables import Event, User
+from precompute.data.models import Event, User
+from precompute.feeds.item_states import ItemStates
 from precompute.feeds.keys import Keys
-from precompute.feeds.live import LiveState
 
 
 def _json(resp):
@@ -109,7 +109,7 @@ def test_deactivated_items_stay_out_after_redis_loses_data(client, pipeline, use
         r.delete(*r.scan_iter(match=f"{settings.key_prefix}*", count=1000))
         for u, value in feeds.items():
             r.set(f"{settings.key_prefix}{{u:{u}}}:feed", value)
-        time.sleep(settings.live_refresh_ms / 1000 + 0.05)           # the API's copy of the live state follows
+        time.sleep(settings.live_refresh_ms / 1000 + 0.05)           # the API's copy of the item states follows
         assert all(firsts[u][0] in _ids(_feed(client, u, limit=5)) for u in users)      # served again
         # and a worker reloads its item matrices
         pipeline.load()
@@ -137,7 +137,7 @@ def test_a_rebuild_of_the_inactive_set_never_undoes_a_newer_deactivation(pipelin
         ids = catalog.inactive_ids(pipeline.engine)            # the first snapshot: the item is still active
         if not reads:                                          # PUT /items commits and writes the set now
             catalog.set_active(pipeline.engine, item, False)
-            LiveState(r, Keys(settings.key_prefix)).set_active({item: False})
+            ItemStates(r, Keys(settings.key_prefix)).set_active({item: False})
         reads.append(ids)
         return ids
 

@@ -8,9 +8,9 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 from precompute.feeds.codec import encode
+from precompute.feeds.item_states import ItemStates, ItemStatesCopy
 from precompute.feeds.keys import Keys
-from precompute.feeds.live import LiveState, LiveView
-from precompute.feeds.page import LiveFeeds
+from precompute.feeds.page import PageReader
 
 USER = 77
 VERSION = 10
@@ -41,10 +41,10 @@ def _store(r, keys: Keys, ids, boosts: dict[int, float], inactive: set[int], see
              keys.live_reactivated, keys.live_boosts)
     scores = np.linspace(1.0, 0.0, len(ids), dtype=np.float32)
     r.set(keys.feed(USER), encode(np.asarray(ids, dtype=np.int64), scores, VERSION, 0.0, 1))
-    live = LiveState(r, keys)
+    states = ItemStates(r, keys)
     for item, weight in boosts.items():
-        live.boost(item, weight, time.time() + 60)
-    live.set_active(dict.fromkeys(inactive, False))
+        states.boost(item, weight, time.time() + 60)
+    states.set_active(dict.fromkeys(inactive, False))
     if seen:
         r.zadd(keys.seen(USER), {str(i): VERSION + 1 for i in seen})
     # items seen before the feed was computed (at its version or earlier) are not dropped: the feed accounted them
@@ -53,10 +53,10 @@ def _store(r, keys: Keys, ids, boosts: dict[int, float], inactive: set[int], see
         r.zadd(keys.seen(USER), {str(i): v for i, v in before.items()})
 
 
-def _pages(live: LiveFeeds, size: int, until: int) -> list[tuple[int, bool]]:
+def _pages(pages: PageReader, size: int, until: int) -> list[tuple[int, bool]]:
     out = []
     for offset in range(0, until, size):
-        page = live.page(USER, size, offset)
+        page = pages.page(USER, size, offset)
         out += [(i, b) for i, _, b in page.items]
         if len(page.items) < size:
             break
@@ -67,13 +67,13 @@ def _check(r, settings, ids, boosts, inactive, seen, size, every, lookahead) -> 
     rule = dataclasses.replace(settings, boost_every=every, boost_lookahead=lookahead)
     keys = Keys(settings.key_prefix)
     _store(r, keys, ids, boosts, inactive, seen)
-    live = LiveFeeds(r, rule)
+    pages = PageReader(r, rule)
     kept = [i for i in ids if i not in inactive and i not in seen]
     want = reference(kept, [boosts.get(i, 0.0) for i in kept], every, lookahead)
     # (b) pages of `size` read one after another are exactly the rule's list, as is one big read
-    paged = _pages(live, size, len(ids) + size)
+    paged = _pages(pages, size, len(ids) + size)
     assert paged == want
-    assert [(i, b) for i, _, b in live.page(USER, max(len(ids), 1), 0).items] == want
+    assert [(i, b) for i, _, b in pages.page(USER, max(len(ids), 1), 0).items] == want
     # (a) every prefix of length n holds at most n // every + 1 boosted items
     flags = np.cumsum([b for _, b in paged])
     assert all(flags[n - 1] <= n // every + 1 for n in range(1, len(paged) + 1))
@@ -116,7 +116,7 @@ def test_the_tail_keeps_the_density_cap(r, settings):
     ids = list(range(1, 7))
     boosts = {1: 1.0, 4: 1.0, 5: 1.0, 6: 1.0}
     _check(r, settings, ids, boosts, set(), set(), 3, 4, 100)
-    page = LiveFeeds(r, settings).page(USER, 6, 0)
+    page = PageReader(r, settings).page(USER, 6, 0)
     # then the list ends where no organic item is left to keep the next boosted item within one in four
     assert [(i, b) for i, _, b in page.items] == [(1, True), (2, False), (3, False)]
 
@@ -128,16 +128,16 @@ def test_the_served_path_reads_further_when_many_items_were_dropped(r, settings)
 
 
 def test_boosts_are_in_force_until_they_expire_whichever_way_the_clock_moves(r, settings):
-    # given two boosts ending at t0 + 10 s and t0 + 20 s, in a process's copy of the live state
+    # given two boosts ending at t0 + 10 s and t0 + 20 s, in a process's copy of the item states
     keys = Keys(settings.key_prefix)
     t0 = time.time()
-    state = LiveState(r, keys)
+    state = ItemStates(r, keys)
     state.boost(1, 2.0, t0 + 10)
     state.boost(2, 3.0, t0 + 20)
-    view = LiveView(r, keys, 250)
+    view = ItemStatesCopy(r, keys, 250)
     view.refresh(force=True)
     # then at each instant exactly the boosts not yet ended are in force, also when the clock goes back
     for at, expected in [(0, {1: 2.0, 2: 3.0}), (15, {2: 3.0}), (10, {2: 3.0}), (9.9, {1: 2.0, 2: 3.0}),
                          (25, {}), (20, {}), (12, {2: 3.0}), (5, {1: 2.0, 2: 3.0})]:
-        assert view.live_boosts(t0 + at) == expected, at
+        assert view.boosts_in_force(t0 + at) == expected, at
         assert view.weights([1, 2, 3], t0 + at) == [expected.get(1, 0.0), expected.get(2, 0.0), 0.0]

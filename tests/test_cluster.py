@@ -1,4 +1,4 @@
-"""Feeds on Redis Cluster: a local three-master cluster (``cli/cluster.py``) holds feeds and live state, the RQ queue
+"""Feeds on Redis Cluster: a local three-master cluster (``cli/cluster.py``) holds feeds and item states, the RQ queue
 stays on the suite's single server, and the API and workers run unchanged on that split."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from cli.cluster import LocalCluster
 from jobs.queues import enqueue_batches, make_queue
 from precompute.feeds.client import redis_client
 from precompute.feeds.codec import encode
+from precompute.feeds.item_states import ItemStates
 from precompute.feeds.keys import Keys
-from precompute.feeds.live import LiveState
 from precompute.feeds.store import FeedStore
 from tests.conftest import manage, users_with_history, with_key
 
@@ -31,7 +31,7 @@ def cluster():
 
 @pytest.fixture
 def on_cluster(settings, cluster):
-    """The test's settings with feeds and live state on the cluster (the queue stays on ``REDIS_URL``)."""
+    """The test's settings with feeds and item states on the cluster (the queue stays on ``REDIS_URL``)."""
     return dataclasses.replace(settings, feed_redis_url=cluster.url)
 
 
@@ -105,7 +105,7 @@ def test_workers_and_the_api_run_unchanged_with_feeds_on_the_cluster(on_cluster,
 
 @pytest.mark.parametrize("where", ["single", "cluster"])
 def test_a_boost_or_a_deactivation_reaches_every_api_process_within_a_second(where, settings, on_cluster, r, rc):
-    # given an API process's app (its own copy of the live state, refreshed every PREFEED_LIVE_REFRESH_MS) and a feed
+    # given an API process's app (its own copy of the item states, refreshed every PREFEED_LIVE_REFRESH_MS) and a feed
     s, feeds = (settings, r) if where == "single" else (on_cluster, rc)
     user, ids = 4242, np.arange(1001, 1031, dtype=np.int64)
     FeedStore(feeds, s).write_many([(user, encode(ids, np.linspace(1, 0, 30, dtype=np.float32), 3, 0.0, 1), 3)])
@@ -115,7 +115,7 @@ def test_a_boost_or_a_deactivation_reaches_every_api_process_within_a_second(whe
         return [x["item_id"] for x in reader.get(f"/feed/{user}?limit=5").get_json()["items"]]
 
     assert served() == ids[:5].tolist()
-    other = LiveState(feeds, Keys(s.key_prefix))          # what another API process writes
+    other = ItemStates(feeds, Keys(s.key_prefix))          # what another API process writes
     for change, visible in ((lambda: other.boost(1020, 3.0, time.time() + 60), lambda got: 1020 in got),
                             (lambda: other.set_active({1001: False}), lambda got: 1001 not in got),
                             (lambda: other.unboost(1020), lambda got: 1020 not in got),

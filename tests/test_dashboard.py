@@ -14,8 +14,8 @@ from jobs.queues import make_queue, schedule_drain
 from jobs.status import snapshot
 from precompute.feeds.codec import encode
 from precompute.feeds.dirty import DirtyUsers
+from precompute.feeds.item_states import ItemStates
 from precompute.feeds.keys import Keys
-from precompute.feeds.live import LiveState
 from precompute.feeds.store import FeedStore
 from tests.conftest import manage, users_with_history
 
@@ -104,9 +104,9 @@ def test_the_user_lookup_shows_the_served_page_and_why(client, settings, r, pipe
     ids = feed.items.tolist()
     keys = Keys(settings.key_prefix)
     # and, since: the 2nd item deactivated, the 3rd interacted with, the 15th boosted
-    LiveState(r, keys).set_active({ids[1]: False})
+    ItemStates(r, keys).set_active({ids[1]: False})
     r.zadd(keys.seen(user_id), {str(ids[2]): feed.header.history_version + 1})
-    LiveState(r, keys).boost(ids[14], 5.0, time.time() + 600)
+    ItemStates(r, keys).boost(ids[14], 5.0, time.time() + 600)
     served = client.get(f"/feed/{user_id}?limit=20").json
     # when the operator looks the user up
     resp = client.get(f"/dashboard?user={user_id}&limit=20", headers=basic("ops", TOKEN))
@@ -179,7 +179,7 @@ def test_the_snapshot_counts_what_is_there(settings, r, world):
 def _versions(world, n):
     from sqlalchemy import select
 
-    from precompute.data.tables import User
+    from precompute.data.models import User
 
     with world.engine.connect() as conn:
         return [tuple(x) for x in conn.execute(select(User.id, User.history_version).where(

@@ -13,8 +13,8 @@ from api import create_app
 from api.services import services
 from precompute.errors import InvalidInput
 from precompute.feeds import cursor
+from precompute.feeds.item_states import ItemStates
 from precompute.feeds.keys import Keys
-from precompute.feeds.live import LiveState
 from precompute.feeds.store import FeedStore
 from tests.conftest import users_with_history, with_key
 
@@ -118,7 +118,7 @@ ACTIONS = st.sampled_from(["click", "boost", "unboost", "deactivate", "reactivat
 def test_twenty_pages_while_everything_changes(scroll_app, settings, pipeline, world, r):
     app, client = scroll_app
     keys = Keys(settings.key_prefix)
-    live = LiveState(r, keys)
+    states = ItemStates(r, keys)
     store = FeedStore(r, settings)
     pool = iter(users_with_history(world, 80, 40))
     every = settings.boost_every
@@ -134,7 +134,7 @@ def test_twenty_pages_while_everything_changes(scroll_app, settings, pipeline, w
         pipeline.recompute([uid])
         # boosted items within reach of the first pages, so that pages meet the density cap at their edges
         for i in store.read(uid).items.tolist()[5:60:6]:
-            live.boost(int(i), 2.0, time.time() + 600)
+            states.boost(int(i), 2.0, time.time() + 600)
         served, shown, inactive, clicked = [], [], set(), set()
         body = None
         for k in range(20):
@@ -175,18 +175,18 @@ def test_twenty_pages_while_everything_changes(scroll_app, settings, pipeline, w
                                                         "type": "click"}).status_code == 202
                     clicked.add(pick)
                 elif act == "boost" and pick is not None:
-                    live.boost(pick, 1.0 + picks[k] % 5, time.time() + 600)
+                    states.boost(pick, 1.0 + picks[k] % 5, time.time() + 600)
                 elif act == "unboost" and boosted_now:
-                    live.unboost(sorted(boosted_now)[picks[k] % len(boosted_now)])
+                    states.unboost(sorted(boosted_now)[picks[k] % len(boosted_now)])
                 elif act == "deactivate" and pick is not None:
-                    live.set_active({pick: False})
+                    states.set_active({pick: False})
                     inactive.add(pick)
                 elif act == "reactivate" and inactive:
                     back = sorted(inactive)[picks[k] % len(inactive)]
-                    live.set_active({back: True})
+                    states.set_active({back: True})
                     inactive.discard(back)
                 elif act == "recompute":
                     pipeline.recompute([uid])
-        live.set_active({i: True for i in inactive})
+        states.set_active({i: True for i in inactive})
 
     scroll()

@@ -1,7 +1,7 @@
 """Redis clients: built by the caller from the settings and passed in (the database engine is ``data/engine.py``).
 
 Two roles, two URLs (``Settings.queue_url`` / ``feed_url``, both ``REDIS_URL`` unless set): the RQ queue and the
-dirty-user set need one Redis (RQ does not run on a cluster), feeds and live state may live on Redis Cluster,
+dirty-user set need one Redis (RQ does not run on a cluster), feeds and item states may live on Redis Cluster,
 selected by ``redis+cluster://host:port[,host:port...]`` (any node; more are tried in turn at start).
 
 Scripts cannot be pipelined through redis-py's cluster client; ``per_node`` groups keys by the node serving their

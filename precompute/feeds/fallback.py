@@ -16,10 +16,10 @@ import numpy as np
 from ..settings import Settings
 from . import taste
 from .cursor import Scroll
-from .page import LiveFeeds, Page
+from .page import Page, PageReader
 
 
-def fallback_page(pages: LiveFeeds, settings: Settings, recent: Sequence[tuple[int, int, Sequence[int]]],
+def fallback_page(pages: PageReader, settings: Settings, recent: Sequence[tuple[int, int, Sequence[int]]],
                   weights: Sequence[float], seen: np.ndarray, limit: int, offset: int,
                   newest: Callable[[int], list[int]], scroll: Scroll | None = None) -> Page:
     """The fallback page for a user whose newest events are ``recent`` (``(item id, type code, the item's category
@@ -34,7 +34,7 @@ def fallback_page(pages: LiveFeeds, settings: Settings, recent: Sequence[tuple[i
     return popular_page(pages, categories, limit, offset, seen, newest)
 
 
-def popular_page(pages: LiveFeeds, categories: list[int], limit: int, offset: int, seen: np.ndarray,
+def popular_page(pages: PageReader, categories: list[int], limit: int, offset: int, seen: np.ndarray,
                  newest: Callable[[int], list[int]]) -> Page:
     """Popular items of ``categories`` (interleaved), then global popular; seen and inactive items dropped."""
     pipe = pages.r.pipeline(transaction=False)
@@ -58,6 +58,6 @@ def popular_page(pages: LiveFeeds, categories: list[int], limit: int, offset: in
     merged = merged[np.sort(first)]
     need = offset + limit
     head = merged[: need + len(seen) + pages.lookahead]
-    head = head[pages.filter_live(head, seen)] if len(head) else head
+    head = head[pages.servable(head, seen)] if len(head) else head
     items = [(int(i), 0.0, False) for i in head[offset:need]]
     return Page(items=items, source="fallback", header=None)

@@ -4,8 +4,8 @@ Keys are laid out for Redis Cluster, and the same layout serves a single Redis:
 
 - a user's keys share the hash tag ``{u:<id>}`` (one slot), so the page script reads the feed and the seen items
   in one call on one node;
-- the live state (boosts, deactivations, their counters) shares ``{live}`` and the fallback's popular lists share
-  ``{popular}``: each group changes in one atomic step on one node (``live.py``, ``store.publish_popular``);
+- the item states (boosts, deactivations, their counters) share ``{live}`` and the fallback's popular lists share
+  ``{popular}``: each group changes in one atomic step on one node (``item_states.py``, ``store.publish_popular``);
 - the dirty-user set, the drain flags and the rate limits' budgets belong with the RQ queue (``QUEUE_REDIS_URL``),
   never on a cluster.
 

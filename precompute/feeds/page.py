@@ -4,7 +4,8 @@ fallback (``fallback.py``).
 
 A page reads only its own user's keys, in one round trip on one slot (``{u:<id>}``): the first bytes of the feed
 and the items the user interacted with since the feed's history version. Boosts and deactivations come from the
-process's in-memory copy of the live state (``live.LiveView``), refreshed at most every ``PREFEED_LIVE_REFRESH_MS``.
+process's in-memory copy of the item states (``item_states.ItemStatesCopy``), refreshed at most every
+``PREFEED_LIVE_REFRESH_MS``.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from ..settings import Settings
 from .boosts import lift_boosts
 from .codec import HEADER_SIZE, RECORD_SIZE, CorruptFeed, FeedHeader, decode
 from .cursor import Scroll
+from .item_states import ItemStatesCopy
 from .keys import Keys
-from .live import LiveView
 
 
 @dataclasses.dataclass
@@ -42,25 +43,27 @@ class Dropped:
 SEEN_TAIL = 8
 
 
-class LiveFeeds:
+class PageReader:
+    """Reads users' pages: their precomputed feed with the live rules applied (one per API process)."""
+
     def __init__(self, r: redis.Redis, settings: Settings) -> None:
         self.r = r
         self.keys = Keys(settings.key_prefix)
         self.every = settings.boost_every
         self.lookahead = settings.boost_lookahead
-        self.live = LiveView(r, self.keys, settings.live_refresh_ms)
+        self.states = ItemStatesCopy(r, self.keys, settings.live_refresh_ms)
 
     def page(self, user_id: int, limit: int, offset: int, scroll: Scroll | None = None) -> Page | None:
         """The live page of ``user_id``'s precomputed feed, or None when the user has no feed. With ``scroll``
         (``cursor.py``): the next ``limit`` items of that scroll, ``offset`` ignored."""
-        found = self._live(user_id, limit, offset, scroll)
+        found = self._assemble(user_id, limit, offset, scroll)
         return None if found is None else found[0]
 
     def explain(self, user_id: int, limit: int, offset: int) -> tuple[Page, list[Dropped], list[int]] | None:
         """The live page (as ``page``), the feed items the live rules dropped ranked above the deepest item the page
         shows (the operator's "why not this one"), and each shown item's organic rank (0-based place in the stored
         feed: a boosted item's distance lifted). None when the user has no feed."""
-        found = self._live(user_id, limit, offset)
+        found = self._assemble(user_id, limit, offset)
         if found is None:
             return None
         page, ids, scores, inactive, seen_since = found
@@ -96,13 +99,13 @@ class LiveFeeds:
             return found
         return {int(i) for i in self.r.zrangebyscore(key, f"({version}", "+inf")}
 
-    def _live(self, user_id: int, limit: int, offset: int, scroll: Scroll | None = None):
+    def _assemble(self, user_id: int, limit: int, offset: int, scroll: Scroll | None = None):
         """The page and what it was made from: the feed prefix read (ids, scores) and flags of its items dropped
         as inactive and as seen since, as lists; None when there is no readable feed.
 
         Past the read, a page works on Python lists: it looks at ~150 items, where each numpy call costs more than
         a list comprehension over them (one binary search over the inactive items is the exception)."""
-        self.live.refresh()
+        self.states.refresh()
         served = frozenset(scroll.served) if scroll is not None else frozenset()
         need = limit if scroll is not None else offset + limit
         n_read = need + len(served) + self.lookahead + limit
@@ -115,7 +118,7 @@ class LiveFeeds:
                 return None                      # none, or unreadable: served from fallback and recomputed
             # The whole value was read when it has no more records than were returned (or fewer than asked for).
             complete = len(feed.items) >= feed.header.count or len(feed.items) < n_read
-            inactive = self.live.inactive_flags(feed.items)
+            inactive = self.states.inactive_flags(feed.items)
             ids, scores = feed.items.tolist(), feed.scores.tolist()
             seen_ids = self._seen_since(keys[1], feed.header.history_version, tail)
             seen_since = [not off and i in seen_ids for i, off in zip(ids, inactive)] if seen_ids else \
@@ -132,7 +135,7 @@ class LiveFeeds:
             else:
                 kept_ids, kept_scores = ids, scores         # nothing dropped (most offset pages)
             start, before = (0, 0) if scroll is None else (scroll.slots, scroll.boosted)
-            out = lift_boosts(kept_ids, kept_scores, self.live.live_boosts(), need, self.every, self.lookahead,
+            out = lift_boosts(kept_ids, kept_scores, self.states.boosts_in_force(), need, self.every, self.lookahead,
                               complete, start=start, boosted_before=before)
             if out is not None:
                 page = Page(items=out[offset:need] if scroll is None else out, source="precomputed",
@@ -140,7 +143,7 @@ class LiveFeeds:
                 return page, ids, scores, inactive, seen_since
             n_read *= 2                          # the rule needs more of the feed (many items dropped): read on
 
-    def filter_live(self, ids: np.ndarray, seen_since: np.ndarray) -> np.ndarray:
+    def servable(self, ids: np.ndarray, seen_since: np.ndarray) -> np.ndarray:
         """Mask of ``ids`` still active and not interacted with since the feed was computed."""
-        self.live.refresh()
-        return self.live.active_mask(ids) & ~np.isin(ids, seen_since)
+        self.states.refresh()
+        return self.states.active_mask(ids) & ~np.isin(ids, seen_since)

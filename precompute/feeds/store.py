@@ -15,7 +15,7 @@ from ..settings import Settings
 from .client import per_node
 from .codec import FORMAT, HEADER, HEADER_SIZE, MAGIC, RECORD_SIZE, Feed, decode
 from .keys import Keys
-from .live import LiveState
+from .item_states import ItemStates
 
 # Returns 1 if written, 0 if the stored feed has a newer history version. The stored version is read from the
 # header bytes 8..15 (u64 little-endian); Lua numbers are doubles, exact up to 2^53. Only a value of this magic and
@@ -78,10 +78,10 @@ class FeedStore:
         return stale
 
     def replace_inactive(self, read_inactive: Callable[[], Iterable[int]], attempts: int = 5) -> int:
-        """Make the live state's inactive set exactly ``read_inactive()`` (the database's view), and return its
+        """Make the item states' inactive set exactly ``read_inactive()`` (the database's view), and return its
         size. The database is the record; the set is what serving reads, and can fall behind it when Redis loses
-        data (``live.LiveState.replace_inactive``: never undoes a newer (de)activation)."""
-        return LiveState(self.r, self.keys).replace_inactive(read_inactive, attempts)
+        data (``item_states.ItemStates.replace_inactive``: never undoes a newer (de)activation)."""
+        return ItemStates(self.r, self.keys).replace_inactive(read_inactive, attempts)
 
     def publish_popular(self, global_ids: np.ndarray, by_category: dict[int, np.ndarray]) -> None:
         """Popular item ids for the fallback feed, one int64 array per list (``by_category``: real category id →

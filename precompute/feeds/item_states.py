@@ -1,4 +1,4 @@
-"""Live state: boosts and deactivated items, written to Redis and held in memory by every API process.
+"""Item states: boosts and deactivated items, written to Redis and held in memory by every API process.
 
 A page must apply boosts and deactivations made after its feed was computed, yet read nothing but its own user's
 keys (one slot in a cluster, one round trip). So the global state lives in four keys sharing the ``{live}`` hash
@@ -10,8 +10,9 @@ tag (one slot: a change is one atomic script), and each API process keeps a copy
 - ``boosts``: hash, item id → ``"weight expires_at"`` (epoch s); an expired boost is ignored by readers and
   removed by the next boost write.
 
-A reader (``LiveView``) checks ``seq`` and ``epoch`` at most every ``PREFEED_LIVE_REFRESH_MS``; when ``seq`` moved it
-fetches only the (de)activations after the ``seq`` it holds, and the boosts (a few hundred paid listings: small).
+A reader (``ItemStatesCopy``) checks ``seq`` and ``epoch`` at most every ``PREFEED_LIVE_REFRESH_MS``; when ``seq``
+moved it fetches only the (de)activations after the ``seq`` it holds, and the boosts (a few hundred paid listings:
+small).
 It reloads everything when the epoch changed or the reactivations it missed were trimmed. A change is therefore
 visible to every API process within the refresh interval plus one round trip.
 """
@@ -69,8 +70,8 @@ return {seq, 1}
 """ % dict(keep=REACTIVATED_KEEP)
 
 
-class LiveState:
-    """Writes to the live state (API admin routes, workers replacing the inactive set)."""
+class ItemStates:
+    """Writes the item states (API admin routes, workers replacing the inactive set)."""
 
     def __init__(self, r: redis.Redis, keys: Keys) -> None:
         self.r = r
@@ -105,8 +106,8 @@ class LiveState:
         raise redis.WatchError(f"{self.keys.live_seq} kept changing during {attempts} rebuilds of the inactive set")
 
 
-class LiveView:
-    """One process's copy of the live state, refreshed at most every ``refresh_ms`` (see the module doc)."""
+class ItemStatesCopy:
+    """One process's copy of the item states, refreshed at most every ``refresh_ms`` (see the module doc)."""
 
     def __init__(self, r: redis.Redis, keys: Keys, refresh_ms: int) -> None:
         self.r = r
@@ -165,7 +166,7 @@ class LiveView:
         """True where the item is deactivated, as a list (what the page's loops read)."""
         return _member(self.inactive, ids).tolist()
 
-    def live_boosts(self, now: float | None = None) -> dict[int, float]:
+    def boosts_in_force(self, now: float | None = None) -> dict[int, float]:
         """Item id -> weight of the boosts in force at ``now`` (default: the wall clock): not expired, weight > 0.
         Taken again only when ``now`` leaves the span the previous answer holds for (a boost expired, or the clock
         went back), so a page pays one dict lookup per item."""
@@ -180,7 +181,7 @@ class LiveView:
 
     def weights(self, ids: Iterable[int], now: float | None = None) -> list[float]:
         """Boost weight of each id, 0 where unboosted or expired."""
-        get = self.live_boosts(now).get
+        get = self.boosts_in_force(now).get
         return [get(int(i), 0.0) for i in ids]
 
 
