@@ -12,7 +12,7 @@ from sqlalchemy import func, select, text
 
 from api import create_app
 from api.services import services
-from precompute.data.models import Event, User
+from precompute.data.tables import Event, User
 from precompute.feeds.item_states import ItemStates
 from precompute.feeds.keys import Keys
 

@@ -179,7 +179,7 @@ def test_the_snapshot_counts_what_is_there(settings, r, world):
 def _versions(world, n):
     from sqlalchemy import select
 
-    from precompute.data.models import User
+    from precompute.data.tables import User
 
     with world.engine.connect() as conn:
         return [tuple(x) for x in conn.execute(select(User.id, User.history_version).where(
