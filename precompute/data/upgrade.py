@@ -5,6 +5,8 @@ all users where they are unique per user now (``scope_event_ids``)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sqlalchemy import Engine, func, inspect, or_, select, text, update
 from sqlalchemy.schema import CreateTable
 
@@ -85,31 +87,8 @@ def split_item_columns(engine: Engine) -> bool:
             conn.execute(text("ALTER TABLE items ALTER COLUMN price DROP NOT NULL"))
             conn.execute(text("ALTER TABLE items ALTER COLUMN created_at DROP NOT NULL"))
         return True
-    raw = engine.raw_connection()
-    try:
-        cur = raw.cursor()
-        cur.execute("PRAGMA foreign_keys=OFF")          # no effect inside a transaction: set before it begins
-        raw.commit()
-        try:
-            for statement in copy:
-                cur.execute(statement)
-            cur.execute("CREATE TABLE items_upgraded (id INTEGER NOT NULL PRIMARY KEY, price FLOAT, "
-                        "created_at FLOAT, active BOOLEAN NOT NULL)")
-            cur.execute("INSERT INTO items_upgraded (id, price, created_at, active) "
-                        "SELECT id, price, created_at, active FROM items")
-            cur.execute("DROP TABLE items")
-            cur.execute("ALTER TABLE items_upgraded RENAME TO items")
-            broken = cur.execute("PRAGMA foreign_key_check").fetchall()
-            if broken:
-                raise RuntimeError(f"items table rebuild would break {len(broken)} foreign key(s): {broken[:3]}")
-            raw.commit()
-        except BaseException:
-            raw.rollback()
-            raise
-        finally:
-            cur.execute("PRAGMA foreign_keys=ON")
-    finally:
-        raw.close()
+    _rebuild_on_sqlite(engine, "items", "CREATE TABLE items_upgraded (id INTEGER NOT NULL PRIMARY KEY, price FLOAT, "
+                       "created_at FLOAT, active BOOLEAN NOT NULL)", "id, price, created_at, active", first=copy)
     return True
 
 
@@ -137,19 +116,33 @@ def scope_event_ids(engine: Engine) -> bool:
     columns = ", ".join(c.name for c in Event.__table__.columns if c.name in have)
     create = str(CreateTable(Event.__table__).compile(engine)).replace("CREATE TABLE events", "CREATE TABLE "
                                                                        "events_upgraded", 1)
+    _rebuild_on_sqlite(engine, "events", create, columns, order_by="id")
+    return True
+
+
+def _rebuild_on_sqlite(engine: Engine, table: str, create: str, columns: str, first: Sequence[str] = (),
+                       order_by: str | None = None) -> None:
+    """Rebuild ``table`` on SQLite by the documented copy-and-rename, in one transaction: ``create`` makes
+    ``<table>_upgraded``, the ``columns`` (a comma-separated list) are copied into it (in ``order_by`` order, if
+    given), the old table is dropped and the new one takes its name. ``first``: statements run before, in the same
+    transaction. Foreign key checks are off meanwhile and checked before the commit: a rebuild that would break one
+    is rolled back."""
     raw = engine.raw_connection()
     try:
         cur = raw.cursor()
         cur.execute("PRAGMA foreign_keys=OFF")          # no effect inside a transaction: set before it begins
         raw.commit()
         try:
+            for statement in first:
+                cur.execute(statement)
             cur.execute(create)
-            cur.execute(f"INSERT INTO events_upgraded ({columns}) SELECT {columns} FROM events ORDER BY id")
-            cur.execute("DROP TABLE events")
-            cur.execute("ALTER TABLE events_upgraded RENAME TO events")
+            order = f" ORDER BY {order_by}" if order_by else ""
+            cur.execute(f"INSERT INTO {table}_upgraded ({columns}) SELECT {columns} FROM {table}{order}")
+            cur.execute(f"DROP TABLE {table}")
+            cur.execute(f"ALTER TABLE {table}_upgraded RENAME TO {table}")
             broken = cur.execute("PRAGMA foreign_key_check").fetchall()
             if broken:
-                raise RuntimeError(f"events table rebuild would break {len(broken)} foreign key(s): {broken[:3]}")
+                raise RuntimeError(f"{table} table rebuild would break {len(broken)} foreign key(s): {broken[:3]}")
             raw.commit()
         except BaseException:
             raw.rollback()
@@ -158,4 +151,3 @@ def scope_event_ids(engine: Engine) -> bool:
             cur.execute("PRAGMA foreign_keys=ON")
     finally:
         raw.close()
-    return True
