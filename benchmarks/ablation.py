@@ -14,7 +14,7 @@ import dataclasses
 import os
 import time
 
-from precompute.evaluation.run import evaluate
+from precompute.learning.evaluate import evaluate
 from precompute.ranking.layout import for_settings
 
 from .lab.logs import open_log

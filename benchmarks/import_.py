@@ -197,7 +197,7 @@ def _peak_mib() -> float:
 
 def _in_child(args: dict) -> dict:
     from precompute.data import engine as db
-    from precompute.ranking import ranker
+    from precompute.learning.fit import fit_ranker
     from precompute.settings import Settings
 
     tmp = Path(args["tmp"])
@@ -221,7 +221,7 @@ def _in_child(args: dict) -> dict:
         stages.append({"stage": f"until: {message[:50]}", "s": now - last[0], "rss_mib": _peak_mib()})
         last[0] = now
 
-    ranker.train(engine, settings, iterations=20 if args["quick"] else 100, users=200 if args["quick"] else None,
+    fit_ranker(engine, settings, iterations=20 if args["quick"] else 100, users=200 if args["quick"] else None,
                  progress=progress)
     progress("the end (validation, co-visitation of the whole log)")
     # Training fits each next period in a forked child (``ranking/ahead.py``): the largest child's peak, whose pages

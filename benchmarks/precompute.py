@@ -16,7 +16,7 @@ from threadpoolctl import threadpool_limits
 
 from jobs.queues import enqueue_batches, make_queue
 from precompute.data.history import load_histories
-from precompute.ranking import features, ranker
+from precompute.ranking import features, scoring
 from precompute.settings import Settings
 from precompute.ranking.pipeline import STAGES
 
@@ -199,7 +199,7 @@ def _predict_seconds(model, mats) -> float:
     total = 0.0
     for X in mats:
         X.sum()
-        total += _time(lambda: ranker.score(model, X))
+        total += _time(lambda: scoring.score(model, X))
     return total
 
 

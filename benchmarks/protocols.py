@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 
-from precompute.evaluation.run import evaluate
+from precompute.learning.evaluate import evaluate
 
 from .lab.logs import open_log
 from .lab.results import table, write_result

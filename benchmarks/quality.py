@@ -19,9 +19,9 @@ import numpy as np
 
 from precompute.data import bulk, engine as db, synthetic
 from precompute.data import log as event_log
-from precompute.evaluation import lists, metrics, report
-from precompute.evaluation.run import LIST_LENGTH, evaluate, scene
-from precompute.evaluation.split import cut_time
+from precompute.learning import lists, metrics, report
+from precompute.learning.evaluate import LIST_LENGTH, evaluate, scene
+from precompute.learning.split import cut_time
 from precompute.settings import Settings
 
 from .lab.results import RESULTS, table, write_result
@@ -90,7 +90,7 @@ def oracle(engine, settings: Settings, latent: synthetic.Latent, cut_quantile: f
     user's items by the generator's expected gain (``Latent.expected_events``), seen and inactive items left out
     as for every method. The ceiling the ranker / best-baseline ratio is to be read against."""
     log = event_log.load_events(engine)
-    at = scene(engine, settings, (log.user, log.item, log.type, log.ts), cut_time(log.ts, cut_quantile))
+    at = scene(engine, settings, log, cut_time(log.ts, cut_quantile))
     split, items = at.split, at.items
     generator_index = items.ids - 1          # the generator's item ids are 1..n in its own order
     out = lists.Collector()

@@ -6,7 +6,7 @@ them as ``evaluate`` does, and starts its worker and API processes. The events a
 ``POST /events`` in log order; before each judged step (a sample of users, their first steps after the cut) the
 feed is read with ``GET /feed/<user>?limit=10`` once it has caught up with the user's own events (its
 ``history_version`` is the database's). The same model, users and steps are judged in process by the replay
-protocol (``evaluation/replay.py``).
+protocol (``learning/replay.py``).
 
 Prints the served and evaluated NDCG@10 with the best baseline, the served ratio with its interval, and the share of
 steps whose served list scores exactly what the evaluated one does; writes ``results/served-<name>.json``.
@@ -39,11 +39,12 @@ from precompute.data import api_keys, engine as db
 from precompute.data.importing import import_events
 from precompute.data.log import load_events
 from precompute.data.tables import Item, ItemAttribute, ItemCategory
-from precompute.evaluation import replay
-from precompute.evaluation.split import cut_time
-from precompute.ranking import bootstrap, bundle, covisit, ranker
-from precompute.ranking.item_table import load_item_table
-from precompute.ranking.steps import find
+from precompute.learning import bootstrap, replay
+from precompute.learning.fit import fit_ranker
+from precompute.learning.split import cut_time
+from precompute.ranking import bundle, covisit
+from precompute.ranking.item_loader import load_item_table
+from precompute.learning.steps import find
 
 from .lab.logs import open_log
 from .lab.results import table, write_result
@@ -59,7 +60,7 @@ def run(quick: bool = False) -> dict:
     cfg = QUICK if quick else FULL
     with open_log(quick) as (source, source_settings, name):
         log = load_events(source)
-        events = (log.user, log.item, log.type, log.ts)
+        events = log
         cut = cut_time(log.ts, cfg["cut"])
         with _Product(source, source_settings, events, cut, cfg) as product:
             # The judged users and steps, and what the replay protocol says of them, with the product's model.
@@ -70,8 +71,8 @@ def run(quick: bool = False) -> dict:
             if len(who) > cfg["users"]:
                 who = np.sort(np.random.default_rng(0).choice(who, size=cfg["users"], replace=False))
             detail: dict = {}
-            judged = replay.judge(items, cov, events, cut, product.trained.model, product.settings,
-                                  n_steps=cfg["steps"], only=who, k=cfg["k"], detail=detail)
+            judged = replay.judge_replay(items, cov, events, cut, product.trained.model, product.settings,
+                                         n_steps=cfg["steps"], only=who, k=cfg["k"], detail=detail)
             steps = detail["steps"]
             t0 = time.perf_counter()
             lists, late = product.replay(steps, items, cfg["k"])
@@ -159,7 +160,7 @@ class _Product:
                 rows = [dict(r._mapping) for r in src.execute(select(model.__table__))]
                 if rows:
                     dst.execute(insert(model.__table__), rows)
-        user, item, type_, ts = self.events
+        user, item, type_, ts = self.events.user, self.events.item, self.events.type, self.events.ts
         n = int(np.searchsorted(ts, self.cut, side="right"))
         path = self.tmp / "before.csv"
         with path.open("w", newline="") as f:
@@ -172,7 +173,7 @@ class _Product:
         self.auth = {"Authorization": f"Bearer {key}"}
         self.n_posted = n
         # Trained on the log before the cut, as ``evaluate`` trains, and made current.
-        self.trained = ranker.train(self.engine, self.settings, iterations=self.cfg["iterations"], seed=0)
+        self.trained = fit_ranker(self.engine, self.settings, iterations=self.cfg["iterations"], seed=0)
         bundle.promote(self.settings.model_dir, bundle.write(self.settings.model_dir, self.trained.model,
                                                              self.trained.pairs, {"metrics": {}}))
 
@@ -210,7 +211,7 @@ class _Product:
         return lists, late
 
     def _post(self, names: list[str], upto: int) -> None:
-        user, item, type_, ts = self.events
+        user, item, type_, ts = self.events.user, self.events.item, self.events.type, self.events.ts
         while self.n_posted < upto:
             hi = min(upto, self.n_posted + self.per_request)
             batch = [{"user_id": int(u), "item_id": int(i), "type": names[int(t) - 1], "ts": float(s)}

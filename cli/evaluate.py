@@ -31,8 +31,8 @@ from .progress import Reporter
 def evaluate(obj, cut: float, k: int, json_path: str | None, chart: str | None, recent_days: float,
              users: int | None, iterations: int | None, protocol: str, steps: int, seed_: int) -> None:
     """Judge baselines and the ranker (trained on the past) on the log after a time cut."""
-    from precompute.evaluation import report     # the ranking stack, for this command only (cli/models.py)
-    from precompute.evaluation.run import evaluate as run_evaluation
+    from precompute.learning import report     # the learning stack, for this command only (cli/models.py)
+    from precompute.learning.evaluate import evaluate as run_evaluation
 
     for path in (json_path, chart):
         report.check_writable(path)

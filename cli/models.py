@@ -37,14 +37,14 @@ def train(obj, iterations: int | None, depth: int | None, users: int | None, see
     """Train the ranker on a time split, write a bundle, and promote it if it beats the best baseline.
 
     A bundle that does not is kept (``models list``) but not made current: one line on stderr, exit 5."""
-    from precompute.evaluation.run import train as train_checked
+    from precompute.learning import train as training
     from precompute.ranking import bundle
 
     settings = obj.settings
     engine = ready_engine(settings)
     t0 = time.perf_counter()
     with Reporter() as progress:
-        result = train_checked(engine, settings, iterations=iterations, depth=depth, users=users, seed=seed_,
+        result = training.train(engine, settings, iterations=iterations, depth=depth, users=users, seed=seed_,
                                progress=progress)
     m = result.metrics
     interval = m.get("ratio_interval")

@@ -19,7 +19,7 @@ from sqlalchemy.pool import NullPool
 
 from cli.net import start_valkey
 from precompute.data import api_keys, bulk, engine as db, synthetic
-from precompute.evaluation import run as evaluation
+from precompute.learning import train as training
 from precompute.ranking import bundle
 from precompute.settings import Settings, normalize_database_url
 from precompute.ranking.pipeline import Pipeline
@@ -86,7 +86,7 @@ def world(tmp_path_factory, database_url, redis_url) -> World:
     db.init_db(engine, settings)
     market = synthetic.generate(N_USERS, N_ITEMS, N_EVENTS, seed=7, now=time.time())
     bulk.load(engine, market, settings)
-    result = evaluation.train(engine, settings, iterations=40, users=N_USERS)     # what `manage.py train` runs
+    result = training.train(engine, settings, iterations=40, users=N_USERS)     # what `manage.py train` runs
     version = bundle.write(settings.model_dir, result.model, result.pairs, {"metrics": result.metrics})
     bundle.promote(settings.model_dir, version)
     key = api_keys.create(engine, "tests", frozenset({"feed:read", "events:write", "items:write"}), rate=1e6,

@@ -1,4 +1,4 @@
-"""Work computed ahead in a forked child (``ranking/ahead.py``): its result, its errors, and a child that is lost."""
+"""Work computed ahead in a forked child (``learning/ahead.py``): its result, its errors, and a child that is lost."""
 
 import os
 import signal
@@ -9,7 +9,7 @@ import pytest
 
 from precompute.data import engine as db
 from precompute.errors import InvalidInput
-from precompute.ranking import ahead
+from precompute.learning import ahead
 
 
 @pytest.fixture

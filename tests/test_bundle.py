@@ -1,6 +1,7 @@
 """Model bundles: checked before they are promoted or loaded, the feature layout included, and picked up by a
 running pipeline between jobs."""
 
+import dataclasses
 import json
 import shutil
 
@@ -158,7 +159,6 @@ def test_the_matrix_builder_places_every_column_by_its_declared_name(pipeline, u
     hist = load_histories(pipeline.engine, [user_id, user_id + 1], pipeline.items, pipeline.settings)
     cand = pipeline.candidates(hist)
     now = 1.7e9
-    pipeline.items._static = None
     before = features.build(pipeline.items, hist, cand, now)
     # when the layout declares pairs of columns in the other order (one per group that is built differently)
     pairs = [("item_attr_quality", "item_attr_photos"), ("user_events_24h", "user_click_rate"),
@@ -172,12 +172,7 @@ def test_the_matrix_builder_places_every_column_by_its_declared_name(pipeline, u
                 group = _swapped(group, a, b)
         groups.append((name, tuple(group)))
     swapped = FeatureLayout(groups=tuple(groups))
-    monkeypatch.setattr(pipeline.items, "layout", swapped)
-    pipeline.items._static = None
-    try:
-        after = features.build(pipeline.items, hist, cand, now)
-    finally:
-        pipeline.items._static = None
+    after = features.build(dataclasses.replace(pipeline.items, layout=swapped), hist, cand, now)
     # then each named column holds the same values, at its new place
     for name in layout.names:
         assert np.array_equal(before[:, layout.index(name)], after[:, swapped.index(name)], equal_nan=True), name

@@ -14,9 +14,10 @@ from api.services import services
 from precompute.data import bulk, catalog, engine as db, synthetic
 from precompute.data.history import histories_from_arrays
 from precompute.data.tables import Event, Item, ItemAttribute, ItemCategory, User
-from precompute.ranking import bundle, candidates, features, ranker
+from precompute.learning.fit import fit_ranker
+from precompute.ranking import bundle, candidates, features, scoring
 from precompute.ranking.covisit import index_for
-from precompute.ranking.item_table import load_item_table
+from precompute.ranking.item_loader import load_item_table
 from precompute.ranking.pipeline import Pipeline
 from tests.conftest import own_database, with_key
 
@@ -151,7 +152,7 @@ def sparse_world(tmp_path_factory, world, redis_url):
     with engine.begin() as conn:
         conn.execute(update(Item).where(Item.id.in_(no_price)).values(price=None))
         conn.execute(update(Item).where(Item.id.in_(no_created)).values(created_at=None))
-    result = ranker.train(engine, s, iterations=10, users=200)
+    result = fit_ranker(engine, s, iterations=10, users=200)
     bundle.promote(s.model_dir, bundle.write(s.model_dir, result.model, result.pairs, {"metrics": result.metrics}))
     yield s, engine, m, no_price, no_created
     engine.dispose()
@@ -220,7 +221,7 @@ def test_items_without_price_or_creation_time_get_nan_features_and_still_rank(sp
     age = X[:, layout.index("item_age_days")]
     assert np.isnan(age[undated]).all() and np.isfinite(age[~undated]).all()
     # and they are still scored and reach the feeds
-    scores = ranker.score(pipeline.bundle.model, X)
+    scores = scoring.score(pipeline.bundle.model, X)
     assert np.isfinite(scores).all()
     pipeline.recompute(m.user_id.tolist())
     stored = set()

@@ -12,7 +12,7 @@ from sqlalchemy import select, text
 
 from precompute.data import bulk, engine as db, synthetic
 from precompute.data.history import load_histories
-from precompute.ranking.item_table import load_item_table
+from precompute.ranking.item_loader import load_item_table
 
 from tests.conftest import manage, users_with_history
 

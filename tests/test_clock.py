@@ -9,9 +9,10 @@ import pytest
 from sqlalchemy import text
 
 from precompute.data.history import load_histories
-from precompute.ranking import ranker
+from precompute.data.log import load_events
+from precompute.learning import periods
 from precompute.ranking.covisit import index_for
-from precompute.ranking.item_table import load_item_table
+from precompute.ranking.item_loader import load_item_table
 from precompute.ranking.pipeline import Pipeline
 from precompute.settings import DAY
 from tests.conftest import users_with_history
@@ -34,7 +35,7 @@ def test_precompute_builds_the_feature_rows_training_builds_at_the_same_clock(se
     pipeline = Pipeline(s, world.engine, r)
     pipeline.load()
     cov_t = index_for(items_t, pipeline.bundle.pairs)
-    _, cand_t, X_t = ranker.feature_rows(items_t, cov_t, ranker.load_events(world.engine, clock), np.array(users),
+    _, cand_t, X_t = periods.feature_rows(items_t, cov_t, load_events(world.engine, clock), np.array(users),
                                          clock, s)
     # ... and precompute's path reads the batch from the database and builds them at the clock it reads
     hist = load_histories(world.engine, users, pipeline.items, s)

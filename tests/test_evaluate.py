@@ -12,12 +12,12 @@ import pytest
 
 from precompute.data import engine as db, importing, log as event_log
 from precompute.errors import InvalidInput
-from precompute.evaluation import baselines, metrics, model, run
-from precompute.ranking import steps
-from precompute.evaluation.lists import Ranked
-from precompute.evaluation.split import Truth, cut_time, split_log
-from precompute.ranking import bootstrap, covisit, ranker
-from precompute.ranking.item_table import load_item_table
+from precompute.learning import baselines, bootstrap, evaluate, metrics, ranker_lists, steps, train
+from precompute.learning.fit import fit_ranker
+from precompute.learning.lists import Ranked
+from precompute.learning.split import Truth, cut_time, split_log
+from precompute.ranking import covisit
+from precompute.ranking.item_loader import load_item_table
 from tests.conftest import manage, own_database
 
 DAY = 86400.0
@@ -41,7 +41,7 @@ def _split_at_gap(engine, s):
     gap = int(np.argmax(np.diff(log.ts)))
     cut = float(log.ts[gap])
     items = load_item_table(engine, s, as_of=cut)
-    return split_log((log.user, log.item, log.type, log.ts), cut, items), items
+    return split_log(log, cut, items), items
 
 
 def test_metrics_match_a_hand_computed_example():
@@ -126,7 +126,7 @@ def test_covisit_beats_popular_when_users_go_on_to_the_co_visited_item(own, tmp_
     importing.import_events(engine, events, "csv", s)
     # when co-visitation (built from the pre-cut log) and popularity rank the judged users
     split, items = _split_at_gap(engine, s)
-    user, item, type_, ts = split.pre
+    user, item, type_, ts = split.pre.user, split.pre.item, split.pre.type, split.pre.ts
     pairs = covisit.build_pairs(user, item, ts, s.covisit_window, s.session_gap, s.covisit_neighbours,
                                 covisit.event_factors(type_, s))
     ranked = baselines.rank_all(split, items, covisit.index_for(items, pairs), s, 100)
@@ -144,15 +144,16 @@ def test_no_method_lists_an_item_the_user_had_before_the_cut(world):
     log = event_log.load_events(world.engine)
     cut = cut_time(log.ts, 0.8)
     items = load_item_table(world.engine, s, as_of=cut)
-    split = split_log((log.user, log.item, log.type, log.ts), cut, items, users=40, seed=1)
+    split = split_log(log, cut, items, users=40, seed=1)
     assert np.diff(split.seen_offsets).max() > 3
     # when every baseline and the ranker (trained on the pre-cut log) rank the judged users
-    user, item, type_, ts = split.pre
+    user, item, type_, ts = split.pre.user, split.pre.item, split.pre.type, split.pre.ts
     pairs = covisit.build_pairs(user, item, ts, s.covisit_window, s.session_gap, s.covisit_neighbours,
                                 covisit.event_factors(type_, s))
     cov = covisit.index_for(items, pairs)
     ranked = baselines.rank_all(split, items, cov, s, 100)
-    ranked["ranker"] = model.rank(model.train(world.engine, s, split, iterations=20).model, split, items, cov, s, 100)
+    ranked["ranker"] = ranker_lists.rank(fit_ranker(world.engine, s, iterations=20, events=split.pre).model, split,
+                                        items, cov, s, 100)
     # then no list of any method holds an item its user interacted with before the cut, and the ranker ranks
     for name, r in ranked.items():
         for u in range(len(split.users)):
@@ -166,7 +167,7 @@ def test_an_empty_log_and_a_cut_outside_the_log_are_refused(own):
     # given an empty database; when evaluated, then a one-line refusal names the problem
     s, engine = own
     with pytest.raises(InvalidInput, match="only 0 events"):
-        run.evaluate(engine, s)
+        evaluate.evaluate(engine, s)
     with pytest.raises(InvalidInput, match="strictly between 0 and 1"):
         cut_time(np.arange(10.0), 1.0)
 
@@ -212,8 +213,8 @@ def test_item_knn_ranks_by_summed_cosine_similarity_to_the_users_items(world):
     log = event_log.load_events(world.engine)
     cut = cut_time(log.ts, 0.8)
     items = load_item_table(world.engine, world.settings, as_of=cut)
-    split = split_log((log.user, log.item, log.type, log.ts), cut, items, users=25, seed=3)
-    user, item, type_, _ = split.pre
+    split = split_log(log, cut, items, users=25, seed=3)
+    user, item, type_ = split.pre.user, split.pre.item, split.pre.type
     rows, w = items.rows(item), items.weight_of(type_)
     ok = (rows >= 0) & (w > 0)
     users = np.unique(user)
@@ -252,12 +253,12 @@ def test_items_created_after_a_cut_are_inactive_at_it_but_live_items_stay_active
 def test_the_promotion_check_reusing_trainings_validation_period_judges_as_a_fresh_build(world):
     # given a model trained on the world's log, which keeps its validation cut's item table and co-visitation
     log = event_log.load_events(world.engine)
-    events = (log.user, log.item, log.type, log.ts)
-    result = ranker.train(world.engine, world.settings, iterations=20, users=200, events=events)
+    events = log
+    result = fit_ranker(world.engine, world.settings, iterations=20, users=200, events=events)
     assert result.validation is not None
     # when the promotion check reuses them, and when it builds them again from the database and the log
-    reused = run.validate(world.engine, world.settings, events, result, users=None)
-    rebuilt = run.validate(world.engine, world.settings, events, dataclasses.replace(result, validation=None),
+    reused = train.validate(world.engine, world.settings, events, result, users=None)
+    rebuilt = train.validate(world.engine, world.settings, events, dataclasses.replace(result, validation=None),
                            users=None)
     # then both judge the same users with the same numbers under the replay protocol (the static one beside), and
     # leave out the users that chose the tree count

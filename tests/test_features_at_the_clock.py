@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from precompute.ranking import features
-from precompute.ranking.item_table import load_item_table
+from precompute.ranking.item_loader import load_item_table
 from tests.conftest import own_database
 from tests.test_catalogue_model import NOW, batch, small_world
 

@@ -13,7 +13,8 @@ from sqlalchemy import text
 from api import create_app
 from api.services import services
 from precompute.data import bulk, engine as db, synthetic
-from precompute.ranking import bundle, ranker
+from precompute.learning.fit import fit_ranker
+from precompute.ranking import bundle
 from precompute.ranking.pipeline import Pipeline
 from tests.conftest import own_database, with_key
 
@@ -35,7 +36,7 @@ def test_items_and_users_above_2_53_keep_their_exact_ids_end_to_end(settings, r,
     db.init_db(engine)
     bulk.load(engine, m, s)
     # when a model is trained on it and every user's feed is precomputed
-    result = ranker.train(engine, s, iterations=10, users=200)
+    result = fit_ranker(engine, s, iterations=10, users=200)
     bundle.promote(s.model_dir, bundle.write(s.model_dir, result.model, result.pairs, {"metrics": result.metrics}))
     pipeline = Pipeline(s, engine, r)
     pipeline.load()

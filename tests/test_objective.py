@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from catboost import CatBoost
 
-from precompute.ranking import objective, ranker
+from precompute.learning import objective
+from precompute.learning.fit import fit_ranker
 
 
 def _line(sign: float) -> CatBoost:
@@ -57,7 +58,7 @@ def test_the_default_objective_is_left_only_on_confident_evidence():
 def test_a_named_objective_is_the_only_one_fitted(world):
     # given training told to use YetiRank
     settings = dataclasses.replace(world.settings, train_loss="YetiRank")
-    result = ranker.train(world.engine, settings, iterations=20, depth=3, users=300)
+    result = fit_ranker(world.engine, settings, iterations=20, depth=3, users=300)
     # then it fits that one and makes no choice
     assert result.metrics["loss"] == "YetiRank" == result.model.get_params()["loss_function"]
     assert not any(key.startswith("choice_") for key in result.metrics)
@@ -65,7 +66,7 @@ def test_a_named_objective_is_the_only_one_fitted(world):
 
 def test_auto_fits_the_default_only_when_too_few_users_could_choose(world):
     # given the small world, whose validation cut has fewer users to choose on than the choice needs
-    result = ranker.train(world.engine, world.settings, iterations=20, depth=3, users=300)
+    result = fit_ranker(world.engine, world.settings, iterations=20, depth=3, users=300)
     # then auto fits Logloss alone and makes no choice
     assert result.metrics["loss"] == "Logloss" == result.model.get_params()["loss_function"]
     assert not any(key.startswith("choice_") for key in result.metrics)

@@ -12,8 +12,10 @@ from sqlalchemy import select, text, update
 from precompute.data import history
 from precompute.data.tables import Item, User
 from precompute.data.recording import NewEvent, record
-from precompute.ranking import candidates, covisit, features, popularity, ranker
-from precompute.ranking.item_table import load_item_table
+from precompute.data.log import load_events
+from precompute.learning import periods
+from precompute.ranking import candidates, covisit, features, popularity
+from precompute.ranking.item_loader import load_item_table
 from precompute.ranking.pipeline import STAGES
 from tests import reference
 from tests.conftest import users_with_history
@@ -150,8 +152,8 @@ def test_every_feature_column_matches_a_plain_python_reference(pipeline, world, 
 def test_training_and_precompute_build_identical_feature_rows(pipeline, world, user_id):
     # given the same user, history and clock, through training's path (in-memory log) and precompute's (SQL)
     now = time.time()
-    events = ranker.load_events(world.engine)
-    _, cand_t, X_t = ranker.feature_rows(pipeline.items, pipeline.cov, events, np.array([user_id]), now,
+    events = load_events(world.engine)
+    _, cand_t, X_t = periods.feature_rows(pipeline.items, pipeline.cov, events, np.array([user_id]), now,
                                          pipeline.settings)
     hist = histories(pipeline, [user_id])
     cand_s = pipeline.candidates(hist)
@@ -182,8 +184,9 @@ def test_training_features_of_sampled_candidates_are_the_rows_of_the_whole_set(p
 
 
 def test_history_truncation_is_the_same_on_both_paths(pipeline, world, user_id):
-    events = ranker.load_events(world.engine)
-    a = history.histories_from_arrays(np.array([user_id]), *events, pipeline.items,
+    events = load_events(world.engine)
+    a = history.histories_from_arrays(np.array([user_id]), events.user, events.item, events.type, events.ts,
+                                      pipeline.items,
                                       dataclasses.replace(pipeline.settings, history_limit=5), clock=time.time())
     b = histories(pipeline, [user_id], 5)
     assert len(a.ts) == len(b.ts) == 5
@@ -404,7 +407,7 @@ def test_the_item_matrices_reload_once_the_logs_clock_moves_past_their_max_age(s
         record(world.engine, [NewEvent(crowd, item, 4, as_of + 301)], s)
         loaded_at = pipeline.items.loaded_at
         assert pipeline.refresh() is True and pipeline.items.as_of == as_of + 301
-        block = popularity.Live.of_table(pipeline.items, 1, (0, 0)).blocks[0]
+        block = pipeline.items.live(1, (0, 0)).blocks[0]
         column = pipeline.items.layout.index("item_log_weighted_1h") - pipeline.items.layout.start("item_live")
         assert block[row(), column] == pytest.approx(np.log1p(2 * pipeline.items.type_weights[4]))
         # and that reload carried the table forward (the events since it), to the numbers a full load reads; the

@@ -8,11 +8,13 @@ import numpy as np
 import pytest
 
 from precompute.data.recording import NewEvent, record
-from precompute.evaluation import replay
-from precompute.ranking import candidates, popularity, ranker
-from precompute.ranking.item_table import load_item_table
+from precompute.data.log import EventLog, load_events
+from precompute.learning import replay
+from precompute.learning.activity import Activity
+from precompute.ranking import candidates
+from precompute.ranking.item_loader import load_item_table
 from precompute.ranking.pipeline import Pipeline
-from precompute.ranking.steps import ByUser, Steps, find
+from precompute.learning.steps import ByUser, Steps, find
 from tests.conftest import own_database
 from tests.test_catalogue_model import NOW, small_world
 
@@ -28,7 +30,7 @@ def replayed(items, cov, events, step: Steps, model, settings, n: int) -> list[i
     """The ids a replay ranks for one step, through the evaluation's own code (``replay.rank``), at its feed
     clock."""
     hist = ByUser(events).histories(step, items, settings)
-    live = popularity.Activity(items, events[3], events[1], events[2]).live(
+    live = Activity(items, events.ts, events.item, events.type).live(
         step.feed_clock, candidates.recent_lengths(settings), step.feed_known)
     cand, top, offsets = replay.rank(items, cov, hist, step.feed_clock, live, model, settings, n)
     return items.ids[cand.rows[top]].tolist()
@@ -36,13 +38,13 @@ def replayed(items, cov, events, step: Steps, model, settings, n: int) -> list[i
 
 def test_a_replayed_step_ranks_what_a_worker_stores_for_the_same_history_and_clock(pipeline, world, user_id):
     # given a worker's pipeline at the log's clock and the same log in memory
-    events = ranker.load_events(world.engine)
+    events = load_events(world.engine)
     items, s = pipeline.items, pipeline.settings
-    clock = float(events[3][-1])
+    clock = float(events.ts[-1])
     assert items.as_of == clock
     # when a step of the user right after the log is replayed with the worker's model, table and co-visitation
     step = Steps(user=np.array([user_id]), ts=np.array([clock + 1.0]), clock=np.array([clock]),
-                 known=np.array([len(events[0])]), offsets=np.array([0, 1]), rows=np.array([0]),
+                 known=np.array([len(events)]), offsets=np.array([0, 1]), rows=np.array([0]),
                  rel=np.array([1.0]))
     got = replayed(items, pipeline.cov, events, step, pipeline.bundle.model, s, s.feed_length)
     # then its list is, item by item, the feed the worker computes and stores for that user
@@ -64,7 +66,7 @@ def test_three_replayed_steps_are_the_feeds_a_worker_serves_before_each(world, s
                   [(7, 28, 4, cut + 90_000.0)]]
     engine = small_world(s, own_url, items, before)
     log = sorted(before + after + [e for step in user_steps for e in step], key=lambda e: e[3])
-    events = tuple(np.array(col, dtype=dt) for col, dt in zip(zip(*log), ("<i8", "<i8", "<i8", "<f8")))
+    events = EventLog(*(np.array(col, dtype=dt) for col, dt in zip(zip(*log), ("<i8", "<i8", "<i8", "<f8"))), None)
     pipeline = Pipeline(s, engine, r)
     model = None
     # when the log after the cut is posted in order, and a worker computes the user's feed when it is first asked

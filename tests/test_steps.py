@@ -4,10 +4,12 @@ the comments. Each test builds a database of its own (items, and the events the 
 import numpy as np
 import pytest
 
-from precompute.ranking import steps as replay
-from precompute.ranking.item_table import load_item_table
-from precompute.ranking.popularity import WINDOWS, Activity, Live, block, top_lists
-from precompute.ranking.ranker import load_events
+from precompute.learning import steps as replay
+from precompute.ranking.item_loader import load_item_table
+from precompute.data.log import EventLog, load_events
+from precompute.learning.activity import Activity
+from precompute.ranking.layout import WINDOWS
+from precompute.ranking.popularity import block, top_lists
 from precompute.settings import Settings
 from tests.conftest import own_database
 from tests.test_catalogue_model import NOW, small_world
@@ -41,10 +43,10 @@ def s(own_url, tmp_path):
 
 
 def arrays(events):
-    """(user, item, type, ts) arrays of events listed in time order."""
+    """The log of events listed in time order."""
     user, item, type_, ts = (np.array(c) for c in zip(*events))
     assert (np.diff(ts) >= 0).all()
-    return user.astype(np.int64), item.astype(np.int64), type_.astype(np.int16), ts.astype(np.float64)
+    return EventLog(user.astype(np.int64), item.astype(np.int64), type_.astype(np.int16), ts.astype(np.float64), None)
 
 
 def catalogue(s, own_url, events=()):
@@ -160,7 +162,8 @@ def test_popularity_replayed_from_the_log_is_the_item_tables_at_the_same_clock(s
     # given the events above in a database, and the log as arrays
     _, engine = catalogue(s, own_url, sorted(AROUND, key=lambda e: e[3]))
     at_cut = load_item_table(engine, s, as_of=C - 50 * D)
-    user, item, type_, ts = load_events(engine)
+    log = load_events(engine)
+    user, item, type_, ts = log.user, log.item, log.type, log.ts
     ids = np.arange(11, 19)
     activity = Activity(at_cut, ts, item, type_)
     for clock in (C, C + 2 * H):
@@ -172,7 +175,7 @@ def test_popularity_replayed_from_the_log_is_the_item_tables_at_the_same_clock(s
         np.testing.assert_array_equal(windowed[mine], table.windowed[theirs])
         np.testing.assert_array_equal(ever[mine], table.weighted_counts[theirs])
         # and make the same feature block
-        np.testing.assert_allclose(block(windowed, ever)[mine], Live.of_table(table, 1, (0, 0)).blocks[0][theirs],
+        np.testing.assert_allclose(block(windowed, ever)[mine], table.live(1, (0, 0)).blocks[0][theirs],
                                    rtol=1e-6, atol=1e-6)
     # and by hand at C: item 13's view a day before and click an hour before (boundaries inside) make 1h 2, 1d 3;
     # item 12's contact just past 3 days counts from 7 days on; 14's hide counts nowhere; 15's view at C counts
@@ -197,7 +200,8 @@ def test_a_batch_at_several_clocks_gets_each_clocks_block_and_lists(s, own_url):
     # given the same events, and a batch of three users at C, C and C + 2h
     _, engine = catalogue(s, own_url, sorted(AROUND, key=lambda e: e[3]))
     at_cut = load_item_table(engine, s, as_of=C - 50 * D)
-    _, item, type_, ts = load_events(engine)
+    log = load_events(engine)
+    item, type_, ts = log.item, log.type, log.ts
     # when its popularity is replayed
     live = Activity(at_cut, ts, item, type_).live(np.array([C, C, C + 2 * H]), (5, 5))
     # then the users share the first clock's block and lists, the third has its own
@@ -208,7 +212,7 @@ def test_a_batch_at_several_clocks_gets_each_clocks_block_and_lists(s, own_url):
     assert lists == [[[14, 13, 15], [14, 13, 15]], [[16, 11], [15, 14, 16, 11, 13]]]
     for k, clock in enumerate((C, C + 2 * H)):
         table = load_item_table(engine, s, as_of=clock)
-        expected = [table.ids[rows].tolist() for rows in Live.of_table(table, 1, (5, 5)).lists[0]]
+        expected = [table.ids[rows].tolist() for rows in table.live(1, (5, 5)).lists[0]]
         assert lists[k] == expected
     engine.dispose()
 

@@ -8,7 +8,9 @@ from hypothesis import given
 from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
-from precompute.ranking import objective, periods, ranker, steps
+from precompute.data.log import load_events
+from precompute.learning import fit, objective, periods, steps
+from precompute.learning.fit import fit_ranker
 
 from tests.conftest import manage
 from tests.test_cli import _one_line_error
@@ -21,7 +23,7 @@ def recording(calls: list):
 
     def each(engine, settings_, events, cuts, users, n_steps=None):
         for (cut, end), (at, found) in zip(cuts, real(engine, settings_, events, cuts, users, n_steps)):
-            calls.append(dict(cut=cut, end=end, known_max=float(at.known[3].max()), as_of=at.items.as_of))
+            calls.append(dict(cut=cut, end=end, known_max=float(at.known.ts.max()), as_of=at.items.as_of))
             yield at, found
     return each
 
@@ -35,7 +37,7 @@ def trained(world):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(periods, "each", recording(calls))
         patch.setattr(objective, "CHOICE_MIN_USERS", 5)        # the small world has a few dozen to choose on
-        result = ranker.train(world.engine, settings, iterations=300, depth=4, users=300)
+        result = fit_ranker(world.engine, settings, iterations=300, depth=4, users=300)
     return result, calls
 
 
@@ -74,7 +76,7 @@ def test_auto_fits_both_objectives_and_serves_the_one_it_kept(trained):
 def test_early_stopping_zero_keeps_every_tree(world):
     # given the learning rate that makes the run above stop early, and PREFEED_TRAIN_EARLY_STOPPING=0
     settings = dataclasses.replace(world.settings, train_learning_rate=0.5, train_early_stopping=0)
-    result = ranker.train(world.engine, settings, iterations=60, depth=2, users=100)
+    result = fit_ranker(world.engine, settings, iterations=60, depth=2, users=100)
     # then every tree asked for is kept: a model of a known size (the precompute benchmark's)
     assert result.metrics["trees"] == result.model.tree_count_ == 60
 
@@ -84,9 +86,9 @@ def test_the_validation_period_follows_the_training_period(trained, world):
     # given the time splits one training run made
     result, calls = trained
     m = result.metrics
-    events = ranker.load_events(world.engine)
-    assert m["cut"] == pytest.approx(np.quantile(events[3], world.settings.train_cut_quantile))
-    assert m["valid_cut"] == pytest.approx(np.quantile(events[3], world.settings.train_valid_quantile))
+    events = load_events(world.engine)
+    assert m["cut"] == pytest.approx(np.quantile(events.ts, world.settings.train_cut_quantile))
+    assert m["valid_cut"] == pytest.approx(np.quantile(events.ts, world.settings.train_valid_quantile))
     judge, *_, learn = calls
     # then the last training period knows the log up to the training cut and is labelled up to the validation cut
     assert learn["cut"] == m["cut"] < m["valid_cut"] == learn["end"]
@@ -98,8 +100,8 @@ def test_the_validation_period_follows_the_training_period(trained, world):
 
 def test_labels_hold_only_the_period_after_their_cut(world):
     # given the small world's log split at two cuts
-    events = ranker.load_events(world.engine)
-    user, item, type_, ts = events
+    events = load_events(world.engine)
+    user, item, type_, ts = events.user, events.item, events.type, events.ts
     c1, c2 = np.quantile(ts, [0.6, 0.8])
     at = periods.period(world.engine, world.settings, events, c1, c2)
     # then every graded (user, item) is an interaction of that user with that item inside (c1, c2] with an item
@@ -145,12 +147,12 @@ def test_several_training_periods_each_learn_from_their_own_past(world):
     # given training with three periods on the small world, labelled by period, every time split recorded
     settings = dataclasses.replace(world.settings, train_periods=3, train_labels="period")
     calls, groups, pairs = [], [], set()
-    real_examples = ranker._examples
+    real_examples = fit._examples
 
     from catboost import CatBoost
     real_fit = CatBoost.fit
 
-    def fit(self, pool, **kw):
+    def catboost_fit(self, pool, **kw):
         groups.append(np.asarray(pool.get_group_id_hash()))
         return real_fit(self, pool, **kw)
 
@@ -161,11 +163,11 @@ def test_several_training_periods_each_learn_from_their_own_past(world):
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(periods, "each", recording(calls))
-        patch.setattr(CatBoost, "fit", fit)
-        patch.setattr(ranker, "_examples", examples)
-        result = ranker.train(world.engine, settings, iterations=20, depth=3, users=300)
+        patch.setattr(CatBoost, "fit", catboost_fit)
+        patch.setattr(fit, "_examples", examples)
+        result = fit_ranker(world.engine, settings, iterations=20, depth=3, users=300)
     judge, *learn = calls
-    cuts = periods.training_cuts(ranker.load_events(world.engine)[3], settings)
+    cuts = periods.training_cuts(load_events(world.engine).ts, settings)
     # then each training period knows the log (and item table) up to its own cut only and is labelled by all that
     # follows it up to the validation cut
     assert [c["cut"] for c in learn] == pytest.approx(cuts[:-1]) and len(learn) == 3
@@ -186,7 +188,7 @@ def test_each_group_keeps_the_rows_with_its_k_smallest_keys(sizes, k, seed):
     owner = np.repeat(np.arange(len(sizes)), sizes)
     key = np.random.default_rng(seed).random(len(owner))
     # when each group keeps its k smallest
-    kept = ranker.group_smallest(owner, offsets, key, k)
+    kept = fit.group_smallest(owner, offsets, key, k)
     # then they are the first k of the group ranked by key (all of a group of at most k)
     want = np.zeros(len(key), dtype=bool)
     for g in range(len(sizes)):
@@ -199,14 +201,14 @@ def test_each_period_knows_what_a_full_load_at_its_cut_knows(world):
     # given the validation cut and three training cuts, fitted one after the other (each next in a child, each
     # later item table carrying the earlier one's counts forward)
     settings = dataclasses.replace(world.settings, train_periods=3)
-    events = ranker.load_events(world.engine)
-    cuts = periods.training_cuts(events[3], settings)
+    events = load_events(world.engine)
+    cuts = periods.training_cuts(events.ts, settings)
     plan = [(cuts[-1], float("inf"))] + [(c, cuts[-1]) for c in cuts[:-1]]
-    got = list(periods.each(world.engine, settings, events, plan, np.unique(events[0]), settings.replay_steps))
+    got = list(periods.each(world.engine, settings, events, plan, np.unique(events.user), settings.replay_steps))
     # then every period's item table, labels and steps are those of a period computed alone at its cut
     for (cut, end), (at, found) in zip(plan, got):
         alone = periods.period(world.engine, settings, events, cut, end)
         for name in ("counts", "windowed", "first_seen", "active"):
             assert np.array_equal(getattr(at.items, name), getattr(alone.items, name), equal_nan=True), (cut, name)
-        assert np.array_equal(at.labels.code, alone.labels.code) and at.known[3].max() <= cut
+        assert np.array_equal(at.labels.code, alone.labels.code) and at.known.ts.max() <= cut
         assert np.array_equal(found.rows, steps.find(events, alone.items, cut, end, settings.replay_steps).rows)

@@ -10,7 +10,7 @@ from sqlalchemy.exc import IntegrityError
 from precompute.data import engine as db
 from precompute.data.tables import Event, Item, ItemAttribute, ItemCategory, StoredEventType, User
 from precompute.errors import ConfigError
-from precompute.ranking.item_table import load_item_table
+from precompute.ranking.item_loader import load_item_table
 from precompute.ranking.layout import for_settings
 from precompute.data.recording import NewEvent, record
 from precompute.settings import Settings

@@ -43,7 +43,7 @@ def build(root: Path) -> None:
     """Seed and train the world in ROOT (once; it must not exist yet)."""
     from precompute.data import bulk, engine as db, synthetic
     from precompute.ranking import bundle
-    from precompute.ranking.ranker import train
+    from precompute.learning.fit import fit_ranker
 
     if root.exists():
         raise click.ClickException(f"{root} exists; a world is built once")
@@ -52,7 +52,7 @@ def build(root: Path) -> None:
     engine = db.make_engine(settings.database_url, settings)
     db.init_db(engine, settings)
     bulk.load(engine, synthetic.generate(USERS, ITEMS, EVENTS, seed=SEED, now=NOW), settings)
-    result = train(engine, settings, iterations=60, depth=4, users=USERS)
+    result = fit_ranker(engine, settings, iterations=60, depth=4, users=USERS)
     bundle.promote(settings.model_dir, bundle.write(settings.model_dir, result.model, result.pairs,
                                                     {"metrics": result.metrics}))
     click.echo(f"built {root}: {USERS} users, {ITEMS} items, {EVENTS} events, bundle promoted")
@@ -66,8 +66,8 @@ def snapshot(root: Path, out: Path) -> None:
     from cli.net import start_valkey
     from precompute.data import engine as db
     from precompute.data.history import load_histories
-    from precompute.evaluation import report
-    from precompute.evaluation.run import evaluate
+    from precompute.learning import report
+    from precompute.learning.evaluate import evaluate
     from precompute.feeds.client import redis_client
     from precompute.feeds.codec import decode
     from precompute.ranking.pipeline import STAGES, Pipeline

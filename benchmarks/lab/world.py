@@ -15,7 +15,8 @@ from pathlib import Path
 
 from cli.net import start_valkey
 from precompute.data import api_keys, bulk, engine as db, synthetic
-from precompute.ranking import bundle, ranker
+from precompute.learning.fit import fit_ranker
+from precompute.ranking import bundle
 from precompute.settings import Settings
 
 #: The checkout: ``manage.py``, ``docs/`` and ``benchmarks/results/`` are found from it.
@@ -96,7 +97,7 @@ def make_world(users: int, items: int, events: int, iterations: int, *, seed_: i
     engine = db.make_engine(settings.database_url, settings)
     db.init_db(engine, settings)
     bulk.load(engine, synthetic.generate(users, items, events, seed=seed_, now=time.time()), settings)
-    result = ranker.train(engine, settings, iterations=iterations, depth=depth, users=min(train_users, users))
+    result = fit_ranker(engine, settings, iterations=iterations, depth=depth, users=min(train_users, users))
     bundle.promote(settings.model_dir, bundle.write(settings.model_dir, result.model, result.pairs,
                                                     {"metrics": result.metrics}))
     key = api_keys.create(engine, "bench", frozenset(api_keys.SCOPES), rate=1e9, burst=10 ** 9)

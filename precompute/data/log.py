@@ -37,6 +37,16 @@ class EventLog:
     def __len__(self) -> int:
         return len(self.user)
 
+    def head(self, n: int) -> EventLog:
+        """The log's first ``n`` events (views, not copies): the log up to a cut is a prefix."""
+        return EventLog(self.user[:n], self.item[:n], self.type[:n], self.ts[:n],
+                        None if self.value is None else self.value[:n])
+
+    def take(self, at: np.ndarray) -> EventLog:
+        """The events at positions ``at`` (an index array or mask), in that order."""
+        return EventLog(self.user[at], self.item[at], self.type[at], self.ts[at],
+                        None if self.value is None else self.value[at])
+
     @property
     def nbytes(self) -> int:
         return sum(a.nbytes for a in (self.user, self.item, self.type, self.ts, self.value) if a is not None)

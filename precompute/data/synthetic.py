@@ -16,7 +16,8 @@ import dataclasses
 
 import numpy as np
 
-DAY = 86400.0
+from ..units import DAY
+
 # The generator's rules, named once: ``generate`` draws with them and ``Latent.expected_events`` computes from them.
 SLOT_SHARES = (0.6, 0.3, 0.1)   # a session's interest slot (clipped to the user's last interest)
 EXPLORE = 0.1                    # a session explores a category drawn by popularity instead of using a slot

@@ -9,7 +9,7 @@ records them again at the new clock. The log's clock moves only with events and 
 is needed, and a log replayed faster than it happened is refreshed as its own clock moves.
 
 Refreshes stop ``PREFEED_FEED_TTL`` (7 days) of log time after a user's newest event: a feed computed later than
-that is not recorded again, as a stored feed expires that long after it is written. ``ranking/steps.py`` gives the
+that is not recorded again, as a stored feed expires that long after it is written. ``learning/steps.py`` gives the
 replay protocol the same clocks (``feed_clock``), so what ``evaluate`` reports is what these feeds serve.
 """
 
