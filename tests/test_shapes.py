@@ -75,7 +75,7 @@ def test_the_command_loads_a_shape_once_and_refuses_a_second(tmp_path):
 
     # given an empty folder, and the command run twice on it
     env = {**without_prefeed_config(), "PREFEED_VAR_DIR": str(tmp_path)}
-    args = [sys.executable, "-m", "benchmarks.lab.shapes", "promotions", "--users", "50", "--items", "300",
+    args = [sys.executable, "-m", "benchmarks", "shapes", "promotions", "--users", "50", "--items", "300",
             "--events", "2000"]
     first = subprocess.run(args, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
     second = subprocess.run(args, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -1,7 +1,7 @@
 """Behaviour fingerprint of one saved world, to show that a change of structure changed no result.
 
-``python -m benchmarks.lab.sameness build DIR`` seeds a synthetic marketplace (fixed seed and clock) into ``DIR`` and
-trains and promotes a bundle there, once. ``python -m benchmarks.lab.sameness snapshot DIR OUT.json`` then records what
+``python -m benchmarks sameness build DIR`` seeds a synthetic marketplace (fixed seed and clock) into ``DIR`` and
+trains and promotes a bundle there, once. ``python -m benchmarks sameness snapshot DIR OUT.json`` then records what
 that world gives: the table ``manage.py evaluate --protocol both`` prints (every method, both protocols) and every
 user's precomputed feed, record for record (item ids and scores, the header's history and model versions; the
 header's ``computed_at`` is a wall-clock time and is left out). ``compare A.json B.json`` says whether two snapshots

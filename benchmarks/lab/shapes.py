@@ -1,5 +1,5 @@
 """shapes: the synthetic marketplace reshaped into the logs docs/replay.md measures beyond the three logs, so that
-each of its numbers can be rebuilt. ``python -m benchmarks.lab.shapes NAME`` loads one into the environment's database
+each of its numbers can be rebuilt. ``python -m benchmarks shapes NAME`` loads one into the environment's database
 (``PREFEED_VAR_DIR`` / ``DATABASE_URL``, created if needed, refused if it holds a marketplace already):
 
 - ``baskets``: every event a purchase, its time cut to the day, so that a step is a day's basket and the order
