@@ -16,6 +16,8 @@ from precompute.feeds.limits import Limiter
 from precompute.feeds.page import PageReader
 from precompute.settings import Settings
 
+from .keyring import Keyring
+from .meters import ApiMetrics
 from .services import EXTENSION, Services
 
 
@@ -30,13 +32,13 @@ def create_app(settings: Settings | None = None, test_config: dict | None = None
     keys = Keys(settings.key_prefix)
     queue_redis, r = clients(settings)
     engine = make_engine(settings.database_url, settings)
-    from . import (auth, boosts, dashboard, errors, events, feed, health, items, metrics, observe, openapi,
+    from . import (boosts, dashboard, errors, events, feed, health, items, metrics, observe, openapi,
                    rq_panel)
 
     app.extensions[EXTENSION] = Services(
         settings=settings,
         engine=engine,
-        keyring=auth.Keyring(engine, settings),
+        keyring=Keyring(engine, settings),
         limiter=Limiter(queue_redis),
         cursors=cursor.Cursors(settings.cursor_secret.encode() if settings.cursor_secret else
                                cursor.shared_secret(queue_redis, keys.cursor_secret), settings.cursor_ttl),
@@ -45,7 +47,7 @@ def create_app(settings: Settings | None = None, test_config: dict | None = None
         keys=keys,
         pages=PageReader(r, settings),
         item_states=ItemStates(r, keys),
-        metrics=metrics.ApiMetrics(settings, queue_redis),
+        metrics=ApiMetrics(settings, queue_redis),
         openapi=openapi.spec(settings),
     )
     configure_logs(settings)

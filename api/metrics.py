@@ -1,105 +1,15 @@
-"""Prometheus metrics of the API: ``GET /metrics`` in the text format.
-
-Per-process counts (request latency by route and status, feeds served by source, boosted items served, the served
-feed's age) are recorded in memory as each request ends: a few microseconds, never a Redis read. Under
-``manage.py serve`` gunicorn runs several worker processes; ``PROMETHEUS_MULTIPROC_DIR`` (set by ``serve``, a
-directory emptied at each start) makes prometheus_client keep each process's counts in a file there, so a scrape
-answered by any worker adds up every process's (a gunicorn ``child_exit`` hook marks dead ones:
-``api/gunicorn_hooks.py``).
-Without it (the Flask test client, a plain gunicorn) each app counts in its own registry.
-
-Global state (the queue by job state, the dirty-user set and how long its first user has been due) is not a
-per-process count: ``Backlog`` reads it from the queue Redis at scrape time, in one round trip.
-"""
+"""``GET /metrics``: the API's Prometheus metrics in the text format (``meters.py`` records them), with the scope
+``metrics:read``."""
 
 from __future__ import annotations
 
-import logging
-import os
-import time
-
-import redis
 from flask import Blueprint, Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
-
-from jobs.queues import backlog
-from precompute.metric_files import ProcessFiles
-from precompute.settings import Settings
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from .auth import require
 from .services import services
 
-log = logging.getLogger(__name__)
 bp = Blueprint("metrics", __name__)
-
-#: Request latency buckets (s): a page takes ~1.5 ms on one core; the database's pool timeout is 10 s.
-LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
-#: Feed age buckets (s): a recompute follows an event within seconds; a feed lives up to PREFEED_FEED_TTL (7 days).
-AGE_BUCKETS = (1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 86400, 3 * 86400, 7 * 86400)
-
-
-def multiprocess() -> bool:
-    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
-
-
-class ApiMetrics:
-    """The API's metrics and the registry ``/metrics`` renders; one per app."""
-
-    def __init__(self, settings: Settings, queue_redis: redis.Redis) -> None:
-        self.registry = CollectorRegistry()
-        if multiprocess():
-            self.registry.register(ProcessFiles(os.environ["PROMETHEUS_MULTIPROC_DIR"]))
-            own = None          # counted in the directory's files, which the collector reads
-        else:
-            own = self.registry
-        self.latency = Histogram("prefeed_http_request_duration_seconds", "API requests by route (the URL rule, "
-                                 "not the path) and status", ["route", "method", "status"],
-                                 buckets=LATENCY_BUCKETS, registry=own)
-        self.feeds = Counter("prefeed_feeds_served", "feed pages served, by source", ["source"], registry=own)
-        self.boosted = Counter("prefeed_boosted_items_served", "boosted items on served feed pages", registry=own)
-        self.age = Histogram("prefeed_feed_age_seconds", "age of each precomputed feed served (now − its "
-                             "computed_at)", buckets=AGE_BUCKETS, registry=own)
-        self._by_source = {s: self.feeds.labels(source=s) for s in ("precomputed", "fallback")}
-        self._latency: dict[tuple[str, str, int], object] = {}
-        self.registry.register(Backlog(settings, queue_redis))
-
-    def request(self, route: str, method: str, status: int, seconds: float) -> None:
-        key = (route, method, status)
-        child = self._latency.get(key)
-        if child is None:       # bounded: routes × methods × statuses, never paths
-            child = self._latency[key] = self.latency.labels(route=route, method=method, status=str(status))
-        child.observe(seconds)
-
-    def feed(self, source: str, boosted: int, computed_at: float | None) -> None:
-        self._by_source[source].inc()
-        if boosted:
-            self.boosted.inc(boosted)
-        if computed_at is not None:
-            self.age.observe(max(0.0, time.time() - computed_at))
-
-
-class Backlog:
-    """A collector of the queue's global state, read from the queue Redis at each scrape."""
-
-    def __init__(self, settings: Settings, r: redis.Redis) -> None:
-        self.settings, self.r = settings, r
-
-    def collect(self):
-        try:
-            state = backlog(self.settings, self.r)
-        except redis.RedisError as exc:
-            log.warning("metrics: queue state unavailable: %s", type(exc).__name__)
-            return
-        jobs = GaugeMetricFamily("prefeed_queue_jobs", "RQ jobs of prefeed's queue by state", labels=["state"])
-        for state_name, n in state["jobs"].items():
-            jobs.add_metric([state_name], n)
-        yield jobs
-        yield GaugeMetricFamily("prefeed_dirty_users", "users waiting for a recompute (the dirty set)",
-                                value=state["dirty_users"])
-        first = state["dirty_first_due"]
-        yield GaugeMetricFamily("prefeed_dirty_oldest_age_seconds", "how long the dirty user due first has been due "
-                                "(0 when none is due yet)", value=max(0.0, time.time() - first) if first else 0.0)
 
 
 @bp.get("/metrics")

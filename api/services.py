@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
 import redis
 from flask import Flask, current_app
@@ -16,9 +15,8 @@ from precompute.feeds.limits import Limiter
 from precompute.feeds.page import PageReader
 from precompute.settings import Settings
 
-if TYPE_CHECKING:                  # both modules read services() themselves
-    from .auth import Keyring
-    from .metrics import ApiMetrics
+from .keyring import Keyring
+from .meters import ApiMetrics
 
 #: The app's ``extensions`` entry that holds its ``Services``.
 EXTENSION = "prefeed"

@@ -79,7 +79,7 @@ def run(quick: bool = False) -> dict:
             seconds = time.perf_counter() - t0
             per_request = product.per_request
         ndcg, hit = {"served": np.zeros(len(steps))}, {"served": np.zeros(len(steps))}
-        replay._judge_lists("served", lists, steps, 0, cfg["k"], ndcg, hit)
+        replay.score_lists("served", lists, steps, 0, cfg["k"], ndcg, hit)
         evaluated = detail["ndcg"]["ranker"]
         best = judged.best_baseline
         user_pos = np.unique(steps.user, return_inverse=True)[1].ravel()

@@ -9,7 +9,7 @@ import click
 from precompute.data import bulk, engine as db, synthetic, upgrade
 from precompute.errors import InvalidInput
 
-from . import command
+from .group import command
 
 
 def ready_engine(settings):

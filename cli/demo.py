@@ -23,7 +23,8 @@ import click
 
 from precompute.data import api_keys, bulk, engine as db, synthetic
 
-from . import command, embedded, fail
+from . import embedded
+from .group import command, fail
 from .embedded import ensure_redis
 from .net import free_port, stop_all, wait_for_http
 

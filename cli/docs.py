@@ -14,7 +14,8 @@ import click
 
 from precompute.settings import Settings, markdown_table
 
-from . import cli, command, fail, reference
+from . import reference
+from .group import cli, command, fail
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from . import command
+from .group import command
 from .data import ready_engine
 from .progress import Reporter
 

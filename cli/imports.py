@@ -16,7 +16,7 @@ from precompute.data import importing
 from precompute.data.parsing import EVENT_FORMATS, ITEM_FORMATS, RatingRule, Report
 from precompute.errors import InvalidInput
 
-from . import command
+from .group import command
 from .data import ready_engine
 from .workers import precompute
 

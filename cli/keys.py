@@ -13,7 +13,7 @@ import click
 
 from precompute.data import api_keys
 
-from . import cli, command, echo_table
+from .group import cli, command, echo_table
 from .data import ready_engine
 
 

@@ -17,7 +17,7 @@ import click
 from precompute.errors import BundleError, NotPromoted
 from precompute.ranking.layout import for_settings
 
-from . import cli, command, echo_table
+from .group import cli, command, echo_table
 from .data import ready_engine
 from .progress import Reporter
 

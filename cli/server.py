@@ -7,7 +7,8 @@ import sys
 
 import click
 
-from . import command, metrics_dir
+from . import metrics_dir
+from .group import command
 from .embedded import ensure_redis
 
 #: Default request threads per API worker process: 50 slow clients (the security review's test) leave threads free

@@ -6,7 +6,7 @@ import click
 
 from precompute.settings import markdown_table
 
-from . import command
+from .group import command
 
 
 @command(name="settings")

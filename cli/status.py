@@ -11,7 +11,7 @@ import click
 from precompute.data import engine as db
 from precompute.feeds.client import clients, ping_redis
 
-from . import command
+from .group import command
 from .embedded import ensure_redis
 
 

@@ -14,7 +14,8 @@ from precompute.data.tables import User
 from precompute.errors import InvalidInput
 from precompute.feeds.client import clients, ping_redis
 
-from . import command, metrics_dir
+from . import metrics_dir
+from .group import command
 from .embedded import ensure_redis
 
 

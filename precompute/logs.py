@@ -53,11 +53,10 @@ def configure(settings: Settings, handler: logging.Handler | None = None) -> log
     """Send ``prefeed.*`` lines as JSON to ``handler`` (default: stderr) at ``PREFEED_LOG_LEVEL``; idempotent (the
     handler installed by an earlier call is replaced). Returns the ``prefeed`` logger."""
     logger = logging.getLogger(ROOT)
-    for old in [h for h in logger.handlers if getattr(h, "_prefeed", False)]:
+    for old in [h for h in logger.handlers if isinstance(h.formatter, JsonFormatter)]:
         logger.removeHandler(old)
     handler = handler or _StderrHandler()
     handler.setFormatter(JsonFormatter())
-    handler._prefeed = True
     logger.addHandler(handler)
     logger.setLevel(settings.log_level)
     logger.propagate = False

@@ -24,14 +24,15 @@ import numpy as np
 from scipy import sparse
 
 from ..data.history import histories_from_arrays
+from ..data.log import EventLog
 from ..ranking import candidates
 from ..ranking.covisit import CoVisit
 from ..ranking.item_table import ItemTable
 from ..settings import Settings
+from ..units import DAY
 from .lists import Collector, Ranked, batches, from_dense, from_order, from_sparse
 from .split import Split
 
-DAY = 86400.0
 #: Judged users ranked together: the dense methods hold a (batch, items) float32 matrix (~60 MB at 60k items).
 BATCH = 256
 BASELINES = ("popular", "recent_popular", "category_popular", "covisit", "item_knn", "latent")
@@ -39,7 +40,7 @@ BASELINES = ("popular", "recent_popular", "category_popular", "covisit", "item_k
 
 def popularity(split: Split, items: ItemTable, since: float = -np.inf) -> np.ndarray:
     """Type-weighted interactions per item row in the pre-cut log at or after ``since`` (epoch s)."""
-    user, item, type_, ts = split.pre
+    item, type_, ts = split.pre.item, split.pre.type, split.pre.ts
     at = ts >= since
     rows = items.rows(item[at])
     ok = rows >= 0
@@ -66,11 +67,12 @@ def recent_popular(split: Split, items: ItemTable, n: int, days: float) -> Ranke
 
 
 def user_item_matrix(split: Split, items: ItemTable, user_ids: np.ndarray, weighted: bool,
-                     events: tuple[np.ndarray, ...] | None = None) -> sparse.csr_matrix:
+                     events: EventLog | None = None) -> sparse.csr_matrix:
     """``(len(user_ids), items)`` pre-cut interactions of ``user_ids`` (ascending): summed type weights, or 1 for
     a pair with any interaction of positive weight (``weighted=False``). ``events``: a part of the pre-cut log
     holding all of their events (``Split.events_of``), to scan instead of all of it."""
-    user, item, type_, _ = split.pre if events is None else events
+    events = split.pre if events is None else events
+    user, item, type_ = events.user, events.item, events.type
     at = np.isin(user, user_ids)
     rows, w = items.rows(item[at]), items.weight_of(type_[at])
     ok = (rows >= 0) & (w > 0)
@@ -104,7 +106,9 @@ def category_popular(split: Split, items: ItemTable, n: int) -> Ranked:
 def covisit(split: Split, items: ItemTable, cov: CoVisit, settings: Settings, n: int) -> Ranked:
     out = Collector()
     for a, b in batches(split, BATCH * 2):
-        hist = histories_from_arrays(split.users[a:b], *split.events_of(a, b), items, settings, clock=split.cut)
+        ev = split.events_of(a, b)
+        hist = histories_from_arrays(split.users[a:b], ev.user, ev.item, ev.type, ev.ts, items, settings,
+                                     clock=split.cut)
         recent, owner, rank = candidates.recent_items(hist, settings.covisit_recent_items)
         rows, w, per_recent = cov.gather(recent, settings.recency_decay ** rank)
         from_sparse(split, np.repeat(owner, per_recent), rows, w, items.active, a, b, n, out)
@@ -112,7 +116,7 @@ def covisit(split: Split, items: ItemTable, cov: CoVisit, settings: Settings, n:
 
 
 def item_knn(split: Split, items: ItemTable, n: int) -> Ranked:
-    users = np.unique(split.pre[0])
+    users = np.unique(split.pre.user)
     x = user_item_matrix(split, items, users, weighted=False)
     norms = np.sqrt(np.asarray(x.sum(axis=0)).ravel())        # binary: the squared norm is the count
     xn = sparse.csr_matrix(x.multiply(1.0 / np.where(norms > 0, norms, 1.0)[None, :]), dtype=np.float32)
@@ -130,7 +134,7 @@ def item_knn(split: Split, items: ItemTable, n: int) -> Ranked:
 
 def latent(split: Split, items: ItemTable, cov: CoVisit, n: int) -> Ranked:
     factors = cov.latent if cov.latent is not None else np.zeros((len(items), 1), dtype=np.float32)
-    users = np.unique(split.pre[0])
+    users = np.unique(split.pre.user)
     x = user_item_matrix(split, items, users, weighted=False)
     at = np.searchsorted(users, split.users)
     out = Collector()

@@ -1,6 +1,5 @@
 """A paired percentile bootstrap over users, shared by evaluation (the ranker's ratio to the best baseline, with its
-interval) and training (``objective.choose``: whether one objective's lead over another holds): ``ranking`` may not
-import ``evaluation``, and evaluation imports this.
+interval) and training (``objective.choose``: whether one objective's lead over another holds).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """``evaluate``: read the log once, split it at a quantile of event time, rank the judged users with every baseline
-and the ranker trained on the pre-cut log, and summarize each method's lists against the truth.
+and the ranker trained on the pre-cut log, and summarize each method's lists against the truth (``judge_static``),
+and replay each judged user's next steps (``replay.judge_replay``).
 
-``validate`` is the same protocol at training's own validation cut: the promotion check ``train`` applies, so the
-numbers ``train`` and ``models list`` show mean what ``evaluate`` shows.
+``train.validate`` applies the same protocols at training's own validation cut: the promotion check, so the numbers
+``train`` and ``models list`` show mean what ``evaluate`` shows.
 """
 
 from __future__ import annotations
@@ -14,18 +15,18 @@ from collections.abc import Callable
 import numpy as np
 from sqlalchemy import Engine
 
-from ..data import log as event_log
+from ..data.log import EventLog, load_events
 from ..errors import InvalidInput
 from ..progress import indented
-from ..ranking import bootstrap, covisit, periods, ranker
+from ..ranking import covisit
 from ..ranking.covisit import CoVisit
-from ..ranking.item_table import ItemTable, load_item_table
-from ..ranking.periods import Period
+from ..ranking.item_loader import load_item_table
+from ..ranking.item_table import ItemTable
 from ..settings import Settings
-from . import baselines, metrics, model, replay
+from . import baselines, bootstrap, metrics, periods, ranker_lists, replay
+from .fit import fit_ranker
+from .periods import Period
 from .split import Split, cut_time, split_log
-
-Events = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]      # (user, item, type, ts) in (ts, id) order
 
 #: Fewer events than this cannot be split into a history and a future worth judging.
 MIN_EVENTS = 100
@@ -68,7 +69,7 @@ class Scene:
     cov: CoVisit
 
 
-def scene(engine: Engine, settings: Settings, events: Events, cut: float, *, users: int | None = None,
+def scene(engine: Engine, settings: Settings, events: EventLog, cut: float, *, users: int | None = None,
           seed: int = 0, exclude: np.ndarray | None = None, known: Period | None = None,
           progress: Callable[[str], None] = lambda msg: None) -> Scene:
     """The split of ``events`` at ``cut`` with the item table and co-visitation known at it; refuses a split with
@@ -89,7 +90,7 @@ def scene(engine: Engine, settings: Settings, events: Events, cut: float, *, use
                                                                                       settings)))
 
 
-def judge(at: Scene, settings: Settings, ranker_model, *, k: int = 10, recent_days: float = 7.0, seed: int = 0,
+def judge_static(at: Scene, settings: Settings, ranker_model, *, k: int = 10, recent_days: float = 7.0, seed: int = 0,
           progress: Callable[[str], None] = lambda msg: None
           ) -> tuple[dict[str, dict[str, float]], str, tuple[float, float] | None]:
     """Every baseline and ``ranker_model`` (a CatBoost ranker trained on the log before the cut) ranked at the
@@ -98,7 +99,7 @@ def judge(at: Scene, settings: Settings, ranker_model, *, k: int = 10, recent_da
     n = max(k, LIST_LENGTH)
     ranked = baselines.rank_all(at.split, at.items, at.cov, settings, n, recent_days=recent_days, progress=progress)
     progress(f"ranking {len(at.split.users)} users with the ranker")
-    ranked["ranker"] = model.rank(ranker_model, at.split, at.items, at.cov, settings, n)
+    ranked["ranker"] = ranker_lists.rank(ranker_model, at.split, at.items, at.cov, settings, n)
     n_active = int(at.items.active.sum())
     summary = {name: metrics.summarize(at.split.truth, r, k, n_active) for name, r in ranked.items()}
     best = max(baselines.BASELINES, key=lambda name: summary[name]["ndcg"])
@@ -120,23 +121,24 @@ def evaluate(engine: Engine, settings: Settings, *, cut_quantile: float = 0.8, k
     if k < 1:
         raise InvalidInput(f"--k must be at least 1, not {k}")
     t0 = time.perf_counter()
-    log = event_log.load_events(engine, settings.as_of or float("inf"))
+    log = load_events(engine, settings.as_of or float("inf"))
     if len(log) < MIN_EVENTS:
         raise InvalidInput(f"only {len(log)} events in the log; evaluation needs at least {MIN_EVENTS}")
-    at = scene(engine, settings, (log.user, log.item, log.type, log.ts), cut_time(log.ts, cut_quantile),
+    at = scene(engine, settings, log, cut_time(log.ts, cut_quantile),
                users=users, seed=seed, progress=progress)
     progress("training the ranker on the pre-cut log")
-    result = model.train(engine, settings, at.split, iterations=iterations, seed=seed,
-                         progress=indented(progress), ignore=ignore)
+    # Trained on the pre-cut log only (``fit_ranker`` makes its own inner time split of it).
+    result = fit_ranker(engine, settings, iterations=iterations, seed=seed, progress=indented(progress),
+                        events=at.split.pre, ignore=ignore)
     summary, best, interval, ratio = {}, "", None, None
     if protocol in ("static", "both"):
-        summary, best, interval = judge(at, settings, result.model, k=k, recent_days=recent_days, seed=seed,
+        summary, best, interval = judge_static(at, settings, result.model, k=k, recent_days=recent_days, seed=seed,
                                         progress=progress)
         base = summary[best]["ndcg"]
         ratio = summary["ranker"]["ndcg"] / base if base > 0 else None
     replayed = None
     if protocol in ("replay", "both"):
-        replayed = replay.judge(at.items, at.cov, (log.user, log.item, log.type, log.ts), at.split.cut, result.model,
+        replayed = replay.judge_replay(at.items, at.cov, log, at.split.cut, result.model,
                                 settings, n_steps=steps, users=users, k=k, seed=seed, progress=progress)
     split = at.split
     return Evaluation(cut=split.cut, cut_quantile=cut_quantile, k=k, users=len(split.users),
@@ -144,61 +146,6 @@ def evaluate(engine: Engine, settings: Settings, *, cut_quantile: float = 0.8, k
                       ratio=ratio, ratio_interval=interval,
                       train={key: v for key, v in result.metrics.items() if np.isscalar(v)},
                       seconds=time.perf_counter() - t0, protocol=protocol, replay=replayed)
-
-
-def train(engine: Engine, settings: Settings, *, iterations: int | None = None, depth: int | None = None,
-          users: int | None = None, seed: int = 0,
-          progress: Callable[[str], None] = lambda msg: None) -> ranker.TrainResult:
-    """``manage.py train``'s model and its promotion check: the ranker trained on the whole log (up to
-    ``settings.as_of``), then judged with ``validate``; the check's numbers join the training metrics."""
-    log = event_log.load_events(engine, settings.as_of or float("inf"))
-    events = (log.user, log.item, log.type, log.ts)
-    result = ranker.train(engine, settings, iterations=iterations, depth=depth, users=users, seed=seed,
-                          progress=progress, events=events)
-    progress("judging the model against the baselines at the validation cut")
-    result.metrics.update(validate(engine, settings, events, result, users=users or settings.train_users,
-                                   seed=seed, progress=indented(progress)))
-    return result
-
-
-def validate(engine: Engine, settings: Settings, events: Events, result: ranker.TrainResult, *,
-             users: int | None, seed: int = 0, progress: Callable[[str], None] = lambda msg: None) -> dict:
-    """The promotion check of a freshly trained model: the evaluation protocol at training's validation cut
-    (``valid_cut``: the model learned from the log before it), every baseline on the same users and truth. Users
-    whose validation examples chose the tree count are not judged (their period is no longer unseen), unless
-    nobody else could be. Returns the training metrics' keys that ``models list`` and promotion read: ``ndcg10``,
-    ``baseline``, ``baseline_ndcg10``, ``ratio_interval`` (``judge``'s, or None), ``baselines``, ``candidate_recall``,
-    ``valid_users``: under the replay protocol when training labels replayed steps (``PREFEED_TRAIN_LABELS``), with
-    the static protocol's beside them (``static_*``), else the static protocol's."""
-    cut = result.metrics["valid_cut"]
-    try:
-        at = scene(engine, settings, events, cut, users=users, seed=seed, exclude=result.stopping_users,
-                   known=result.validation, progress=progress)
-    except InvalidInput:                 # a log so small that every judged user also chose the tree count
-        at = scene(engine, settings, events, cut, users=users, seed=seed, known=result.validation,
-                   progress=progress)
-    summary, best, interval = judge(at, settings, result.model, k=10, seed=seed, progress=progress)
-    static = dict(static_ndcg10=summary["ranker"]["ndcg"], static_baseline=best,
-                  static_baseline_ndcg10=summary[best]["ndcg"],
-                  static_ratio_interval=None if interval is None else list(interval))
-    if settings.train_labels != "steps":
-        return dict(ndcg10=summary["ranker"]["ndcg"], baseline=best, baseline_ndcg10=summary[best]["ndcg"],
-                    ratio_interval=None if interval is None else list(interval), protocol="static",
-                    baselines={name: m["ndcg"] for name, m in summary.items() if name != "ranker"},
-                    candidate_recall=summary["ranker"]["candidate_recall"], valid_users=len(at.split.users),
-                    **static)
-    # The model learned to rank steps as they are lived: promotion asks whether it beats every baseline there.
-    rp = replay.judge(at.items, at.cov, events, cut, result.model, settings, n_steps=settings.replay_steps,
-                      users=users, exclude=result.stopping_users, seed=seed, progress=progress)
-    if rp.steps == 0:
-        rp = replay.judge(at.items, at.cov, events, cut, result.model, settings, n_steps=settings.replay_steps,
-                          users=users, seed=seed, progress=progress)
-    best = rp.best_baseline
-    return dict(ndcg10=rp.methods["ranker"]["ndcg"], baseline=best, baseline_ndcg10=rp.methods[best]["ndcg"],
-                ratio_interval=None if rp.ratio_interval is None else list(rp.ratio_interval), protocol="replay",
-                baselines={name: m["ndcg"] for name, m in rp.methods.items() if name != "ranker"},
-                candidate_recall=rp.methods["ranker"]["candidate_recall"], valid_users=rp.users,
-                valid_steps=rp.steps, **static)
 
 
 def _utc(ts: float) -> str:

@@ -1,4 +1,4 @@
-"""Training the CatBoost ranker on a time-ordered split of the event log, and scoring with it.
+"""Fitting the CatBoost ranker on a time-ordered split of the event log (``fit_ranker``).
 
 Cuts at quantiles of event time (``PREFEED_TRAIN_CUT_QUANTILE`` < ``PREFEED_TRAIN_VALID_QUANTILE``, ``periods.py``):
 training examples are built at the first (features from the log up to it, labels from the events between the two
@@ -14,8 +14,8 @@ tree: a model of a known size, as the precompute benchmark needs).
 
 Labels: a candidate is relevant if the user interacted with it in the period after its cut, graded by the weight of
 the strongest interaction (``PREFEED_EVENT_TYPES``: view 1 … purchase 6 by default). Judging the trained model
-against the baselines is evaluation's (``evaluation.run.train``, what ``manage.py train`` runs): one protocol for
-``train``, ``models list`` and ``evaluate``.
+against the baselines is ``train.py``'s (what ``manage.py train`` runs): one protocol for ``train``, ``models list``
+and ``evaluate``. Scoring with the fitted model is ``ranking/scoring.py``'s, the one part a worker needs.
 """
 
 from __future__ import annotations
@@ -26,15 +26,17 @@ from collections.abc import Callable, Iterator
 import numpy as np
 from sqlalchemy import Engine
 
-from ..data import log as event_log
+from ..data.log import EventLog, load_events
 from ..errors import InvalidInput
+from ..ranking import arrays, candidates, features
 from ..settings import Settings
-from . import ahead, arrays, candidates, features, objective, periods, popularity
+from . import ahead, objective, periods
 from . import steps as replayed
-from .periods import Period, feature_rows  # noqa: F401  (feature_rows: training's feature path, used by tests)
+from .activity import Activity
+from .periods import Period
 
 @dataclasses.dataclass
-class TrainResult:
+class Fitted:
     model: object
     pairs: dict[str, np.ndarray]
     metrics: dict
@@ -45,25 +47,12 @@ class TrainResult:
     validation: Period | None = None
 
 
-def score(model, X: np.ndarray, thread_count: int = 1) -> np.ndarray:
-    """Raw ranking scores, higher is better. One thread: workers scale by process, not by thread."""
-    return np.asarray(model.predict(X, prediction_type="RawFormulaVal", thread_count=thread_count),
-                      dtype=np.float32)
-
-
-def load_events(engine: Engine, until: float = float("inf")) -> tuple[np.ndarray, ...]:
-    """The event log up to ``until`` as arrays (user, item, type, ts), in (ts, id) order (``data/log.py``)."""
-    ev = event_log.load_events(engine, until)
-    return ev.user, ev.item, ev.type, ev.ts
-
-
-def train(engine: Engine, settings: Settings, *, iterations: int | None = None, depth: int | None = None,
+def fit_ranker(engine: Engine, settings: Settings, *, iterations: int | None = None, depth: int | None = None,
           users: int | None = None, seed: int = 0, progress: Callable[[str], None] = lambda msg: None,
-          events: tuple[np.ndarray, ...] | None = None, ignore: tuple[str, ...] = ()) -> TrainResult:
+          events: EventLog | None = None, ignore: tuple[str, ...] = ()) -> Fitted:
     """Train on a time-ordered split of the whole event log. ``iterations`` (the most trees early stopping may
     keep), ``depth`` and ``users`` default to the ``train_*`` settings; everything else (negatives, learning rate,
-    the cuts, candidates) comes from ``settings``. ``events``: the log as (user, item, type, ts) arrays in (ts, id)
-    order (``load_events``), when the caller has read it already (evaluation trains on the part before its cut);
+    the cuts, candidates) comes from ``settings``. ``events``: the log (``data/log.py``), when the caller has read it already (evaluation trains on the part before its cut);
     default: the database's, up to ``settings.as_of``. The objective: ``objective.py``."""
     if settings.train_cut_quantile >= settings.train_valid_quantile:
         raise InvalidInput("PREFEED_TRAIN_CUT_QUANTILE must be below PREFEED_TRAIN_VALID_QUANTILE (training learns "
@@ -72,7 +61,7 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
     depth = depth or settings.train_depth
     users = users or settings.train_users
     events = events if events is not None else load_events(engine, settings.as_of or float("inf"))
-    ev_user, ev_ts = events[0], events[3]
+    ev_user, ev_ts = events.user, events.ts
     if len(ev_user) < 100:
         raise InvalidInput(f"only {len(ev_user)} events in the database; seed or collect more before training")
     bounds = periods.training_cuts(ev_ts, settings)
@@ -92,7 +81,7 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
     try:
         judge, valid_steps = next(fitted)
         # Early stopping takes at most half of the users eligible at the validation cut: the promotion check judges
-        # the others (``evaluation.run.validate``), whose period then is still unseen by the model's selection.
+        # the others (``train.validate``), whose period then is still unseen by the model's selection.
         eligible = valid_steps.users() if by_steps else judge.eligible()
         n_valid = max(5, min(users // 5, len(eligible) // 2))
         valid_users = _sample(eligible, n_valid, rng, "validation")
@@ -136,12 +125,12 @@ def train(engine: Engine, settings: Settings, *, iterations: int | None = None, 
     metrics = dict(loss=loss, data_clock=float(ev_ts[-1]), train_users=n_train, train_rows=int(len(y_train)),
                    iterations=iterations, trees=int(model.tree_count_), depth=depth, cut=cut, valid_cut=valid_cut,
                    events=int(len(ev_user)), **{f"choice_ndcg10_{name}": v for name, v in choice.items()})
-    return TrainResult(model=model, pairs=all_pairs, metrics=metrics,
+    return Fitted(model=model, pairs=all_pairs, metrics=metrics,
                        stopping_users=np.union1d(valid_users, choice_users) if choice else valid_users,
                        validation=judge)
 
 
-def _periods(fitted: Iterator[tuple[Period, replayed.Steps | None]], settings: Settings, events: periods.Events,
+def _periods(fitted: Iterator[tuple[Period, replayed.Steps | None]], settings: Settings, events: EventLog,
              bounds: list[float], everyone: np.ndarray, n: int, rng: np.random.Generator,
              progress: Callable[[str], None], by_user: replayed.ByUser | None = None
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
@@ -169,7 +158,7 @@ def _periods(fitted: Iterator[tuple[Period, replayed.Steps | None]], settings: S
     return np.concatenate(Xs), np.concatenate(ys), np.concatenate(gs), sampled
 
 
-def _step_examples(at: Period, events: periods.Events, by_user: replayed.ByUser, found: replayed.Steps,
+def _step_examples(at: Period, events: EventLog, by_user: replayed.ByUser, found: replayed.Steps,
                    user_ids: np.ndarray, settings: Settings, rng: np.random.Generator
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Feature rows, grades and group ids (one group per step) of ``user_ids``' replayed steps after ``at.cut``:
@@ -191,13 +180,13 @@ def _step_examples(at: Period, events: periods.Events, by_user: replayed.ByUser,
     return np.concatenate(Xs), np.concatenate(ys), np.concatenate(gs)
 
 
-def _step_batches(at: Period, events: periods.Events, by_user: replayed.ByUser, found: replayed.Steps,
+def _step_batches(at: Period, events: EventLog, by_user: replayed.ByUser, found: replayed.Steps,
                   user_ids: np.ndarray, settings: Settings) -> Iterator[tuple]:
     """``user_ids``' replayed steps after ``at.cut`` in batches, each step's candidates as a worker computes them
     before it (history up to it, popularity at its feed clock; the item table and co-visitation of the cut) with
     their grades: ``(start, steps, histories, candidates, live popularity, grades)``, candidates owned by step."""
     mine = found.take(np.flatnonzero(np.isin(found.user, user_ids)))
-    act = popularity.Activity(at.items, events[3], events[1], events[2])
+    act = Activity(at.items, events.ts, events.item, events.type)
     lengths = candidates.recent_lengths(settings)
     span = len(at.items) + 1
     for start in range(0, len(mine), 200):
@@ -209,7 +198,7 @@ def _step_batches(at: Period, events: periods.Events, by_user: replayed.ByUser, 
         yield start, part, hist, cand, live, rel
 
 
-def _whole_lists(at: Period, events: periods.Events, by_user: replayed.ByUser | None, found: replayed.Steps | None,
+def _whole_lists(at: Period, events: EventLog, by_user: replayed.ByUser | None, found: replayed.Steps | None,
                  user_ids: np.ndarray, settings: Settings, rng: np.random.Generator) -> Iterator[tuple]:
     """What ``objective.choose`` ranks: whole candidate lists of up to ``objective.CHOICE_LISTS`` validation steps
     (of a seeded sample of ``user_ids``) or, labelled by period, of as many users at the cut; batches of (feature

@@ -4,7 +4,7 @@ With rel(u, p) the grade of the item at place p (0-based) of user u's list (0 wh
 user's truth items:
 
 - NDCG@k: Σ_{p<k} (2^rel − 1) / log2(p + 2), over the same sum for the truth sorted by grade
-  (``ranking.ranker.ndcg_at``'s definition);
+  (``objective.py``'s definition);
 - Recall@k: truth items in the first k places / |T_u|;
 - MAP@k: Σ_{p<k, rel>0} precision@(p+1) / min(|T_u|, k);
 - coverage: distinct items in all users' first k places / active items;

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..settings import TRAIN_LOSSES, Settings
 from . import bootstrap
-from .arrays import top_desc_grouped
+from ..ranking.arrays import top_desc_grouped
 
 #: CatBoost's NDCG with the gain evaluation's NDCG uses (2^grade - 1), on the top 10.
 EVAL_METRIC = "NDCG:top=10;type=Exp"

@@ -20,14 +20,16 @@ import numpy as np
 from sqlalchemy import Engine
 
 from ..data.history import Histories, histories_from_arrays
+from ..data.log import EventLog
 from ..settings import Settings
-from . import ahead, arrays, candidates, covisit, features, knn, latent, steps
-from .candidates import Candidates
-from .covisit import CoVisit
-from .item_table import ItemTable, load_item_table
+from ..ranking import arrays, candidates, covisit, features, knn, latent
+from ..ranking.candidates import Candidates
+from ..ranking.covisit import CoVisit
+from ..ranking.item_loader import load_item_table
+from ..ranking.item_table import ItemTable
+from . import ahead, steps
 from .steps import Steps
 
-Events = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]      # (user, item, type, ts) in (ts, id) order
 
 
 @dataclasses.dataclass
@@ -68,14 +70,14 @@ class Period:
     """What is known at ``cut`` and what happened in the period after it (``labels``)."""
 
     cut: float
-    known: Events           # the log up to the cut (views)
+    known: EventLog           # the log up to the cut (views)
     items: ItemTable        # statistics as of the cut
     cov: CoVisit            # co-visitation from the log up to the cut
     labels: Labels
 
     def eligible(self) -> np.ndarray:
         """Users with history before the cut and a graded interaction after it, sorted."""
-        return np.intersect1d(np.unique(self.known[0]), self.labels.judged())
+        return np.intersect1d(np.unique(self.known.user), self.labels.judged())
 
     def candidates(self, user_ids: np.ndarray, settings: Settings) -> tuple[Histories, Candidates, np.ndarray]:
         """Histories, candidates and their grades of ``user_ids`` at the cut (their features: ``features.build``
@@ -84,15 +86,16 @@ class Period:
         return hist, cand, self.labels.grade(hist.user_ids[cand.owner], cand.rows)
 
 
-def candidates_at(items: ItemTable, cov: CoVisit, events: Events, user_ids: np.ndarray, now: float,
+def candidates_at(items: ItemTable, cov: CoVisit, events: EventLog, user_ids: np.ndarray, now: float,
                   settings: Settings) -> tuple[Histories, Candidates]:
     """Training's path from an in-memory event log to candidates: the same candidate function precompute uses, on
     histories truncated the same way, read at ``now``."""
-    hist = histories_from_arrays(user_ids, *events, items, settings, clock=now)
+    hist = histories_from_arrays(user_ids, events.user, events.item, events.type, events.ts, items, settings,
+                                 clock=now)
     return hist, candidates.for_batch(items, cov, hist, settings)
 
 
-def feature_rows(items: ItemTable, cov: CoVisit, events: Events, user_ids: np.ndarray, now: float,
+def feature_rows(items: ItemTable, cov: CoVisit, events: EventLog, user_ids: np.ndarray, now: float,
                  settings: Settings) -> tuple[Histories, Candidates, np.ndarray]:
     """``candidates_at`` and the candidates' feature rows (``features.build`` at ``now``)."""
     hist, cand = candidates_at(items, cov, events, user_ids, now, settings)
@@ -118,14 +121,14 @@ def training_cuts(ev_ts: np.ndarray, settings: Settings) -> list[float]:
     return [c for c, nxt in zip(cuts[:-2], cuts[1:-1]) if c < nxt] + cuts[-2:]
 
 
-def period(engine: Engine, settings: Settings, events: Events, cut: float, end: float = float("inf"),
+def period(engine: Engine, settings: Settings, events: EventLog, cut: float, end: float = float("inf"),
            users: np.ndarray | None = None) -> Period:
     """The split of ``events`` at ``cut``, labels from the events in ``(cut, end]``. ``users``: every user id of the
     log, sorted (``np.unique`` of the user column), when the caller has it already."""
     return _known(events, cut, *_fit(engine, settings, events, cut, end, users))
 
 
-def each(engine: Engine, settings: Settings, events: Events, cuts: list[tuple[float, float]], users: np.ndarray,
+def each(engine: Engine, settings: Settings, events: EventLog, cuts: list[tuple[float, float]], users: np.ndarray,
          n_steps: int | None = None) -> Iterator[tuple[Period, Steps | None]]:
     """``period(cut, end)`` of each of ``cuts`` in turn and, given ``n_steps``, its replayed steps (``steps.find``).
     The next one is computed in a forked child while the caller works on the current one (``ahead.py``): a
@@ -155,9 +158,9 @@ def each(engine: Engine, settings: Settings, events: Events, cuts: list[tuple[fl
             pending.close()
 
 
-def _fit(engine: Engine, settings: Settings, events: Events, cut: float, end: float,
+def _fit(engine: Engine, settings: Settings, events: EventLog, cut: float, end: float,
          users: np.ndarray | None, since: ItemTable | None = None) -> tuple[ItemTable, CoVisit, Labels]:
-    ev_user, ev_item, ev_type, ev_ts = events
+    ev_user, ev_ts = events.user, events.ts
     n_known = int(np.searchsorted(ev_ts, cut, side="right"))
     n_end = len(ev_ts) if end == float("inf") else int(np.searchsorted(ev_ts, end, side="right"))
     items = load_item_table(engine, settings, as_of=cut, since=since)
@@ -166,16 +169,16 @@ def _fit(engine: Engine, settings: Settings, events: Events, cut: float, end: fl
     return items, cov, labels(events, items, users, cut, n_known, n_end, settings)
 
 
-def _known(events: Events, cut: float, items: ItemTable, cov: CoVisit, lab: Labels) -> Period:
+def _known(events: EventLog, cut: float, items: ItemTable, cov: CoVisit, lab: Labels) -> Period:
     """The period at ``cut``: the log up to it as views of ``events`` (never copied into or out of a child)."""
-    n_known = int(np.searchsorted(events[3], cut, side="right"))
-    return Period(cut=cut, known=tuple(a[:n_known] for a in events), items=items, cov=cov, labels=lab)
+    n_known = int(np.searchsorted(events.ts, cut, side="right"))
+    return Period(cut=cut, known=events.head(n_known), items=items, cov=cov, labels=lab)
 
 
-def pairs(events: Events, part: slice, settings: Settings) -> dict[str, np.ndarray]:
+def pairs(events: EventLog, part: slice, settings: Settings) -> dict[str, np.ndarray]:
     """Co-visitation and item-kNN pairs and the latent factors of the events in ``part`` (``covisit.build_pairs``,
     ``knn.build_pairs``, ``latent.fit`` with the settings' parameters), in one dict: what a bundle stores."""
-    ev_user, ev_item, ev_type, ev_ts = events
+    ev_user, ev_item, ev_type, ev_ts = events.user, events.item, events.type, events.ts
     factors = covisit.event_factors(ev_type[part], settings)
     return {**covisit.build_pairs(ev_user[part], ev_item[part], ev_ts[part], settings.covisit_window,
                                   settings.session_gap, settings.covisit_neighbours, factors),
@@ -183,11 +186,11 @@ def pairs(events: Events, part: slice, settings: Settings) -> dict[str, np.ndarr
             **latent.fit(ev_user[part], ev_item[part], factors > 0, settings.latent_factors)}
 
 
-def labels(events: Events, items: ItemTable, users: np.ndarray, cut: float, n_known: int, n_end: int,
+def labels(events: EventLog, items: ItemTable, users: np.ndarray, cut: float, n_known: int, n_end: int,
           settings: Settings) -> Labels:
     """Grades of the events at positions ``n_known:n_end`` of the log, less the items each user interacted with
     inside the seen window before ``cut`` (the first ``n_known`` events are those at or before it)."""
-    ev_user, ev_item, ev_type, ev_ts = events
+    ev_user, ev_item, ev_type, ev_ts = events.user, events.item, events.type, events.ts
     span = len(items) + 1
 
     def codes(part: slice) -> np.ndarray:

@@ -1,6 +1,6 @@
 """The ranker as a method: trained on the pre-cut log only, then ranked at the cut through the code the workers
 run (``ranking/pipeline.py``): histories read at the cut, ``candidates.for_batch``, ``features.build``,
-``ranker.score``, ``arrays.top_desc_grouped``, with the co-visitation index of the pre-cut log (what the model was
+``scoring.score``, ``arrays.top_desc_grouped``, with the co-visitation index of the pre-cut log (what the model was
 trained with, and what the baselines use).
 
 The one difference from serving: every item a user interacted with before the cut is left out, not only those of
@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
 
 import numpy as np
-from sqlalchemy import Engine
 
 from ..data.history import histories_from_arrays
-from ..ranking import candidates, features, ranker
+from ..ranking import candidates, features, scoring
 from ..ranking.arrays import top_desc_grouped
 from ..ranking.covisit import CoVisit
 from ..ranking.item_table import ItemTable
@@ -33,18 +31,10 @@ HISTORY_BATCH = 500
 def all_seen(settings: Settings, split: Split) -> Settings:
     """``settings`` with a seen window covering the whole pre-cut log and a seen cap above any judged user's count
     of distinct pre-cut items."""
-    first = float(split.pre[3][0]) if split.n_before else split.cut
+    first = float(split.pre.ts[0]) if split.n_before else split.cut
     most = int(np.diff(split.seen_offsets).max(initial=0))
     return dataclasses.replace(settings, seen_window=int(math.ceil(split.cut - first)) + 1,
                                seen_max_items=max(settings.seen_max_items, most + 1))
-
-
-def train(engine: Engine, settings: Settings, split: Split, *, iterations: int | None = None, seed: int = 0,
-          progress: Callable[[str], None] = lambda msg: None, ignore: tuple[str, ...] = ()) -> ranker.TrainResult:
-    """A model trained on the pre-cut log only (``ranker.train`` makes its own inner time split of it); ``ignore``:
-    columns it may not use (``ranker.train``)."""
-    return ranker.train(engine, settings, iterations=iterations, seed=seed, progress=progress, events=split.pre,
-                        ignore=ignore)
 
 
 def rank(model, split: Split, items: ItemTable, cov: CoVisit, settings: Settings, n: int) -> Ranked:
@@ -54,13 +44,15 @@ def rank(model, split: Split, items: ItemTable, cov: CoVisit, settings: Settings
     span = len(items) + 1
     out = Collector()
     for a, b in batches(split, HISTORY_BATCH):
-        hist = histories_from_arrays(split.users[a:b], *split.events_of(a, b), items, at_cut, clock=split.cut)
+        ev = split.events_of(a, b)
+        hist = histories_from_arrays(split.users[a:b], ev.user, ev.item, ev.type, ev.ts, items, at_cut,
+                                     clock=split.cut)
         for start in range(0, len(hist), settings.rank_chunk_users):
             stop = min(start + settings.rank_chunk_users, len(hist))
             part = hist.slice(start, stop)
             cand = candidates.for_batch(items, cov, part, at_cut)
             X = features.build(items, part, cand, part.clock)
-            scores = ranker.score(model, X) if len(X) else np.empty(0, dtype=np.float32)
+            scores = scoring.score(model, X) if len(X) else np.empty(0, dtype=np.float32)
             top, offsets = top_desc_grouped(scores, cand.offsets, n)
             code = cand.owner * span + cand.rows
             s_owner, s_rows = seen_of(split, a + start, a + stop)

@@ -1,5 +1,5 @@
 """The replay protocol: every method judged on the feed it would serve before each of a user's first steps after the
-cut (``ranking/steps.py``), with the user's history as of the step and everything fitted frozen at the cut. What the
+cut (``steps.py``), with the user's history as of the step and everything fitted frozen at the cut. What the
 product does: the feed is recomputed on each event, and read before the next.
 
 Methods, each ranking every step from the same information:
@@ -29,16 +29,19 @@ from collections.abc import Callable
 import numpy as np
 from scipy import sparse
 
+from ..data.log import EventLog
 from ..progress import Count
-from ..ranking import bootstrap, candidates, features, latent, popularity, ranker
+from ..ranking import candidates, features, latent, scoring
 from ..ranking.arrays import top_desc_grouped
 from ..ranking.covisit import CoVisit
 from ..ranking.item_table import ItemTable
-from ..ranking.steps import ByUser, Steps, find
+from ..ranking.popularity import BatchPopularity
 from ..settings import Settings
-from . import metrics
+from ..units import DAY, HOUR
+from . import bootstrap
+from .activity import Activity
+from .steps import ByUser, Steps, find
 
-HOUR, DAY = 3600.0, 86400.0
 #: The live popularity baselines' windows; "popular" is all time.
 BASELINE_WINDOWS = (("1h", HOUR), ("1d", DAY), ("3d", 3 * DAY), ("7d", 7 * DAY), ("14d", 14 * DAY),
                     ("30d", 30 * DAY))
@@ -46,8 +49,8 @@ BASELINE_WINDOWS = (("1h", HOUR), ("1d", DAY), ("3d", 3 * DAY), ("7d", 7 * DAY),
 BATCH = 128
 #: Source bits reported in the candidate-recall table.
 SOURCES = {"covisit": candidates.FROM_COVISIT, "knn": candidates.FROM_KNN, "latent": candidates.FROM_LATENT,
-           "recent_1h": popularity.FROM_RECENT_1H,
-           "recent_1d": popularity.FROM_RECENT_1D, "category": candidates.FROM_CATEGORY,
+           "recent_1h": candidates.FROM_RECENT_1H,
+           "recent_1d": candidates.FROM_RECENT_1D, "category": candidates.FROM_CATEGORY,
            "global": candidates.FROM_GLOBAL}
 
 
@@ -72,7 +75,7 @@ def baseline_names() -> tuple[str, ...]:
     return ("popular", *(f"recent_{w}" for w, _ in BASELINE_WINDOWS), "covisit", "item_knn", "latent")
 
 
-def judge(items: ItemTable, cov: CoVisit, events, cut: float, model, settings: Settings, *, n_steps: int = 10,
+def judge_replay(items: ItemTable, cov: CoVisit, events: EventLog, cut: float, model, settings: Settings, *, n_steps: int = 10,
           end: float = float("inf"), users: int | None = None, exclude: np.ndarray | None = None, k: int = 10,
           seed: int = 0, progress: Callable[[str], None] = lambda msg: None, only: np.ndarray | None = None,
           detail: dict | None = None) -> ReplayResult:
@@ -80,7 +83,7 @@ def judge(items: ItemTable, cov: CoVisit, events, cut: float, model, settings: S
     ``users`` of them, or ``only`` these; never ``exclude``), ranking each with every method; ``items`` and ``cov``
     as of the cut. ``detail``, when given, receives the judged ``steps`` and each method's per-step ``ndcg``."""
     t0 = time.perf_counter()
-    ev_user, ev_item, ev_type, ev_ts = events
+    ev_item, ev_type, ev_ts = events.item, events.type, events.ts
     steps = find(events, items, cut, end, n_steps, refresh=settings.feed_refresh, horizon=settings.feed_ttl)
     who = steps.users()
     if exclude is not None and len(exclude):
@@ -98,9 +101,9 @@ def judge(items: ItemTable, cov: CoVisit, events, cut: float, model, settings: S
     in_cand = np.zeros(len(steps.rows), dtype=bool)
     by_user = ByUser(events)
     n_pre = int(np.searchsorted(ev_ts, cut, side="right"))
-    act = popularity.Activity(items, ev_ts, ev_item, ev_type)
-    feed_act = popularity.Activity(items, ev_ts, ev_item, ev_type)      # the ranker's: at each step's feed clock
-    knn = _Knn(items, tuple(a[:n_pre] for a in events))
+    act = Activity(items, ev_ts, ev_item, ev_type)
+    feed_act = Activity(items, ev_ts, ev_item, ev_type)      # the ranker's: at each step's feed clock
+    knn = _Knn(items, events.head(n_pre))
     lengths = candidates.recent_lengths(settings)
     base_cols = {f"recent_{w}": col for col, (w, _) in enumerate(BASELINE_WINDOWS)}
     everything = float("inf")
@@ -119,13 +122,13 @@ def judge(items: ItemTable, cov: CoVisit, events, cut: float, model, settings: S
         dense = np.empty((len(part), len(items)), dtype=np.float32)
         for m, per_clock in scores.items():
             dense[:] = np.asarray(per_clock, dtype=np.float32)[which]
-            _judge_dense(m, dense, part, hist_all, items.active, k, a, ndcg, hit)
+            _score_dense(m, dense, part, hist_all, items.active, k, a, ndcg, hit)
         dense[:] = _covisit_scores(hist, cov, settings, len(items))
-        _judge_dense("covisit", dense, part, hist_all, items.active, k, a, ndcg, hit)
+        _score_dense("covisit", dense, part, hist_all, items.active, k, a, ndcg, hit)
         dense[:] = knn.scores(hist_all)
-        _judge_dense("item_knn", dense, part, hist_all, items.active, k, a, ndcg, hit)
+        _score_dense("item_knn", dense, part, hist_all, items.active, k, a, ndcg, hit)
         dense[:] = _latent_scores(hist_all, cov)
-        _judge_dense("latent", dense, part, hist_all, items.active, k, a, ndcg, hit)
+        _score_dense("latent", dense, part, hist_all, items.active, k, a, ndcg, hit)
         # The ranker, as a worker computes it for these histories at these clocks.
         for start in range(0, len(part), settings.rank_chunk_users):
             stop = min(start + settings.rank_chunk_users, len(part))
@@ -133,7 +136,7 @@ def judge(items: ItemTable, cov: CoVisit, events, cut: float, model, settings: S
             live = feed_act.live(sub.feed_clock, lengths, sub.feed_known)
             cand, top, offsets = rank(items, cov, h, sub.feed_clock, live, model, settings, k)
             lists_ = [cand.rows[top[offsets[j]:offsets[j + 1]]] for j in range(len(sub))]
-            _judge_lists("ranker", lists_, sub, a + start, k, ndcg, hit)
+            score_lists("ranker", lists_, sub, a + start, k, ndcg, hit)
             # Which truth entries the candidates held, and through which sources.
             span = len(items) + 1
             code = cand.owner * span + cand.rows
@@ -165,18 +168,18 @@ def judge(items: ItemTable, cov: CoVisit, events, cut: float, model, settings: S
                         ratio_interval=interval, seconds=time.perf_counter() - t0)
 
 
-def rank(items: ItemTable, cov: CoVisit, hist, clocks: np.ndarray, live: popularity.Live, model,
+def rank(items: ItemTable, cov: CoVisit, hist, clocks: np.ndarray, live: BatchPopularity, model,
          settings: Settings, n: int) -> tuple[candidates.Candidates, np.ndarray, np.ndarray]:
     """What a worker computes for these histories at these clocks (``Pipeline.build_feeds``): candidates, features,
     scores, and each row's top ``n`` (``top[offsets[j]:offsets[j+1]]`` indexes ``cand.rows``, best first)."""
     cand = candidates.for_batch(items, cov, hist, settings, live)
     X = features.build(items, hist, cand, clocks, live)
-    scores = ranker.score(model, X) if len(X) else np.empty(0, dtype=np.float32)
+    scores = scoring.score(model, X) if len(X) else np.empty(0, dtype=np.float32)
     top, offsets = top_desc_grouped(scores, cand.offsets, n)
     return cand, top, offsets
 
 
-def _judge_dense(name: str, scores: np.ndarray, part: Steps, hist_all, active: np.ndarray, k: int, a: int,
+def _score_dense(name: str, scores: np.ndarray, part: Steps, hist_all, active: np.ndarray, k: int, a: int,
                  ndcg: dict, hit: dict) -> None:
     """Top ``k`` of each step's row of ``scores`` (positive, active, not in the user's history), judged."""
     scores[:, ~active] = -np.inf
@@ -190,10 +193,10 @@ def _judge_dense(name: str, scores: np.ndarray, part: Steps, hist_all, active: n
         o = np.lexsort((top[j], -val[j]))
         o = o[val[j][o] > 0]
         lists.append(top[j][o])
-    _judge_lists(name, lists, part, a, k, ndcg, hit)
+    score_lists(name, lists, part, a, k, ndcg, hit)
 
 
-def _judge_lists(name: str, lists: list[np.ndarray], part: Steps, a: int, k: int, ndcg: dict, hit: dict) -> None:
+def score_lists(name: str, lists: list[np.ndarray], part: Steps, a: int, k: int, ndcg: dict, hit: dict) -> None:
     """NDCG@k and HitRate@k of each step's list against its truth, stored at the steps' places ``a + j``."""
     disc = 1.0 / np.log2(np.arange(k) + 2)
     for j, rows in enumerate(lists):
@@ -228,8 +231,8 @@ def _latent_scores(hist_all, cov: CoVisit) -> np.ndarray | float:
 class _Knn:
     """Cosine item-kNN over the binary pre-cut user × item matrix; a user's vector from any list of item rows."""
 
-    def __init__(self, items: ItemTable, pre: tuple[np.ndarray, ...]) -> None:
-        user, item, type_, _ = pre
+    def __init__(self, items: ItemTable, pre: EventLog) -> None:
+        user, item, type_ = pre.user, pre.item, pre.type
         rows, w = items.rows(item), items.weight_of(type_)
         ok = (rows >= 0) & (w > 0)
         users, pos = np.unique(user[ok], return_inverse=True)

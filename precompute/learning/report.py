@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from ..errors import InvalidInput
-from .run import Evaluation
+from .evaluate import Evaluation
 
 COLUMNS = (("ndcg", "NDCG@{k}"), ("recall", "Recall@{k}"), ("recall100", "Recall@100"), ("map", "MAP@{k}"),
            ("coverage", "coverage"), ("non_empty", "non-empty"), ("candidate_recall", "cand. recall"))

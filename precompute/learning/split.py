@@ -14,6 +14,7 @@ import functools
 
 import numpy as np
 
+from ..data.log import EventLog
 from ..errors import InvalidInput
 from ..ranking.item_table import ItemTable
 
@@ -35,7 +36,7 @@ class Truth:
 @dataclasses.dataclass
 class Split:
     cut: float                     # epoch s; events at or before it are known
-    pre: tuple[np.ndarray, ...]    # the log before the cut as (user, item, type, ts) views, (ts, id) order
+    pre: EventLog                  # the log before the cut (views)
     n_after: int                   # events after the cut
     users: np.ndarray              # judged user ids, ascending
     #: Every item row judged user ``u`` interacted with before the cut: ``seen_rows[seen_offsets[u]:...]``.
@@ -45,12 +46,12 @@ class Split:
 
     @property
     def n_before(self) -> int:
-        return len(self.pre[0])
+        return len(self.pre)
 
     def seen(self, u: int) -> np.ndarray:
         return self.seen_rows[self.seen_offsets[u]:self.seen_offsets[u + 1]]
 
-    def events_of(self, a: int, b: int) -> tuple[np.ndarray, ...]:
+    def events_of(self, a: int, b: int) -> EventLog:
         """The pre-cut events of judged users ``a:b`` (positions), in log order: a batch's methods then scan
         its own events, not the whole log (one stable sort by user, once, instead of a pass per batch)."""
         order, sorted_user = self._by_user
@@ -59,12 +60,12 @@ class Split:
         count = hi - lo
         start = np.repeat(lo - np.r_[0, np.cumsum(count)[:-1]], count)
         at = np.sort(order[start + np.arange(int(count.sum()))])
-        return tuple(column[at] for column in self.pre)
+        return self.pre.take(at)
 
     @functools.cached_property
     def _by_user(self) -> tuple[np.ndarray, np.ndarray]:
-        order = np.argsort(self.pre[0], kind="stable")
-        return order, self.pre[0][order]
+        order = np.argsort(self.pre.user, kind="stable")
+        return order, self.pre.user[order]
 
 
 def cut_time(ev_ts: np.ndarray, quantile: float) -> float:
@@ -74,26 +75,26 @@ def cut_time(ev_ts: np.ndarray, quantile: float) -> float:
     return float(np.quantile(ev_ts, quantile))
 
 
-def split_log(events: tuple[np.ndarray, ...], cut: float, items: ItemTable, *, users: int | None = None,
+def split_log(events: EventLog, cut: float, items: ItemTable, *, users: int | None = None,
               seed: int = 0, exclude: np.ndarray | None = None) -> Split:
-    """Split ``events`` ((user, item, type, ts) arrays in (ts, id) order) at ``cut``; ``users``: judge a random
+    """Split ``events`` at ``cut``; ``users``: judge a random
     sample of that many judged users (``seed``), default all; ``exclude``: user ids never judged (those whose
     future chose the model's tree count). Item rows are ``items``' (the table at the cut)."""
-    ev_user, ev_item, ev_type, ev_ts = events
+    ev_user, ev_item, ev_type, ev_ts = events.user, events.item, events.type, events.ts
     n_pre = int(np.searchsorted(ev_ts, cut, side="right"))
-    pre = tuple(a[:n_pre] for a in events)
+    pre = events.head(n_pre)
     post_user, post_rows = ev_user[n_pre:], items.rows(ev_item[n_pre:])
     post_rel = items.weight_of(ev_type[n_pre:])
     positive = (post_rel > 0) & (post_rows >= 0)
     # (user, item) pairs as codes user position * span + item row over the users who could be judged.
     span = len(items) + 1
-    maybe = np.intersect1d(np.unique(pre[0]), np.unique(post_user[positive]))
+    maybe = np.intersect1d(np.unique(pre.user), np.unique(post_user[positive]))
     if exclude is not None and len(exclude):
         maybe = np.setdiff1d(maybe, exclude)
-    in_pre = np.isin(pre[0], maybe)
-    pre_rows = items.rows(pre[1][in_pre])
+    in_pre = np.isin(pre.user, maybe)
+    pre_rows = items.rows(pre.item[in_pre])
     known = pre_rows >= 0
-    seen_code = np.unique(np.searchsorted(maybe, pre[0][in_pre][known]) * span + pre_rows[known])
+    seen_code = np.unique(np.searchsorted(maybe, pre.user[in_pre][known]) * span + pre_rows[known])
     at = np.isin(post_user, maybe) & positive
     code, inv = np.unique(np.searchsorted(maybe, post_user[at]) * span + post_rows[at], return_inverse=True)
     rel = np.zeros(len(code))

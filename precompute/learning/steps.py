@@ -25,11 +25,11 @@ import dataclasses
 import numpy as np
 
 from ..data.history import Histories
+from ..data.log import EventLog
 from ..settings import Settings
-from . import arrays
-from .item_table import ItemTable
+from ..ranking import arrays
+from ..ranking.item_table import ItemTable
 
-Events = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]      # (user, item, type, ts) in (ts, id) order
 
 
 @dataclasses.dataclass
@@ -83,13 +83,13 @@ class Steps:
         return np.unique(self.user)
 
 
-def find(events: Events, items: ItemTable, cut: float, end: float, n_steps: int,
+def find(events: EventLog, items: ItemTable, cut: float, end: float, n_steps: int,
          users: np.ndarray | None = None, refresh: float = 0.0, horizon: float = float("inf")) -> Steps:
     """The first ``n_steps`` steps after ``cut`` (up to ``end``) of every user with history at or before the cut
     (only ``users``, sorted ids, when given); steps without a new item count towards ``n_steps`` but are not
     returned (nothing to judge). Feeds are refreshed every ``refresh`` of log time after they were computed, up
     to ``horizon`` after the user's newest event (``feeds/refresh.py``; 0: never)."""
-    ev_user, ev_item, ev_type, ev_ts = events
+    ev_user, ev_item, ev_type, ev_ts = events.user, events.item, events.type, events.ts
     n_cut = int(np.searchsorted(ev_ts, cut, side="right"))
     n_end = len(ev_ts) if end == float("inf") else int(np.searchsorted(ev_ts, end, side="right"))
     who = np.unique(ev_user[:n_cut])
@@ -173,26 +173,27 @@ def find(events: Events, items: ItemTable, cut: float, end: float, n_steps: int,
 class ByUser:
     """The log's events grouped by user (log order within each), to cut each step's history out of it."""
 
-    def __init__(self, events: Events) -> None:
+    def __init__(self, events: EventLog) -> None:
         self.events = events
-        self.order = np.argsort(events[0], kind="stable")
-        self.users = np.unique(events[0])
-        pos = np.searchsorted(self.users, events[0][self.order])
-        self.key = pos * (len(events[0]) + 1) + self.order        # ascending: by user, then log position
+        self.order = np.argsort(events.user, kind="stable")
+        self.users = np.unique(events.user)
+        pos = np.searchsorted(self.users, events.user[self.order])
+        self.key = pos * (len(events) + 1) + self.order        # ascending: by user, then log position
 
     def histories(self, steps: Steps, items: ItemTable, settings: Settings, seen_window: float | None = None
                   ) -> Histories:
         """One ``Histories`` row per step: the user's newest ``history_limit`` events before the step; seen items
         those interacted with inside ``seen_window`` (default the settings') before the step's feed clock, ``inf``:
         all. ``clock`` is the latest step's; each step's own is ``steps.feed_clock``."""
-        n = len(self.events[0]) + 1
+        n = len(self.events) + 1
         pos = np.searchsorted(self.users, steps.user)
         lo = np.searchsorted(self.key, pos * n)
         end = np.searchsorted(self.key, pos * n + steps.known)
         start = np.maximum(lo, end - settings.history_limit)
         at = self.order[_ranges(start, end)]
         window = settings.seen_window if seen_window is None else seen_window
-        ev_user, ev_item, ev_type, ev_ts = self.events
+        ev = self.events
+        ev_item, ev_type, ev_ts = ev.item, ev.type, ev.ts
         # Seen: distinct rows of the events inside the window before each step's clock.
         all_at = self.order[_ranges(lo, end)]
         owner = np.repeat(np.arange(len(steps)), end - lo)

@@ -62,7 +62,7 @@ def current_version(model_dir: Path) -> int | None:
 
 def write(model_dir: Path, model, pairs: dict[str, np.ndarray], meta: dict) -> int:
     """Write a new bundle and return its version (not yet current). Its recorded layout is the one the model was
-    trained with: training names every column (``ranker.train``)."""
+    trained with: training names every column (``learning.fit.fit_ranker``)."""
     model_dir = Path(model_dir)
     model_dir.mkdir(parents=True, exist_ok=True)
     version = int(time.strftime("%Y%m%d%H%M%S", time.gmtime()))

@@ -4,7 +4,7 @@ popular; union, dedupe, drop seen and inactive items, cap.
 
 Work is whole-array numpy: per-user quantities that need the whole batch (category weights) are computed once per
 batch, the rest is a couple of dozen array ops per user, never a Python loop over items. Nothing is ranked:
-co-visited items are deduped in O(n) through a per-item scratch array (see ``arrays.distinct``), popular ones come
+co-visited items are deduped in O(n) through a per-item scratch array (``workspace.py``, ``arrays.distinct``), popular ones come
 ranked already (item rows are in popularity order).
 """
 
@@ -20,7 +20,8 @@ from ..settings import Settings
 from . import arrays, latent
 from .covisit import CoVisit
 from .item_table import POPULAR_CATEGORY, POPULAR_GLOBAL, ItemTable
-from .popularity import FROM_RECENT_1D, FROM_RECENT_1H, SOURCES, Live
+from .popularity import FROM_RECENT_1D, FROM_RECENT_1H, SOURCES, BatchPopularity
+from .workspace import Workspace
 
 FROM_COVISIT = 1
 FROM_CATEGORY, FROM_GLOBAL = POPULAR_CATEGORY, POPULAR_GLOBAL
@@ -113,7 +114,7 @@ def recent_items(hist: Histories, k: int) -> tuple[np.ndarray, np.ndarray, np.nd
 
 def for_user(items: ItemTable, seen: np.ndarray, cov_rows: np.ndarray, cov_w: np.ndarray, cov_w0: np.ndarray,
              top_cats: np.ndarray, recent: list[np.ndarray], max_candidates: int, knn_rows: np.ndarray,
-             knn_w: np.ndarray, n_knn: int, latent_rows: np.ndarray) -> tuple[np.ndarray, ...]:
+             knn_w: np.ndarray, n_knn: int, latent_rows: np.ndarray, work: Workspace) -> tuple[np.ndarray, ...]:
     """Candidates for one user from their co-visited neighbours, the recent-popularity lists at their clock
     (``recent``, one per ``popularity.SOURCES``) and strongest categories, leaving out the ``seen`` item rows (every
     item interacted with inside the seen window, ``Histories.seen``).
@@ -126,30 +127,30 @@ def for_user(items: ItemTable, seen: np.ndarray, cov_rows: np.ndarray, cov_w: np
     presorted runs) ranks their union, and the cap is a prefix of it: nothing is partitioned or ranked per user.
     """
     # The popular lists, merged (``ItemTable.popular``, kept per set of top categories); their rows mark their
-    # source bits in the all-zero ``_bits`` scratch (reset below).
-    bits = items._bits
-    popular, popular_bits = items.popular(top_cats)
+    # source bits in the all-zero ``work.bits`` scratch (reset below).
+    bits = work.bits
+    popular, popular_bits = items.popular(top_cats, bits)
     bits[popular] |= popular_bits
     # Distinct co-visited neighbours; weights and counts summed through each one's position in the slot array.
-    slot = items._slot
+    slot = work.slot
     cov = arrays.distinct(slot, cov_rows)
     slot[cov] = np.arange(len(cov))
     at = slot[cov_rows]
     cov_score = np.bincount(at, weights=cov_w, minlength=len(cov))
     cov_last = np.bincount(at, weights=cov_w0, minlength=len(cov))
     cov_count = np.bincount(at, minlength=len(cov))
-    # Drop seen and inactive items (O(k) membership through the all-False ``_mark`` scratch); popular lists hold
+    # Drop seen and inactive items (O(k) membership through the all-False ``work.mark`` scratch); popular lists hold
     # active items only. Co-visited items are marked too, so the popular fill skips them.
-    mark = items._mark
+    mark = work.mark
     mark[seen] = True
     keep = np.flatnonzero(items.active[cov] & ~mark[cov])
     if len(keep) > max_candidates:
         keep = keep[np.argpartition(-cov_score[keep], max_candidates - 1)[:max_candidates]]
     mark[cov] = True
-    # kNN neighbours of the history: summed similarity per distinct item, in the all-zero ``_score`` scratch (reset
+    # kNN neighbours of the history: summed similarity per distinct item, in the all-zero ``work.score`` scratch (reset
     # below; ``add.at`` sums in the rows' order, as a bincount would, at half its cost here); the strongest active
     # unseen ones not co-visited join.
-    score = items._score
+    score = work.score
     near = arrays.distinct(slot, knn_rows)
     np.add.at(score, knn_rows, knn_w)
     near_score = score[near]
@@ -200,11 +201,13 @@ def recent_lengths(settings: Settings) -> tuple[int, ...]:
 
 
 def for_batch(items: ItemTable, cov: CoVisit, hist: Histories, settings: Settings,
-              live: Live | None = None) -> Candidates:
+              live: BatchPopularity | None = None, work: Workspace | None = None) -> Candidates:
     """Candidates of every user of ``hist``; list lengths, weights and the cap from ``settings``; popularity at each
-    user's clock from ``live`` (default: the item table's, at its ``as_of``, as in serving)."""
+    user's clock from ``live`` (default: the item table's, at its ``as_of``, as in serving); ``work``: the caller's
+    scratch for this table (default: a new one)."""
     n_users = len(hist)
-    live = live if live is not None else Live.of_table(items, n_users, recent_lengths(settings))
+    live = live if live is not None else items.live(n_users, recent_lengths(settings))
+    work = work if work is not None and work.fits(len(items)) else Workspace.for_items(len(items))
     max_candidates = settings.max_candidates
     weight = category_weights(items, hist)
     order = np.argsort(-weight, axis=1, kind="stable")
@@ -240,7 +243,7 @@ def for_batch(items: ItemTable, cov: CoVisit, hist: Histories, settings: Setting
         parts.append(for_user(items, hist.seen(u), cov_rows[lo:hi], cov_w[lo:hi], cov_w0[lo:hi],
                               top[weight[u, top] > 0], live.lists[live.which[u]], max_candidates,
                               knn_rows[k_lo:k_hi], knn_w[k_lo:k_hi], settings.knn_candidates,
-                              no_rows if latent_top is None else latent_top[u][latent_top[u] >= 0]))
+                              no_rows if latent_top is None else latent_top[u][latent_top[u] >= 0], work))
     sizes = [len(p[0]) for p in parts]
     cat = (lambda i, dt: np.concatenate([p[i] for p in parts]).astype(dt, copy=False) if parts
            else np.empty(0, dt))
@@ -273,10 +276,7 @@ def _latent_top(items: ItemTable, hist: Histories, scores: np.ndarray, vectors: 
     end), by their exact scores (``vectors`` times the float64 factors). ``scores`` (the float32 product, one column
     per item with a factor: ``cov.latent_col``) get -inf at the items left out: no candidate is one of them, so the
     candidates' scores gathered from it are unaffected."""
-    inactive = items.__dict__.get("_inactive_rows")
-    if inactive is None:                    # computed once per item table
-        inactive = items.__dict__["_inactive_rows"] = np.flatnonzero(~items.active)
-    col = cov.latent_col[inactive]
+    col = cov.latent_col[items.inactive_rows]
     scores[:, col[col >= 0]] = -np.inf
     col = cov.latent_col[hist.seen_rows]
     has = col >= 0

@@ -17,9 +17,9 @@ from .candidates import (ALL_SOURCES, FROM_CATEGORY, FROM_COVISIT, FROM_GLOBAL, 
                          Candidates)
 from .item_table import ItemTable, rates
 from .layout import FeatureLayout
-from .popularity import FROM_RECENT_1D, FROM_RECENT_1H, Live
+from .popularity import FROM_RECENT_1D, FROM_RECENT_1H, BatchPopularity
+from ..units import DAY
 
-DAY = 86400.0
 #: The user's last events whose category shares ``ux_category_share_recent`` gives: what the user does now.
 LAST_EVENTS = 10
 #: The "user_item" group, computed in place column by column in ``build`` (in this order, by name).
@@ -41,7 +41,7 @@ _FLAGS = {
 
 
 def build(items: ItemTable, hist: Histories, cand: Candidates, now: float | np.ndarray,
-          live: Live | None = None) -> np.ndarray:
+          live: BatchPopularity | None = None) -> np.ndarray:
     """The feature matrix of ``cand``, columns as ``items.layout`` declares them (the settings' attributes and
     event types). Missing values (an item without price, creation time or categories, a user without priced
     events) are NaN, which CatBoost handles, never a made-up number.
@@ -71,7 +71,7 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float | np.n
     since_first = out[:, layout.index("item_days_since_first_event")]
     np.take(items.first_day32, r, out=since_first, mode="clip")
     np.subtract(now_day, since_first, out=since_first)
-    live = live if live is not None else Live.of_table(items, n_users, (0, 0))
+    live = live if live is not None else items.live(n_users)
     live.gather(r, cand.offsets, out, layout.start("item_live"))
 
     # ---- user (length n_users, broadcast over each user's block) -----------------------------------------
@@ -192,11 +192,10 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float | np.n
     # The user interacted with the candidate before the seen window (it is in the kept history, not seen): a
     # repeat, which a feed of things new to the user ranks differently.
     # Only a candidate whose item is in some history of the batch can be one: those are found through the
-    # all-False ``_mark`` scratch (reset right after), and only they are searched among the (user, item) pairs.
-    mark = items._mark
+    # items marked in a per-item array, and only they are searched among the (user, item) pairs.
+    mark = np.zeros(len(items), dtype=bool)
     mark[h_rows[known]] = True
     maybe = np.flatnonzero(mark[r])
-    mark[h_rows[known]] = False
     seen_before[:] = 0
     if len(maybe):
         code = owner[maybe] * len(items) + r[maybe]

@@ -20,23 +20,21 @@ import time
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import Engine, case, func, select
 
-from ..data import clock, event_types
-from ..data.rows import table
-from ..data.tables import Event, Item, ItemAttribute, ItemCategory
-from ..settings import Settings
+from ..data import event_types
+from ..units import DAY
 from . import arrays
-from .layout import FeatureLayout, for_settings
-from .popularity import WINDOWS
-
-DAY = 86400.0
+from .layout import WINDOWS, FeatureLayout
+from .popularity import BatchPopularity, block, top_lists
 #: Bits of the candidate sources for popular lists (``candidates.FROM_CATEGORY``/``FROM_GLOBAL``).
 POPULAR_CATEGORY, POPULAR_GLOBAL = 2, 4
 #: Sets of categories whose popular union ``ItemTable.popular`` keeps.
 POPULAR_CACHE = 4096
 
 
+def _derived():
+    """A field computed from the others when the table is made, never passed in."""
+    return dataclasses.field(init=False, repr=False, compare=False)
 
 @dataclasses.dataclass
 class ItemTable:
@@ -59,8 +57,37 @@ class ItemTable:
     layout: FeatureLayout      # the feature columns these declarations imply
     n_global_popular: int      # length of the global popular list
     n_category_popular: int    # length of each category's popular list
+    #: Lengths of the recent-popularity candidate lists (``popularity.SOURCES`` order) kept in ``recent_lists``.
+    recent_lengths: tuple[int, ...] = (0, 0)
     loaded_at: float = dataclasses.field(default_factory=time.time)    # wall time of the last full load
     read_at: float = dataclasses.field(default_factory=time.time)      # wall time of this load, full or not
+
+    # Derived in ``__post_init__`` (rows then follow popularity, most popular first, ties by id).
+    popularity: np.ndarray = _derived()        # type-weighted interactions plus a small term for the last week
+    weighted_counts: np.ndarray = _derived()   # all-time type-weighted interactions (``popularity`` less recency)
+    index: pd.Index = _derived()               # item id → row (``rows``)
+    category_ids: np.ndarray = _derived()      # dense category index → real 64-bit category id
+    n_categories: int = _derived()
+    cat_of: np.ndarray = _derived()            # CSR row → dense categories: ``cat_of[cat_indptr[r]:cat_indptr[r+1]]``
+    cat_indptr: np.ndarray = _derived()
+    n_cats: np.ndarray = _derived()            # categories per row
+    pop_rank: np.ndarray = _derived()          # the row itself: 0 = most popular
+    log_price: np.ndarray = _derived()
+    cat_size: np.ndarray = _derived()          # members per category
+    cat_share: np.ndarray = _derived()         # each category's share of all items' popularity
+    cat_log_price_mean: np.ndarray = _derived()   # mean log price of each category's priced members
+    cat_rank_by_member: np.ndarray = _derived()   # within-category rank of each membership, CSR order
+    static: np.ndarray = _derived()            # "item_static" feature block (``static_features``)
+    log_price32: np.ndarray = _derived()       # float32 copies the feature code gathers into float32 columns
+    created_day32: np.ndarray = _derived()
+    first_day32: np.ndarray = _derived()
+    global_popular: np.ndarray = _derived()    # popular active rows, most popular first
+    category_popular: list[np.ndarray] = _derived()   # per dense category, its popular active rows
+    inactive_rows: np.ndarray = _derived()
+    live_block: np.ndarray = _derived()        # the "item_live" columns at ``as_of`` (``popularity.block``)
+    recent_lists: list[np.ndarray] = _derived()   # the recent-popularity lists at ``as_of`` (``recent_lengths``)
+    #: Popular unions already merged, per set of categories (``popular``; at most ``POPULAR_CACHE``).
+    popular_unions: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = _derived()
 
     def __post_init__(self) -> None:
         n = len(self.ids)
@@ -75,14 +102,14 @@ class ItemTable:
                      "first_seen"):
             setattr(self, name, getattr(self, name)[order])
         self.popularity = popularity[order]
-        self.weighted_counts = self.counts @ w     # all-time type-weighted interactions (``popularity`` less recency)
-        self._index = pd.Index(self.ids)
+        self.weighted_counts = self.counts @ w
+        self.index = pd.Index(self.ids)
         self.rows(self.ids[:1])           # builds the index's hash table now (in the parent), not in each horse
         # Memberships as (row, dense category), sorted by category then row: each category's members in
         # popularity order. The same pairs sorted by row are the CSR row → categories.
         new_row = np.empty(n, dtype=np.int64)
         new_row[order] = np.arange(n)
-        m_row = new_row[self.member_item]
+        m_row = self.member_item = new_row[self.member_item]     # (kept as rows of the new order)
         self.category_ids, m_cat = np.unique(self.member_category, return_inverse=True)
         m_cat = m_cat.astype(np.int64).ravel()
         self.n_categories = n_cat = len(self.category_ids)
@@ -105,13 +132,7 @@ class ItemTable:
             self.cat_log_price_mean = np.bincount(m_cat[priced], weights=self.log_price[m_row][priced],
                                                   minlength=n_cat) / np.bincount(m_cat[priced], minlength=n_cat)
         # The item's best within-category rank (``m_rank`` in CSR order).
-        self._cat_rank_by_member = m_rank[by_row]
-        self._static: np.ndarray | None = None
-        # Scratch arrays of the candidate stage: one table serves one thread at a time (workers are processes).
-        self._mark = np.zeros(n, dtype=bool)     # scratch for O(k) membership tests, always left all-False
-        self._slot = np.zeros(n, dtype=np.int64)  # scratch for O(k) dedupe: written before read, never reset
-        self._bits = np.zeros(n, dtype=np.uint8)  # scratch for popular-list source bits, always left all-zero
-        self._score = np.zeros(n)                 # scratch for per-item scores, always left all-zero
+        self.cat_rank_by_member = m_rank[by_row]
         # float32 copies the feature code gathers straight into its float32 columns.
         self.log_price32 = self.log_price.astype(np.float32)
         self.created_day32 = (self.created_at / DAY).astype(np.float32)
@@ -123,27 +144,40 @@ class ItemTable:
         bounds = np.searchsorted(a_cat, np.arange(n_cat + 1))
         self.category_popular = [a_row[bounds[c]: min(bounds[c] + self.n_category_popular, bounds[c + 1])]
                                  for c in range(n_cat)]
-        self._popular: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+        self.inactive_rows = np.flatnonzero(~self.active)
+        self.popular_unions = {}
+        self.static = np.asfortranarray(self._static_block())
+        # Popularity at ``as_of`` as every user sees it in serving (replayed steps compute their own clock's).
+        self.live_block = block(self.windowed, self.weighted_counts)
+        self.recent_lists = top_lists(self.windowed, self.active, self.recent_lengths)
 
-    def popular(self, categories: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def live(self, n_users: int, lengths: tuple[int, ...] | None = None) -> BatchPopularity:
+        """Popularity at ``as_of`` for a batch of ``n_users`` (serving): the table's block, and the recent lists of
+        ``lengths`` (default: the table's ``recent_lengths``, kept; others are computed)."""
+        lists = self.recent_lists if lengths is None or tuple(lengths) == self.recent_lengths else \
+            top_lists(self.windowed, self.active, tuple(lengths))
+        return BatchPopularity([self.live_block], [lists], np.zeros(n_users, dtype=np.int64))
+
+    def popular(self, categories: np.ndarray, bits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The union of ``categories``' popular lists and the global one, ascending rows (most popular first), and
         each row's source bits (``POPULAR_CATEGORY``, ``POPULAR_GLOBAL``). Kept per set of categories (users share
         their top categories; the order does not change the union), at most ``POPULAR_CACHE`` sets. A work horse
-        starts with none kept, so a set not kept is merged through the all-zero ``_bits`` scratch (reset after),
-        not by membership searches (~10x slower: most of the stage's popular work in a job)."""
+        starts with none kept, so a set not kept is merged through ``bits``, an all-zero per-item scratch (reset
+        after; ``Workspace.bits``), not by membership searches (~10x slower: most of the stage's popular work in a
+        job)."""
         key = tuple(sorted(categories.tolist()))
-        got = self._popular.get(key)
+        got = self.popular_unions.get(key)
         if got is None:
-            merge, lists = self._bits, [self.category_popular[c] for c in key]
+            merge, lists = bits, [self.category_popular[c] for c in key]
             merge[self.global_popular] = POPULAR_GLOBAL
             for rows in lists:
                 merge[rows] |= POPULAR_CATEGORY
             rows = arrays.unique_sorted(np.concatenate([*lists, self.global_popular]))
             got = rows, merge[rows]
             merge[rows] = 0
-            if len(self._popular) >= POPULAR_CACHE:
-                self._popular.clear()
-            self._popular[key] = got
+            if len(self.popular_unions) >= POPULAR_CACHE:
+                self.popular_unions.clear()
+            self.popular_unions[key] = got
         return got
 
     def weight_of(self, types: np.ndarray) -> np.ndarray:
@@ -163,39 +197,40 @@ class ItemTable:
     def static_features(self) -> np.ndarray:
         """The per-item features that do not depend on the user or the clock (``layout`` group "item_static"), as
         float32 rows, computed once per table; column-major: ``features.build`` gathers each column."""
-        if self._static is None:
-            types = self.type_names
-            # Category statistics of an item in several categories: its best rank, its largest category, the
-            # largest share, and its price against the mean of its categories' mean prices (what the item is
-            # compared with wherever it is listed); NaN for an item without categories.
-            rank = segment_reduce(np.minimum, self._cat_rank_by_member.astype(np.float64), self.cat_indptr)
-            size = segment_reduce(np.maximum, self.cat_size[self.cat_of], self.cat_indptr)
-            share = segment_reduce(np.maximum, self.cat_share[self.cat_of], self.cat_indptr)
-            # (over the categories that have priced members: one without leaves the others' mean, not NaN)
-            means = self.cat_log_price_mean[self.cat_of]
-            finite = np.isfinite(means)
-            with np.errstate(invalid="ignore"):
-                mean_price = segment_reduce(np.add, np.where(finite, means, 0.0), self.cat_indptr) \
-                    / segment_reduce(np.add, finite.astype(np.float64), self.cat_indptr)
-            block = self.layout.stack("item_static", {
-                "item_log_price": self.log_price,
-                "item_price_vs_category": self.log_price - mean_price,
-                **{f"item_attr_{name}": self.attributes[:, k] for k, name in enumerate(self.attribute_names)},
-                **{f"item_log_{t}": np.log1p(self.counts[:, code]) for code, t in enumerate(types, start=1)},
-                **rates("item", types, self.counts),
-                "item_log_pop_rank": np.log1p(self.pop_rank),
-                "item_log_category_rank": np.log1p(rank), "item_log_category_size": np.log1p(size),
-                "item_category_global_share": share,
-            })
-            self._static = np.asfortranarray(block)
-        return self._static
+        return self.static
+
+    def _static_block(self) -> np.ndarray:
+        types = self.type_names
+        # Category statistics of an item in several categories: its best rank, its largest category, the
+        # largest share, and its price against the mean of its categories' mean prices (what the item is
+        # compared with wherever it is listed); NaN for an item without categories.
+        rank = segment_reduce(np.minimum, self.cat_rank_by_member.astype(np.float64), self.cat_indptr)
+        size = segment_reduce(np.maximum, self.cat_size[self.cat_of], self.cat_indptr)
+        share = segment_reduce(np.maximum, self.cat_share[self.cat_of], self.cat_indptr)
+        # (over the categories that have priced members: one without leaves the others' mean, not NaN)
+        means = self.cat_log_price_mean[self.cat_of]
+        finite = np.isfinite(means)
+        with np.errstate(invalid="ignore"):
+            mean_price = segment_reduce(np.add, np.where(finite, means, 0.0), self.cat_indptr) \
+                / segment_reduce(np.add, finite.astype(np.float64), self.cat_indptr)
+        block = self.layout.stack("item_static", {
+            "item_log_price": self.log_price,
+            "item_price_vs_category": self.log_price - mean_price,
+            **{f"item_attr_{name}": self.attributes[:, k] for k, name in enumerate(self.attribute_names)},
+            **{f"item_log_{t}": np.log1p(self.counts[:, code]) for code, t in enumerate(types, start=1)},
+            **rates("item", types, self.counts),
+            "item_log_pop_rank": np.log1p(self.pop_rank),
+            "item_log_category_rank": np.log1p(rank), "item_log_category_size": np.log1p(size),
+            "item_category_global_share": share,
+        })
+        return block
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def rows(self, item_ids: np.ndarray) -> np.ndarray:
         """Rows of ``item_ids``; -1 for ids this table does not know (e.g. listed after it was loaded)."""
-        return self._index.get_indexer(np.asarray(item_ids, dtype=np.int64)).astype(np.int64, copy=False)
+        return self.index.get_indexer(np.asarray(item_ids, dtype=np.int64)).astype(np.int64, copy=False)
 
 
 def rates(prefix: str, types: list[str], counts: np.ndarray) -> dict[str, np.ndarray]:
@@ -213,86 +248,3 @@ def segment_reduce(ufunc: np.ufunc, values: np.ndarray, indptr: np.ndarray) -> n
     if full.any():
         out[full] = ufunc.reduceat(values, indptr[:-1][full])
     return out
-
-
-def load_item_table(engine: Engine, settings: Settings, as_of: float | None = None,
-                    since: ItemTable | None = None) -> ItemTable:
-    """Items, their categories and declared attributes, plus interaction statistics from events at or before
-    ``as_of`` (default: the log's clock, ``data/clock.py``); type weights and popular-list lengths from
-    ``settings``.
-
-    Training and evaluation pass their time cut as ``as_of`` so the statistics hold no future information, and an
-    item created after an explicit instant (``as_of``, or ``PREFEED_AS_OF``) is inactive in the table: it did not
-    exist then, so it is no candidate and no negative age to learn from. Precompute otherwise reads at the log's
-    clock, which its batches are read at too; there an item listed after the newest event stays active: it is live.
-
-    ``since``: a table of the same database at an earlier ``as_of``, whose all-time counts are carried forward: only
-    the events after it and those inside the longest popularity window are read (two range scans of the time
-    index instead of a pass over the whole log), which is what lets workers follow a fast log's clock. An event
-    stored late with a time before ``since.as_of`` is counted at the next full load (``Pipeline.refresh``).
-    """
-    explicit = as_of is not None or bool(settings.as_of)
-    names = tuple(settings.item_attributes)
-    with engine.connect() as conn:
-        types = event_types.check(conn, settings)      # stored type codes still mean what the settings say
-        as_of = clock.log_clock(conn, settings) if as_of is None else as_of
-        items = table(conn.execute(select(Item.id, Item.price, Item.created_at, Item.active).order_by(Item.id))
-                      .all(), id="<i8", price="<f8", created="<f8", active="?")
-        members = table(conn.execute(select(ItemCategory.item_id, ItemCategory.category)).all(),
-                        item="<i8", category="<i8")
-        attributes = table(conn.execute(select(ItemAttribute.item_id, ItemAttribute.name, ItemAttribute.value)
-                                        .where(ItemAttribute.name.in_(names))).all() if names else [],
-                           item="<i8", name="O", value="<f8")
-        since = since if since is not None and since.as_of <= as_of else None
-        after = (Event.ts > since.as_of) if since is not None else True
-        stats = conn.execute(select(Event.item_id, Event.type, func.count(), func.min(Event.ts))
-                             .where(after, Event.ts <= as_of).group_by(Event.item_id, Event.type)).all()
-        longest = max(seconds for _, seconds in WINDOWS)
-        recent = conn.execute(
-            select(Event.item_id, Event.type,
-                   *(func.sum(case((Event.ts >= as_of - seconds, 1), else_=0)) for _, seconds in WINDOWS))
-            .where(Event.ts >= as_of - longest, Event.ts <= as_of).group_by(Event.item_id, Event.type)).all()
-    ids = items["id"]
-    n = len(ids)
-    index = pd.Index(ids)
-    attr = np.full((n, len(names)), np.nan)
-    if len(attributes):
-        # An item written between the items read and this one is not in the table (-1): its values are left out,
-        # never written into row -1 (the last item's).
-        at = index.get_indexer(attributes["item"])
-        ok = at >= 0
-        col = np.array([names.index(a) for a in attributes["name"]], dtype=np.int64)
-        attr[at[ok], col[ok]] = attributes["value"][ok]
-    counts = np.zeros((n, len(types) + 1), dtype=np.float64)
-    windowed = np.zeros((n, len(WINDOWS)), dtype=np.float64)
-    first_seen = np.full(n, np.inf)
-    if since is not None and n:
-        old = since.rows(ids)
-        had = old >= 0
-        counts[had] = since.counts[old[had]]
-        first_seen[had] = np.where(np.isnan(since.first_seen[old[had]]), np.inf, since.first_seen[old[had]])
-    if stats and n:
-        s = table(stats, item="<i8", type="<i8", count="<f8", first="<f8")
-        known = index.get_indexer(s["item"])
-        ok = (known >= 0) & (s["type"] >= 1) & (s["type"] <= len(types))    # codes past the declaration: none
-        np.add.at(counts, (known[ok], s["type"][ok]), s["count"][ok])
-        np.minimum.at(first_seen, known[known >= 0], s["first"][known >= 0])   # any type: the item was there
-    if recent and n:
-        s = table(recent, item="<i8", type="<i8", **{f"w{k}": "<f8" for k in range(len(WINDOWS))})
-        known = index.get_indexer(s["item"])
-        ok = (known >= 0) & (s["type"] >= 1) & (s["type"] <= len(types))
-        w = event_types.by_code(types.weight_by_code(), s["type"][ok])
-        for k in range(len(WINDOWS)):
-            np.add.at(windowed[:, k], known[ok], w * s[f"w{k}"][ok])
-    m_item = index.get_indexer(members["item"])
-    return ItemTable(
-        ids=ids, price=items["price"], created_at=items["created"],
-        active=items["active"].astype(bool) & ~(explicit & (items["created"] > as_of)),     # NaN: not after
-        attributes=attr, counts=counts, windowed=windowed,
-        first_seen=np.where(np.isfinite(first_seen), first_seen, np.nan),
-        member_item=m_item[m_item >= 0], member_category=members["category"][m_item >= 0],
-        as_of=as_of, type_names=types.names, type_weights=types.weight_by_code(), attribute_names=names,
-        layout=for_settings(settings),
-        n_global_popular=settings.global_popular, n_category_popular=settings.category_popular,
-        loaded_at=since.loaded_at if since is not None else time.time(),     # the last full load's time
-    )

@@ -16,7 +16,17 @@ import functools
 import numpy as np
 
 from ..errors import BundleError, ConfigError
-from . import popularity
+from ..units import DAY, HOUR
+
+#: Windows (name, seconds before the clock) of the type-weighted popularity counts (``ItemTable.windowed``;
+#: columns ``item_log_weighted_<name>``, ``item_log_share_<name>``; ``popularity.py``).
+WINDOWS = (("1h", HOUR), ("1d", DAY), ("3d", 3 * DAY), ("7d", 7 * DAY), ("30d", 30 * DAY))
+
+
+def live_names() -> tuple[str, ...]:
+    """The "item_live" columns, in order (``popularity.block``)."""
+    return (*(f"item_log_weighted_{w}" for w, _ in WINDOWS), "item_log_weighted_all",
+            *(f"item_log_share_{w}" for w, _ in WINDOWS), "item_recent_trend")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,7 +113,7 @@ def for_declaration(attributes: tuple[str, ...], types: tuple[str, ...]) -> Feat
         # Per item, at the clock of the batch.
         ("item_clock", ("item_age_days", "item_days_since_first_event")),
         # Per item, popularity as of the user's clock (``popularity.py``): one block in serving, one per replayed step.
-        ("item_live", popularity.names()),
+        ("item_live", live_names()),
         # Per user, broadcast over the user's candidates.
         ("user", (
             "user_log_events", *(f"user_log_{t}" for t in types), "user_log_distinct_items",

@@ -22,11 +22,13 @@ from ..feeds.codec import encode_many
 from ..feeds.store import FeedStore
 from ..settings import Settings
 from . import bundle as bundles
-from . import candidates, features, popularity, ranker
+from . import candidates, features, scoring
 from .arrays import top_desc_grouped
 from .covisit import CoVisit, index_for
-from .item_table import ItemTable, load_item_table
+from .item_loader import load_item_table
+from .item_table import ItemTable
 from .layout import for_settings
+from .workspace import Workspace
 
 log = logging.getLogger(__name__)
 STAGES = ("history", "candidates", "features", "model", "store")
@@ -58,6 +60,7 @@ class Pipeline:
         self.bundle: bundles.Bundle | None = None
         self.items: ItemTable | None = None
         self.cov: CoVisit | None = None
+        self.work: Workspace | None = None      # the candidate stage's scratch for ``items``
         self.loads = 0          # bundle + matrices loads in this process (a forked horse inherits the count)
         self._refused: int | None = None      # a bundle version that failed its checks
 
@@ -72,10 +75,8 @@ class Pipeline:
         self.cov = index_for(items, new_bundle.pairs)
         # Warm what is built lazily (the static item feature block, CatBoost's evaluator) here, so a worker does
         # it once before forking instead of every work horse doing it on its first batch.
-        items.static_features()
-        popularity.Live.of_table(items, 1, candidates.recent_lengths(self.settings))
-        ranker.score(new_bundle.model, np.zeros((1, len(items.layout)), dtype=np.float32, order="F"))
-        self.bundle, self.items = new_bundle, items
+        scoring.score(new_bundle.model, np.zeros((1, len(items.layout)), dtype=np.float32, order="F"))
+        self.bundle, self.items, self.work = new_bundle, items, Workspace.for_items(len(items))
         self.loads += 1
         self.store.publish_popular(items.ids[items.global_popular],
                                    {int(c): items.ids[rows] for c, rows in zip(items.category_ids,
@@ -134,7 +135,7 @@ class Pipeline:
 
     # -- ranking ----------------------------------------------------------------------------------------
     def candidates(self, hist: Histories) -> candidates.Candidates:
-        return candidates.for_batch(self.items, self.cov, hist, self.settings)
+        return candidates.for_batch(self.items, self.cov, hist, self.settings, work=self.work)
 
     def features(self, hist: Histories) -> tuple[candidates.Candidates, np.ndarray]:
         """Candidates and their feature matrix."""
@@ -155,7 +156,7 @@ class Pipeline:
         t1 = time.perf_counter()
         X = self._build(hist, cand)
         t2 = time.perf_counter()
-        scores = ranker.score(self.bundle.model, X) if len(X) else np.empty(0, dtype=np.float32)
+        scores = scoring.score(self.bundle.model, X) if len(X) else np.empty(0, dtype=np.float32)
         t3 = time.perf_counter()
         seconds["candidates"] += t1 - t0
         seconds["features"] += t2 - t1

@@ -2,11 +2,11 @@
 they make (``layout`` group "item_live") and the recent-popularity candidate lists.
 
 Popularity moves fastest of everything a ranker knows: on a purchase log "what sold in the last day" beats most
-personal signals, and only when it is as fresh as the feed. ``Live`` holds it for a batch of users:
+personal signals, and only when it is as fresh as the feed. ``BatchPopularity`` holds it for a batch of users:
 
-- in serving (``Live.of_table``): one block for every user, from the item table's windows at its ``as_of``; workers
+- in serving (``ItemTable.live``): one block for every user, from the item table's windows at its ``as_of``; workers
   reload the table once the log's clock has moved ``PREFEED_ITEM_TABLE_MAX_AGE`` past it (``pipeline.refresh``);
-- in replay evaluation and training (``Activity``): one block per distinct clock of the batch, from the in-memory log
+- in replay evaluation and training (``learning/activity.py``): one block per distinct clock of the batch, from the in-memory log
   up to that clock, so each replayed step sees popularity as it was then.
 
 Both go through ``block``: a step replayed at a clock ranks with exactly the columns a worker would compute from a
@@ -16,27 +16,14 @@ table loaded at that clock.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from .item_table import ItemTable
-
-HOUR, DAY = 3600.0, 86400.0
-#: Windows (name, seconds before the clock) of the type-weighted popularity counts (``ItemTable.windowed``; ``layout``:
-#: ``item_log_weighted_<name>``, ``item_log_share_<name>``).
-WINDOWS = (("1h", HOUR), ("1d", DAY), ("3d", 3 * DAY), ("7d", 7 * DAY), ("30d", 30 * DAY))
+from .layout import WINDOWS
 
 #: The recent-popularity candidate sources: (window name, candidate flag bit), each list's length from the settings.
 FROM_RECENT_1H, FROM_RECENT_1D = 8, 16
 SOURCES = (("1h", FROM_RECENT_1H), ("1d", FROM_RECENT_1D))
-
-
-def names() -> tuple[str, ...]:
-    """The "item_live" columns, in order."""
-    return (*(f"item_log_weighted_{w}" for w, _ in WINDOWS), "item_log_weighted_all",
-            *(f"item_log_share_{w}" for w, _ in WINDOWS), "item_recent_trend")
 
 
 def block(windowed: np.ndarray, ever: np.ndarray) -> np.ndarray:
@@ -89,23 +76,13 @@ def top_lists(windowed: np.ndarray, active: np.ndarray, lengths: tuple[int, ...]
 
 
 @dataclasses.dataclass
-class Live:
+class BatchPopularity:
     """Popularity blocks of a batch of users: user ``k`` is at clock ``clocks[which[k]]`` and sees ``blocks[which[k]]``
-    (``(n_items, len(names()))``) and the recent-popularity lists ``lists[which[k]]`` (one per ``SOURCES``)."""
+    (``(n_items, len(layout.live_names()))``) and the recent-popularity lists ``lists[which[k]]`` (one per ``SOURCES``)."""
 
     blocks: list[np.ndarray | Counts]
     lists: list[list[np.ndarray]]
     which: np.ndarray
-
-    @classmethod
-    def of_table(cls, items: ItemTable, n_users: int, lengths: tuple[int, ...]) -> Live:
-        """Every user at the table's ``as_of`` (serving); the block and the lists are computed once per table."""
-        cache = items.__dict__.setdefault("_live", {})
-        if "block" not in cache:
-            cache["block"] = block(items.windowed, items.weighted_counts)
-        if lengths not in cache:
-            cache[lengths] = top_lists(items.windowed, items.active, lengths)
-        return cls([cache["block"]], [cache[lengths]], np.zeros(n_users, dtype=np.int64))
 
     def gather(self, rows: np.ndarray, offsets: np.ndarray, out: np.ndarray, start: int) -> None:
         """``out[:, start:start+k]`` = each candidate's row of its user's block (user ``j``'s candidates at
@@ -120,48 +97,3 @@ class Live:
             mine = np.flatnonzero(at == b)
             if len(mine):
                 out[mine, start:start + k] = blk[rows[mine]]
-
-
-class Activity:
-    """The log's interactions by time, to compute ``Live`` blocks at any clock (replay and training). All-time counts
-    are carried forward from the clock asked before and counted again from the start when a clock goes back (exact
-    either way), so clocks asked in about ascending order cost about one pass over the log."""
-
-    def __init__(self, items: ItemTable, ts: np.ndarray, item_ids: np.ndarray, types: np.ndarray) -> None:
-        rows = items.rows(item_ids)
-        w = items.weight_of(types)
-        ok = (rows >= 0) & (w > 0)
-        self.items = items
-        self.ts, self.rows, self.w = ts[ok], rows[ok], w[ok]
-        self._kept = np.r_[0, np.cumsum(ok)]     # of the log's first n events, _kept[n] are counted here
-        self._ever = np.zeros(len(items))
-        self._upto = 0            # events [0, _upto) are in _ever
-
-    def at(self, clock: float, windows: tuple[tuple[str, float], ...] = WINDOWS, known: int | None = None
-           ) -> tuple[np.ndarray, np.ndarray]:
-        """``(windowed, ever)`` interactions per item row as of ``clock`` (events at or before it), in each of
-        ``windows`` and of all time. ``known``: only the log's first ``known`` events, for a worker that read the
-        log part way through the events of one timestamp (a day's baskets stamped alike)."""
-        hi = int(np.searchsorted(self.ts, clock, side="right")) if known is None else int(self._kept[known])
-        n = len(self.items)
-        if hi < self._upto:
-            self._ever[:], self._upto = 0.0, 0
-        self._ever += np.bincount(self.rows[self._upto:hi], weights=self.w[self._upto:hi], minlength=n)
-        self._upto = hi
-        windowed = np.empty((n, len(windows)))
-        for k, (_, seconds) in enumerate(windows):
-            lo = min(int(np.searchsorted(self.ts, clock - seconds, side="left")), hi)
-            windowed[:, k] = np.bincount(self.rows[lo:hi], weights=self.w[lo:hi], minlength=n)
-        return windowed, self._ever.copy()
-
-    def live(self, clocks: np.ndarray, lengths: tuple[int, ...], known: np.ndarray | None = None) -> Live:
-        """``Live`` of a batch whose user ``k`` is at ``clocks[k]`` (knowing the log's first ``known[k]`` events,
-        when given)."""
-        key = clocks if known is None else known
-        _, first, which = np.unique(key, return_index=True, return_inverse=True)
-        blocks, lists = [], []
-        for j in first.tolist():
-            windowed, ever = self.at(float(clocks[j]), known=None if known is None else int(known[j]))
-            blocks.append(Counts(windowed, ever))
-            lists.append(top_lists(windowed, self.items.active, lengths))
-        return Live(blocks, lists, which.ravel().astype(np.int64))
