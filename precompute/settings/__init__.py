@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from .connections import ConnectionSettings, check_url, normalize_database_url, redact_url
-from .environment import DAY
+from ..units import DAY
 from .environment import as_env as _as_env, markdown_table as _markdown_table, public as _public
 from .environment import values_from_env as _values_from_env, without_config as _without_config
 from .pipeline import PipelineSettings

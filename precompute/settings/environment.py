@@ -12,8 +12,6 @@ from typing import Any
 
 from ..errors import ConfigError
 
-#: Seconds in a day, the unit of the defaults stated in days.
-DAY = 86400
 
 #: What a declared name (an event type, an item attribute) may look like: it becomes part of a feature's name.
 NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from .environment import DAY, setting
+from ..units import DAY
+from .environment import setting
 
 
 @dataclasses.dataclass(frozen=True)
