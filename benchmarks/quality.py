@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from precompute.data import bulk, engine as db, synthetic
+from precompute.data import synthetic
 from precompute.data import log as event_log
 from precompute.learning import lists, metrics, report
 from precompute.learning.evaluate import LIST_LENGTH, evaluate, scene
@@ -25,7 +25,7 @@ from precompute.learning.split import cut_time
 from precompute.settings import Settings
 
 from .lab.results import RESULTS, table, write_result
-from .lab.world import QUICK_TRAIN_PERIODS
+from .lab.logs import synthetic_log
 
 FULL = dict(users=2000, items=3000, events=100_000, seeds=(0, 1, 2), iterations=None)
 QUICK = dict(users=300, items=1500, events=30_000, seeds=(0,), iterations=30)
@@ -35,13 +35,7 @@ def run(quick: bool = False) -> dict:
     cfg = QUICK if quick else FULL
     tmp = Path(tempfile.mkdtemp(prefix="prefeed-quality-"))
     try:
-        settings = Settings(database_url=f"sqlite:///{tmp / 'quality.db'}", var_dir=tmp, model_dir=tmp / "models",
-                            item_attributes=synthetic.ATTRIBUTES,
-                            **({"train_periods": QUICK_TRAIN_PERIODS} if quick else {}))
-        engine = db.make_engine(settings.database_url, settings)
-        db.init_db(engine, settings)
-        market = synthetic.generate(cfg["users"], cfg["items"], cfg["events"], seed=0, now=time.time())
-        bulk.load(engine, market, settings)
+        engine, settings, market = synthetic_log(tmp, cfg, quick)
         runs = []
         for seed in cfg["seeds"]:
             t0 = time.perf_counter()

@@ -34,13 +34,7 @@ def open_log(quick: bool):
     if quick or not _has_data(engine):
         engine.dispose()
         tmp = Path(tempfile.mkdtemp(prefix="prefeed-protocols-"))
-        settings = Settings(database_url=f"sqlite:///{tmp / 'p.db'}", var_dir=tmp, model_dir=tmp / "models",
-                            item_attributes=synthetic.ATTRIBUTES,
-                            **({"train_periods": QUICK_TRAIN_PERIODS} if quick else {}))
-        engine = db.make_engine(settings.database_url, settings)
-        db.init_db(engine, settings)
-        market = synthetic.generate(cfg["users"], cfg["items"], cfg["events"], seed=0, now=time.time())
-        bulk.load(engine, market, settings)
+        engine, settings, _ = synthetic_log(tmp, cfg, quick)
         name = "synthetic"
     try:
         yield engine, settings, name
@@ -48,6 +42,19 @@ def open_log(quick: bool):
         engine.dispose()
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def synthetic_log(tmp: Path, size: dict, quick: bool):
+    """``(engine, settings, market)``: the synthetic marketplace of ``size`` (users, items, events; seed 0) in a
+    SQLite database in ``tmp``, with the settings a benchmark ranks it with (``quick``: one training period)."""
+    settings = Settings(database_url=f"sqlite:///{tmp / 'log.db'}", var_dir=tmp, model_dir=tmp / "models",
+                        item_attributes=synthetic.ATTRIBUTES,
+                        **({"train_periods": QUICK_TRAIN_PERIODS} if quick else {}))
+    engine = db.make_engine(settings.database_url, settings)
+    db.init_db(engine, settings)
+    market = synthetic.generate(size["users"], size["items"], size["events"], seed=0, now=time.time())
+    bulk.load(engine, market, settings)
+    return engine, settings, market
 
 
 def _has_data(engine) -> bool:

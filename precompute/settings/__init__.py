@@ -72,7 +72,7 @@ class Settings(RankingSettings, WorkerSettings, ServingSettings, PipelineSetting
 
     @property
     def feed_url(self) -> str | None:
-        """The Redis (or cluster) of feeds and live state."""
+        """The Redis (or cluster) of feeds and item states."""
         return self.feed_redis_url or self.redis_url
 
     def with_redis(self, url: str) -> Settings:

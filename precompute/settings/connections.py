@@ -35,7 +35,7 @@ class ConnectionSettings:
                                            "only for a direct connection, or PgBouncer 1.21+ with "
                                            "`max_prepared_statements` set (older PgBouncer in transaction mode "
                                            "runs the next transaction on a server connection that lacks it)")
-    redis_url: str | None = setting(None, "REDIS_URL", "feeds, live state and the RQ queue; unset: the CLI starts "
+    redis_url: str | None = setting(None, "REDIS_URL", "feeds, item states and the RQ queue; unset: the CLI starts "
                                     "the embedded Valkey under `var/valkey`")
     queue_redis_url: str | None = setting(None, "QUEUE_REDIS_URL", "the RQ queue, the dirty-user set and the drain "
                                           "flags: one Redis (RQ does not run on a cluster); unset: `REDIS_URL`")
