@@ -42,3 +42,49 @@ def test_guard_keeps_the_newer_feed_whatever_the_write_order(r, settings):
     assert 0 < r.ttl(Keys(settings.key_prefix).feed(42)) <= 60
     # a page read fetches only the requested records
     assert len(store.read(42, n_records=1).items) == 1
+
+
+def _format_2(ids, scores, history_version: int, computed_at: float, model_version: int) -> bytes:
+    """A value as the previous format wrote it: the 32-byte header without experiment, assignment and arm."""
+    from precompute.feeds.codec import HEADER_V2, RECORD
+
+    rec = np.empty(len(ids), dtype=RECORD)
+    rec["item"], rec["score"] = ids, scores
+    return HEADER_V2.pack(b"PF", 2, 0, len(ids), history_version, computed_at, model_version) + rec.tobytes()
+
+
+def test_a_feed_of_the_previous_format_still_decodes_as_outside_any_experiment():
+    # given a value written before the upgrade
+    blob = _format_2(np.array([5, 6, 7]), np.array([0.3, 0.2, 0.1], dtype=np.float32), 9, 50.0, 2025)
+    # then it reads whole and in part, as ranked outside any experiment
+    feed = decode(blob)
+    assert feed.items.tolist() == [5, 6, 7] and feed.header.history_version == 9 and feed.header.experiment == 0
+    assert decode(blob[:32 + 12 + 5]).items.tolist() == [5]
+
+
+def test_a_feed_records_its_experiment_arm_and_assignment():
+    blob = encode(np.array([1, 2]), np.array([0.5, 0.4]), 3, 1.0, 0, experiment=7, assignment=12, arm=1)
+    header = decode(blob).header
+    assert (header.experiment, header.assignment, header.arm, header.model_version) == (7, 12, 1, 0)
+
+
+def test_guard_keeps_the_feed_of_the_newer_assignment_at_the_same_history_version(r, settings):
+    store = FeedStore(r, dataclasses.replace(settings, feed_ttl=60))
+    newer = encode(np.array([1, 2]), np.array([0.9, 0.8]), 5, 2.0, 1, experiment=3, assignment=8, arm=1)
+    older = encode(np.array([3, 4]), np.array([0.9, 0.8]), 5, 1.0, 1, experiment=3, assignment=7, arm=0)
+    # given the feed ranked under assignment 8 landed first, when one ranked under 7 arrives, then it is refused
+    assert store.write_many([(43, newer, 5)], assignment=8) == [True]
+    assert store.write_many([(43, older, 5)], assignment=7) == [False]
+    assert store.read(43).header.arm == 1
+    # a newer history version replaces it whatever its assignment
+    later = encode(np.array([9]), np.array([0.1]), 6, 3.0, 1, assignment=7)
+    assert store.write_many([(43, later, 6)], assignment=7) == [True]
+
+
+def test_a_feed_of_the_previous_format_is_replaced_at_its_history_version_and_kept_over_an_older(r, settings):
+    store = FeedStore(r, dataclasses.replace(settings, feed_ttl=60))
+    key = Keys(settings.key_prefix).feed(44)
+    r.set(key, _format_2(np.array([5]), np.array([0.3], dtype=np.float32), 9, 50.0, 2025))
+    assert store.write_many([(44, encode(np.array([6]), np.array([0.2]), 8, 1.0, 1), 8)]) == [False]
+    assert store.write_many([(44, encode(np.array([7]), np.array([0.2]), 9, 1.0, 1), 9)]) == [True]
+    assert store.read(44).items.tolist() == [7]

@@ -20,8 +20,9 @@ import time
 import numpy as np
 import redis
 
-from .codec import FORMAT, HEADER, HEADER_SIZE, MAGIC, FeedHeader
+from .codec import MAX_HEADER_SIZE, FeedHeader
 from .keys import Keys
+from .store import header_of
 
 SAMPLE_EVERY = 60          # seconds between two points of the history
 
@@ -32,11 +33,8 @@ def read_headers(r: redis.Redis, keys: Keys, user_ids: list[int], chunk: int = 1
     for i in range(0, len(user_ids), chunk):
         pipe = r.pipeline(transaction=False)
         for uid in user_ids[i:i + chunk]:
-            pipe.getrange(keys.feed(uid), 0, HEADER_SIZE - 1)
-        for head in pipe.execute():
-            fields = HEADER.unpack(head) if len(head) == HEADER_SIZE else None
-            ok = fields is not None and fields[0] == MAGIC and fields[1] == FORMAT
-            out.append(FeedHeader(fields[3], fields[4], fields[5], fields[6]) if ok else None)
+            pipe.getrange(keys.feed(uid), 0, MAX_HEADER_SIZE - 1)
+        out += [header_of(head) for head in pipe.execute()]
     return out
 
 

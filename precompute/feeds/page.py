@@ -18,7 +18,7 @@ import redis
 
 from ..settings import Settings
 from .boosts import lift_boosts
-from .codec import HEADER_SIZE, RECORD_SIZE, CorruptFeed, FeedHeader, decode
+from .codec import MAX_HEADER_SIZE, RECORD_SIZE, CorruptFeed, FeedHeader, decode
 from .cursor import Scroll
 from .item_states import ItemStatesCopy
 from .keys import Keys
@@ -111,7 +111,7 @@ class PageReader:
         n_read = need + len(served) + self.lookahead + limit
         keys = [self.keys.feed(user_id), self.keys.seen(user_id)]
         while True:
-            blob, tail = self._read(keys, HEADER_SIZE + n_read * RECORD_SIZE)
+            blob, tail = self._read(keys, MAX_HEADER_SIZE + n_read * RECORD_SIZE)
             try:
                 feed = decode(blob)
             except CorruptFeed:
