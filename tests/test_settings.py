@@ -203,12 +203,68 @@ def test_driver_errors_from_raw_cursors_are_database_unavailable_not_bugs():
         assert isinstance(mapped, errors.Unavailable) and mapped.which == "database", exc
 
 
-def test_every_error_declares_its_status_and_exit_code_in_one_place():
-    tree = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, errors.PrefeedError)]
-    assert len(tree) >= 7
-    for cls in tree:
-        assert 400 <= cls.http_status < 600 and cls.exit_code > 0, cls
-    # and neither the API nor the CLI states a status or exit code of its own for them
-    for p in [*(ROOT / "api").rglob("*.py"), *(ROOT / "cli").rglob("*.py")]:
-        text = p.read_text()
-        assert "http_status =" not in text and "exit_code =" not in text, p
+def _documented_codes() -> dict[str, tuple[int, int]]:
+    """``{class name: (HTTP status, exit code)}`` as the tree in ``precompute/errors.py``'s docstring states them."""
+    rows = re.findall(r"[├└]── (\w+) .*?(\d{3})\s+(\d+)$", errors.__doc__, re.M)
+    return {name: (int(status), int(code)) for name, status, code in rows}
+
+
+def _raised(cls: type[errors.PrefeedError]) -> errors.PrefeedError:
+    """An instance of ``cls`` as the code raises it."""
+    if issubclass(cls, errors.Unavailable):
+        return cls("redis")
+    if issubclass(cls, errors.TooManyRequests):
+        return cls("over the limit", retry_after=3.0)
+    return cls(f"a {cls.__name__} happened")
+
+
+def test_every_error_leaves_the_api_and_the_cli_with_the_status_and_exit_code_its_tree_documents(settings,
+                                                                                                  monkeypatch, capsys):
+    # given the documented tree, and every class of the one tree
+    documented = _documented_codes()
+    tree = {name: c for name, c in vars(errors).items()
+            if isinstance(c, type) and issubclass(c, errors.PrefeedError) and c is not errors.PrefeedError}
+    assert set(documented) == set(tree) and len(tree) >= 9
+    # and an API with a route that raises any of them, and a command that does
+    import click
+    from flask import abort
+
+    from api import create_app
+    from cli.group import cli, command, main
+
+    app = create_app(settings, {"TESTING": True})
+
+    def raise_in_route(name):
+        if name not in tree:
+            abort(404)
+        raise _raised(tree[name])
+
+    app.add_url_rule("/raise/<name>", view_func=raise_in_route)
+    elsewhere = click.Group()
+
+    @command(elsewhere, name="raise-error")
+    @click.argument("name")
+    def raise_in_command(name):
+        raise _raised(tree[name])
+
+    monkeypatch.setitem(cli.commands, "raise-error", elsewhere.commands["raise-error"])
+    for name, (status, code) in documented.items():
+        # when the route raises it, then the API answers the documented status with a one-message JSON body
+        resp = app.test_client().get(f"/raise/{name}")
+        assert resp.status_code == status, name
+        assert resp.is_json and isinstance(resp.get_json()["error"], str) and resp.get_json()["error"], name
+        # and when the command raises it, manage.py prints one line and exits with the documented code
+        monkeypatch.setattr(sys, "argv", ["manage.py", "raise-error", name])
+        capsys.readouterr()                                 # (the API's request log line)
+        try:
+            exit_code = main()
+        except SystemExit as done:
+            exit_code = done.code
+        err = capsys.readouterr().err
+        assert exit_code == code, name
+        assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, (name, err)
+    # and the app translates them in one place: one handler, for the base class, on the app itself (a handler a
+    # blueprint or the app declared for a subclass would answer that class its own way)
+    handlers = {(scope, kind) for scope, by_code in app.error_handler_spec.items() for by_kind in by_code.values()
+                for kind in by_kind if issubclass(kind, errors.PrefeedError)}
+    assert handlers == {(None, errors.PrefeedError)}
