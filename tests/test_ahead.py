@@ -36,20 +36,51 @@ def test_an_error_in_the_child_is_raised_in_the_caller(engine):
         ahead.Ahead(fails, engine).result()
 
 
-def test_a_child_killed_before_its_result_is_a_clear_error(engine):
+def _sleeps_saying_where(path):
+    """Work that writes the id of the process it runs in to ``path``, then sleeps 30 s."""
+
+    def work():
+        path.with_suffix(".tmp").write_text(str(os.getpid()))
+        path.with_suffix(".tmp").rename(path)
+        time.sleep(30)
+
+    return work
+
+
+def _pid_in(path) -> int:
+    deadline = time.monotonic() + 30
+    while not path.exists():
+        assert time.monotonic() < deadline, "the work did not start"
+        time.sleep(0.01)
+    return int(path.read_text())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_a_child_killed_before_its_result_is_a_clear_error(engine, tmp_path):
     # given work whose process is killed (as the kernel's out-of-memory killer would)
-    work = ahead.Ahead(lambda: time.sleep(30), engine)
-    os.kill(work._proc.pid, signal.SIGKILL)
+    work = ahead.Ahead(_sleeps_saying_where(tmp_path / "pid"), engine)
+    os.kill(_pid_in(tmp_path / "pid"), signal.SIGKILL)
     # then asking for its result says so, instead of waiting
     with pytest.raises(ahead.ChildLost, match="exited with code -9"):
         work.result()
 
 
-def test_leaving_the_block_stops_a_child_whose_result_is_not_wanted(engine):
-    with ahead.Ahead(lambda: time.sleep(30), engine) as work:
-        proc = work._proc
-    # then the child was killed, not waited for
-    assert not proc.is_alive() and proc.exitcode == -signal.SIGKILL
+def test_leaving_the_block_stops_a_child_whose_result_is_not_wanted(engine, tmp_path):
+    # given work of 30 s running in a child
+    start = time.monotonic()
+    with ahead.Ahead(_sleeps_saying_where(tmp_path / "pid"), engine):
+        pid = _pid_in(tmp_path / "pid")
+        assert pid != os.getpid() and _alive(pid)
+    # when the block is left before its result is asked for, then the child is gone at once: killed, not waited for
+    assert not _alive(pid)
+    assert time.monotonic() - start < 10
 
 
 def test_an_in_memory_database_is_not_forked_the_work_runs_in_the_caller():

@@ -124,17 +124,28 @@ def coarse_scores(n_rows: int, seed: int, excluded: float) -> tuple[np.ndarray, 
     return scores, rng
 
 
+def assert_whole_rows_best(scores: np.ndarray, n: int, rows: np.ndarray, val: np.ndarray) -> None:
+    """``rows`` and ``val`` are each whole row's ``n`` best positive scores (rounded to ``latent.DECIMALS``), best
+    first, ties by column, -1 past them."""
+    near = np.round(scores.astype(np.float64), latent.DECIMALS)
+    for r in range(len(scores)):
+        best = np.lexsort((np.arange(scores.shape[1]), -near[r]))[:n]
+        best = best[near[r, best] > 0]
+        assert rows[r].tolist() == best.tolist() + [-1] * (n - len(best))
+        assert val[r, :len(best)].tolist() == near[r, best].tolist()
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.integers(1, 6), st.integers(1, 40), st.integers(0, 2 ** 32 - 1), st.sampled_from([0.0, 0.3, 0.9]))
-def test_the_nth_best_score_of_each_row_is_the_whole_rows_whatever_the_rows_hold(n_rows, n, seed, excluded):
+def test_the_best_items_are_the_whole_rows_best_whatever_the_rows_hold(n_rows, n, seed, excluded):
     # given rows of 2,000 scores with ties (a coarse grid), a share of excluded columns (-inf), and a row with none
     # finite but a few
     scores, _ = coarse_scores(n_rows, seed, excluded)
     scores[0, 5:] = -np.inf
-    # when each row's n-th best is found from a sample of the columns
-    kth = latent._scan(scores, n)[0]
-    # then it is the n-th best of the whole row
-    assert kth.tolist() == np.sort(scores, axis=1)[:, -n].tolist()
+    # when the n best of each row are taken (bounded by the n-th best of a sample of its columns)
+    rows, val = latent.top(scores, n)
+    # then they are each whole row's n best positive scores, best first, ties by column, -1 past them
+    assert_whole_rows_best(scores, n, rows, val)
 
 
 @settings(max_examples=100, deadline=None)
@@ -147,9 +158,4 @@ def test_the_best_items_are_the_whole_rows_best_beside_rows_the_model_knows_noth
     # when the n best of each row are taken
     rows, val = latent.top(scores, n)
     # then they are each whole row's n best positive scores, best first, ties by column, -1 past them
-    near = np.round(scores.astype(np.float64), latent.DECIMALS)
-    for r in range(n_rows):
-        best = np.lexsort((np.arange(2000), -near[r]))[:n]
-        best = best[near[r, best] > 0]
-        assert rows[r].tolist() == best.tolist() + [-1] * (n - len(best))
-        assert val[r, :len(best)].tolist() == near[r, best].tolist()
+    assert_whole_rows_best(scores, n, rows, val)
