@@ -120,10 +120,10 @@ def settings(world):
     tag = uuid.uuid4().hex[:10]
     s = dataclasses.replace(world.settings, key_prefix=f"pftest:{tag}:", queue_name=f"pftest-{tag}")
     yield s
-    _delete_own_keys(s)
+    delete_own_keys(s)
 
 
-def _delete_own_keys(s: Settings) -> None:
+def delete_own_keys(s: Settings) -> None:
     """Delete this test's keys only: its prefix, its queue, its jobs and results, its workers."""
     from jobs.queues import make_queue
 

@@ -136,7 +136,7 @@ def sparse_world(tmp_path_factory, world, redis_url):
     and another tenth without creation time."""
     url_gen = own_database(tmp_path_factory, "sparse")
     url = next(url_gen)
-    from tests.conftest import _delete_own_keys
+    from tests.conftest import delete_own_keys
 
     var = tmp_path_factory.mktemp("sparse")
     s = dataclasses.replace(world.settings, database_url=url, redis_url=redis_url, model_dir=var / "models",
@@ -156,7 +156,7 @@ def sparse_world(tmp_path_factory, world, redis_url):
     bundle.promote(s.model_dir, bundle.write(s.model_dir, result.model, result.pairs, {"metrics": result.metrics}))
     yield s, engine, m, no_price, no_created
     engine.dispose()
-    _delete_own_keys(s)
+    delete_own_keys(s)
     next(url_gen, None)
 
 

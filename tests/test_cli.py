@@ -17,7 +17,7 @@ from precompute.ranking.item_loader import load_item_table
 from tests.conftest import manage, users_with_history
 
 
-def _one_line_error(done, code, fragment):
+def one_line_error(done, code, fragment):
     assert done.returncode == code, (done.returncode, done.stderr)
     lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
     assert lines and lines[-1].startswith("error: ") and fragment in lines[-1], done.stderr
@@ -33,31 +33,31 @@ def _one_line_error(done, code, fragment):
     (["no-such-command"], "No such command"),
 ])
 def test_bad_arguments(settings, args, fragment):
-    _one_line_error(manage(settings, *args), 2, fragment)
+    one_line_error(manage(settings, *args), 2, fragment)
 
 
 def test_unreachable_redis(settings):
     bad = dataclasses.replace(settings, redis_url="redis://127.0.0.1:1/0")
-    _one_line_error(manage(bad, "precompute", "--all"), 4, "redis is unavailable")
+    one_line_error(manage(bad, "precompute", "--all"), 4, "redis is unavailable")
 
 
 def test_unreachable_database(settings):
     bad = dataclasses.replace(settings, database_url="postgresql+psycopg://nobody@127.0.0.1:1/none")
-    _one_line_error(manage(bad, "init-db"), 4, "database is unavailable")
+    one_line_error(manage(bad, "init-db"), 4, "database is unavailable")
 
 
 def test_missing_model_bundle(settings, tmp_path):
     bad = dataclasses.replace(settings, model_dir=tmp_path / "empty")
-    _one_line_error(manage(bad, "precompute", "--user", "1", "--inline"), 3, "no current model bundle")
+    one_line_error(manage(bad, "precompute", "--user", "1", "--inline"), 3, "no current model bundle")
 
 
 def test_seed_refuses_to_mix_marketplaces(settings):
-    _one_line_error(manage(settings, "seed", "--users", "10", "--items", "10", "--events", "10"), 2, "--reset")
+    one_line_error(manage(settings, "seed", "--users", "10", "--items", "10", "--events", "10"), 2, "--reset")
 
 
 def test_train_on_an_empty_database(settings, tmp_path):
     empty = dataclasses.replace(settings, database_url=f"sqlite:///{tmp_path / 'empty.db'}")
-    _one_line_error(manage(empty, "train"), 2, "events in the database")
+    one_line_error(manage(empty, "train"), 2, "events in the database")
 
 
 def test_precompute_inline(settings, r):
@@ -264,5 +264,5 @@ def test_a_failing_demo_step_is_one_line(tmp_path):
                            "--items", "50", "--events", "100"], env=env, cwd=ROOT, capture_output=True, text=True,
                           timeout=180)
     # then the demo stops with the step's own error and one line of its own, and the step's exit code
-    _one_line_error(done, 2, "demo stopped: `manage.py train` failed (exit 2)")
+    one_line_error(done, 2, "demo stopped: `manage.py train` failed (exit 2)")
     assert "error: too few users" in done.stderr or "error: only" in done.stderr, done.stderr

@@ -13,7 +13,7 @@ from precompute.learning import fit, objective, periods, steps
 from precompute.learning.fit import fit_ranker
 
 from tests.conftest import manage
-from tests.test_cli import _one_line_error
+from tests.test_cli import one_line_error
 
 
 def recording(calls: list):
@@ -124,7 +124,7 @@ def test_a_training_cut_after_the_validation_cut_is_one_line(settings):
     done = manage(settings, "train", extra_env={"PREFEED_TRAIN_CUT_QUANTILE": "0.9",
                                                 "PREFEED_TRAIN_VALID_QUANTILE": "0.8"})
     # then train refuses in one line naming both settings
-    _one_line_error(done, 2, "PREFEED_TRAIN_CUT_QUANTILE must be below PREFEED_TRAIN_VALID_QUANTILE")
+    one_line_error(done, 2, "PREFEED_TRAIN_CUT_QUANTILE must be below PREFEED_TRAIN_VALID_QUANTILE")
 
 
 def test_training_cuts_step_back_by_the_validation_share(world):
