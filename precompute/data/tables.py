@@ -1,11 +1,11 @@
-"""SQLAlchemy 2 typed mappings: items, users and their interaction events, API keys.
+"""SQLAlchemy 2 typed mappings: items, users and their interaction events, API keys, experiments.
 
 Times are epoch seconds (float) so they load straight into numpy arrays.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Float, ForeignKey, Index, Integer, LargeBinary, SmallInteger, String, text
+from sqlalchemy import BigInteger, Float, ForeignKey, Index, Integer, LargeBinary, SmallInteger, String, Text, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # Ids are 64-bit. SQLite's INTEGER is already 64-bit, and only "INTEGER PRIMARY KEY" is its rowid (auto-increment,
@@ -114,3 +114,22 @@ class ApiKey(Base):
     #: Requests per second and burst of this key's token bucket; NULL: the settings' defaults.
     rate: Mapped[float | None] = mapped_column(Float, default=None)
     burst: Mapped[int | None] = mapped_column(Integer, default=None)
+
+
+class StoredExperiment(Base):
+    """An experiment as ``precompute/experiments/registry.py`` stores it (read back as an ``Experiment``). Rows are
+    never deleted: a stopped experiment keeps its name, arms and slot, so its id and arms keep their meaning."""
+
+    __tablename__ = "experiments"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    #: JSON: ``[{"name": ..., "spec": ..., "share": ...}, ...]``, the control first.
+    arms: Mapped[str] = mapped_column(Text)
+    users: Mapped[float] = mapped_column(Float)                 # share of all users, (0, 1]
+    slot_start: Mapped[float] = mapped_column(Float)            # [slot_start, slot_end) of the slot hash
+    slot_end: Mapped[float] = mapped_column(Float)
+    status: Mapped[str] = mapped_column(String(16))             # "running" | "stopped"
+    created_at: Mapped[float] = mapped_column(Float)            # epoch s
+    stopped_at: Mapped[float | None] = mapped_column(Float, default=None)
+    winner: Mapped[str | None] = mapped_column(String(32), default=None)
