@@ -6,4 +6,4 @@ helpers every command module uses are ``group.py``'s, so that command modules ne
 """
 
 from .group import cli, main  # noqa: F401  (what manage.py and the reference page generator use)
-from . import data, demo, docs, evaluate, imports, keys, models, server, settings, status, workers  # noqa: E402,F401,I001  (commands register themselves on ``cli``)
+from . import data, demo, docs, evaluate, experiments, imports, keys, models, server, settings, status, workers  # noqa: E402,F401,I001  (commands register themselves on ``cli``)

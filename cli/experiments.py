@@ -1,0 +1,109 @@
+"""Experiments: ``experiments create NAME --arm NAME=SPEC …``, ``experiments list``, ``experiments stop NAME``.
+
+The rules (specs, shares, slots, the user hashes) are ``precompute/experiments``'s; these commands parse the
+arguments and print. docs/experiments.md says how to run an experiment.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import click
+
+from precompute.errors import InvalidInput
+from precompute.experiments import Experiment, registry
+from precompute.ranking.layout import for_settings
+
+from .group import cli, command, echo_table
+from .data import ready_engine
+
+
+@cli.group()
+def experiments() -> None:
+    """Experiments: arms that rank a share of the users each (create, list, stop)."""
+
+
+@command(experiments, name="create")
+@click.argument("name")
+@click.option("--arm", "arms", multiple=True, metavar="NAME=SPEC",
+              help="An arm (at least two; the first is the control). SPEC: model:VERSION, model:current (pinned "
+                   "to the current version now), popular, recent:WINDOW (1h, 1d, 3d, 7d, 30d), covisit, item_knn, "
+                   "latent.")
+@click.option("--share", "shares", multiple=True, metavar="NAME=SHARE",
+              help="An arm's share of the experiment's users, for every arm or none; they sum to 1  "
+                   "[default: equal shares]")
+@click.option("--users", type=float, default=1.0, show_default=True,
+              help="The share of all users in the experiment, above 0 and at most 1; the others keep the current "
+                   "bundle.")
+@click.pass_obj
+def create(obj, name: str, arms: tuple[str, ...], shares: tuple[str, ...], users: float) -> None:
+    """Start the experiment NAME on a free slot of the users; refused when no free slot is that wide."""
+    pairs = [_pair(a, "--arm", "NAME=SPEC") for a in arms]
+    split = {arm: _share(value) for arm, value in (_pair(s, "--share", "NAME=SHARE") for s in shares)}
+    if len(split) != len(shares):
+        raise InvalidInput("--share names an arm twice")
+    settings = obj.settings
+    made = registry.create(ready_engine(settings), name, pairs, split or None, users, settings.model_dir,
+                           for_settings(settings))
+    click.echo(f"experiment {made.name!r} (id {made.id}) running on {made.users:g} of the users "
+               f"(slot hash [{made.slot[0]:g}, {made.slot[1]:g})): {_arms(made)}")
+
+
+@command(experiments, name="list")
+@click.option("--json", "as_json", is_flag=True, help="One JSON array instead of the table.")
+@click.pass_obj
+def list_(obj, as_json: bool) -> None:
+    """Every experiment, oldest first: status, share of users, arms (spec and share), created and stopped."""
+    found = registry.all_experiments(ready_engine(obj.settings))
+    if as_json:
+        click.echo(json.dumps([dict(id=e.id, name=e.name, status=e.status, users=e.users, slot=list(e.slot),
+                                    arms=[dict(name=a.name, spec=a.spec, share=a.share) for a in e.arms],
+                                    created_at=e.created_at, stopped_at=e.stopped_at, winner=e.winner)
+                               for e in found], indent=2))
+        return
+    if not found:
+        click.echo("no experiments; start one with `manage.py experiments create NAME --arm a=SPEC --arm b=SPEC`")
+        return
+    echo_table([("NAME", "STATUS", "USERS", "ARMS (SPEC SHARE)", "CREATED (UTC)", "STOPPED (UTC)", "WINNER")]
+               + [(e.name, e.status, f"{e.users:g}", _arms(e), _when(e.created_at), _when(e.stopped_at),
+                   e.winner or "—") for e in found])
+
+
+@command(experiments, name="stop")
+@click.argument("name")
+@click.option("--winner", default=None, metavar="ARM",
+              help="A model arm whose bundle is promoted: everyone gets it. Without it, everyone gets the current "
+                   "bundle.")
+@click.pass_obj
+def stop(obj, name: str, winner: str | None) -> None:
+    """Stop the experiment NAME: its users leave it (its slot is free again)."""
+    settings = obj.settings
+    done = registry.stop(ready_engine(settings), name, winner, settings.model_dir, for_settings(settings))
+    if winner is None:
+        click.echo(f"experiment {name!r} stopped; its users get the current bundle")
+    else:
+        spec = next(a.spec for a in done.arms if a.name == winner)
+        click.echo(f"experiment {name!r} stopped with winner {winner!r}: bundle {spec.partition(':')[2]} is current")
+
+
+def _pair(text: str, option: str, form: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name or not value:
+        raise InvalidInput(f"{option} {text!r}: expected {form}")
+    return name, value
+
+
+def _share(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise InvalidInput(f"--share {text!r}: a share is a number, such as 0.5") from None
+
+
+def _arms(e: Experiment) -> str:
+    return ", ".join(f"{a.name} {a.spec} {a.share:g}" for a in e.arms)
+
+
+def _when(ts: float | None) -> str:
+    return "—" if ts is None else time.strftime("%Y-%m-%d %H:%M", time.gmtime(ts))
