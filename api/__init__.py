@@ -8,6 +8,7 @@ from flask import Flask
 
 from precompute.logs import configure as configure_logs
 from precompute.data.engine import make_engine
+from precompute.experiments.directory import Directory
 from precompute.feeds.client import clients
 from precompute.feeds import cursor
 from precompute.feeds.item_states import ItemStates
@@ -48,6 +49,7 @@ def create_app(settings: Settings | None = None, test_config: dict | None = None
         pages=PageReader(r, settings),
         item_states=ItemStates(r, keys),
         metrics=ApiMetrics(settings, queue_redis),
+        experiments=Directory(engine),
         openapi=openapi.spec(settings),
     )
     configure_logs(settings)

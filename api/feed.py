@@ -48,6 +48,8 @@ def get_feed(user_id: str):
         next_cursor = svc.cursors.next(scroll, [i for i, _, _ in page.items], n_boosted)
     items = [{"item_id": i, "score": round(s, 6), "boosted": b} for i, s, b in page.items]
     svc.metrics.feed(page.source, n_boosted, header.computed_at if header else None)
+    experiment, arm = svc.experiments.label(uid, header.experiment if header else None,
+                                            header.arm if header else None)
     return json_response({
         "user_id": uid,
         "items": items,
@@ -55,6 +57,8 @@ def get_feed(user_id: str):
         "model_version": header.model_version if header else None,
         "computed_at": header.computed_at if header else None,
         "history_version": header.history_version if header else None,
+        "experiment": experiment,
+        "arm": arm,
         "next_cursor": next_cursor,
         **({"restarted": True} if restarted else {}),
     })

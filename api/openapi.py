@@ -129,6 +129,10 @@ def spec(settings: Settings) -> dict:
                     "user_id": _ID, "source": {"enum": ["precomputed", "fallback"]},
                     "model_version": {"type": ["integer", "null"]}, "computed_at": {"type": ["number", "null"]},
                     "history_version": {"type": ["integer", "null"]},
+                    "experiment": {"type": ["string", "null"],
+                                   "description": "the experiment the page belongs to; null outside any"},
+                    "arm": {"type": ["string", "null"], "description": "its arm: the one that ranked the feed, or "
+                            "for a fallback page the user's arm now"},
                     "next_cursor": {"type": ["string", "null"],
                                     "description": "continues this scroll (`?cursor=`); null at the feed's end"},
                     "restarted": {"type": "boolean", "description": "the cursor had expired: the page is the top"},

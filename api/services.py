@@ -13,6 +13,7 @@ from precompute.feeds.item_states import ItemStates
 from precompute.feeds.keys import Keys
 from precompute.feeds.limits import Limiter
 from precompute.feeds.page import PageReader
+from precompute.experiments.directory import Directory
 from precompute.settings import Settings
 
 from .keyring import Keyring
@@ -35,6 +36,7 @@ class Services:
     pages: PageReader           # reads a user's page: their feed with the live rules applied
     item_states: ItemStates     # writes inactive items and boosts to Redis
     metrics: ApiMetrics         # what /metrics renders
+    experiments: Directory      # which experiment and arm a page belongs to (read from the database every 2 s)
     openapi: dict               # the OpenAPI document, built once (it depends on settings only)
 
 

@@ -17,6 +17,7 @@ from precompute.ranking.layout import for_settings
 
 from .group import cli, command, echo_table
 from .data import ready_engine
+from .embedded import ensure_redis
 
 
 @cli.group()
@@ -48,6 +49,7 @@ def create(obj, name: str, arms: tuple[str, ...], shares: tuple[str, ...], users
                            for_settings(settings))
     click.echo(f"experiment {made.name!r} (id {made.id}) running on {made.users:g} of the users "
                f"(slot hash [{made.slot[0]:g}, {made.slot[1]:g})): {_arms(made)}")
+    _rebuild(settings, made)
 
 
 @command(experiments, name="list")
@@ -85,6 +87,26 @@ def stop(obj, name: str, winner: str | None) -> None:
     else:
         spec = next(a.spec for a in done.arms if a.name == winner)
         click.echo(f"experiment {name!r} stopped with winner {winner!r}: bundle {spec.partition(':')[2]} is current")
+    _rebuild(settings, done)
+
+
+def _rebuild(settings, experiment: Experiment) -> None:
+    """Have the workers rebuild the feeds of the experiment's users, whose arm just changed (``jobs.tasks
+    .mark_reassigned``: a bounded step at a time; their old feeds serve meanwhile)."""
+    import redis
+
+    from jobs.queues import enqueue_reassign
+    from precompute.feeds.client import clients
+
+    settings = ensure_redis(settings)
+    try:
+        enqueue_reassign(settings, clients(settings)[0], experiment.id)
+    except redis.RedisError as exc:
+        click.echo(f"warning: the rebuild of its users' feeds could not be queued ({type(exc).__name__}); their "
+                   "feeds change arm as they are recomputed", err=True)
+        return
+    click.echo(f"its users' feeds are rebuilt by the workers, {settings.reassign_batch} users looked at every "
+               f"{settings.reassign_interval:g} s; their current feeds serve until then")
 
 
 def _pair(text: str, option: str, form: str) -> tuple[str, str]:

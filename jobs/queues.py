@@ -18,6 +18,7 @@ from precompute.settings import Settings
 
 RECOMPUTE = "jobs.tasks.recompute_users"
 DRAIN = "jobs.tasks.drain_dirty"
+REASSIGN = "jobs.tasks.mark_reassigned"
 
 
 def make_queue(settings: Settings, r: redis.Redis) -> Queue:
@@ -80,6 +81,19 @@ def schedule_drain(settings: Settings, r: redis.Redis, at: float) -> None:
     when = datetime.fromtimestamp(drain_time_ms(at * 1000) / 1000, tz=timezone.utc)
     make_queue(settings, r).enqueue_at(when, DRAIN, retry=retry(settings), result_ttl=600, failure_ttl=7 * 86400,
                                        job_timeout=drain_timeout(settings))
+
+
+def enqueue_reassign(settings: Settings, r: redis.Redis, experiment_id: int, after: int = 0,
+                     at: float | None = None) -> None:
+    """Mark, a step at a time, the users whose arm changed with experiment ``experiment_id`` (``mark_reassigned``):
+    now, or at epoch second ``at``."""
+    queue = make_queue(settings, r)
+    kwargs = dict(args=(int(experiment_id), int(after)), retry=retry(settings), result_ttl=600,
+                  failure_ttl=7 * 86400)
+    if at is None:
+        queue.enqueue(REASSIGN, **kwargs)
+    else:
+        queue.enqueue_at(datetime.fromtimestamp(at, tz=timezone.utc), REASSIGN, **kwargs)
 
 
 def backlog(settings: Settings, r: redis.Redis) -> dict:

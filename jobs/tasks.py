@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 from rq import get_current_job
 
 from precompute.errors import InvalidInput
@@ -63,6 +64,32 @@ def drain_dirty() -> dict:
     _drain_later(settings, r, dirty)
     return {"users": users, "written": written, "kept_newer": kept, "scored_items": scored, "seconds": seconds,
             "batches": batches, "job": job.id if job else None, "process": context.stats()}
+
+
+def mark_reassigned(experiment_id: int, after: int = 0) -> dict:
+    """One step of rebuilding the users whose arm changed when experiment ``experiment_id`` was created or stopped:
+    every user of its slot (``precompute/experiments``). The next ``PREFEED_REASSIGN_BATCH`` user ids above
+    ``after`` are looked at, those of the slot marked dirty (the drain rebuilds them; their old feeds serve until
+    then), and the next step is scheduled ``PREFEED_REASSIGN_INTERVAL`` later: a bounded rate, whatever the number
+    of users."""
+    from precompute.data import users
+    from precompute.experiments import registry
+
+    if not isinstance(experiment_id, int) or not isinstance(after, int):
+        raise InvalidInput("mark_reassigned takes an experiment id and a user id")
+    pipeline = context.get()
+    settings, r = pipeline.settings, context.queue_redis()
+    found = [e for e in registry.all_experiments(pipeline.engine) if e.id == experiment_id]
+    if not found:
+        raise InvalidInput(f"no experiment has id {experiment_id}")
+    ids = users.ids_after(pipeline.engine, after, settings.reassign_batch)
+    moved = [u for u, arm in zip(ids, found[0].arm_of(np.array(ids, dtype=np.int64)).tolist()) if arm >= 0]
+    if moved:
+        queues.notify_changed(settings, r, moved)
+    if len(ids) == settings.reassign_batch:
+        queues.enqueue_reassign(settings, r, experiment_id, ids[-1], at=time.time() + settings.reassign_interval)
+    return {"experiment": experiment_id, "looked_at": len(ids), "marked": len(moved),
+            "next_after": ids[-1] if len(ids) == settings.reassign_batch else None}
 
 
 def _drain_later(settings, r, dirty: DirtyUsers) -> None:

@@ -126,6 +126,14 @@ class Histories:
                          self.item_rows[lo:hi], self.types[lo:hi], self.ts[lo:hi], self.clock,
                          self.seen_offsets[a:b + 1] - s_lo, self.seen_rows[s_lo:s_hi])
 
+    def take(self, positions: np.ndarray) -> Histories:
+        """Users at ``positions`` of the batch (ascending), as a batch of their own (copies)."""
+        at, off, s_off = np.asarray(positions, dtype=np.int64), self.offsets, self.seen_offsets
+        ev, seen = ranges(off[at], off[at + 1]), ranges(s_off[at], s_off[at + 1])
+        return Histories(self.user_ids[at], self.versions[at], np.r_[0, np.cumsum(off[at + 1] - off[at])],
+                         self.item_rows[ev], self.types[ev], self.ts[ev], self.clock,
+                         np.r_[0, np.cumsum(s_off[at + 1] - s_off[at])], self.seen_rows[seen])
+
     def newest_event(self) -> np.ndarray:
         """Each user's newest event time (-inf: none): events are oldest first, so it ends each user's segment."""
         has = np.diff(self.offsets) > 0
@@ -284,3 +292,9 @@ def _offsets(uids: np.ndarray, owner: np.ndarray) -> np.ndarray:
     counts = np.bincount(np.searchsorted(uids, owner), minlength=len(uids)) if len(owner) else \
         np.zeros(len(uids), dtype=np.int64)
     return np.r_[0, np.cumsum(counts)].astype(np.int64)
+
+
+def ranges(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """The concatenation of ``arange(start[k], end[k])`` over k."""
+    count = np.maximum(end - start, 0)
+    return np.repeat(start - np.r_[0, np.cumsum(count)[:-1]], count) + np.arange(int(count.sum()))

@@ -22,6 +22,13 @@ def with_history(engine: Engine, sample: int) -> tuple[int, list[tuple[int, int]
         return total, [(int(u), int(v)) for u, v in conn.execute(query)]
 
 
+def ids_after(engine: Engine, after: int, n: int) -> list[int]:
+    """Up to ``n`` user ids above ``after``, ascending (a scan of the users table by its key, a step at a time)."""
+    with engine.connect() as conn:
+        return [int(u) for u in conn.execute(select(User.id).where(User.id > after).order_by(User.id).limit(n))
+                .scalars()]
+
+
 def history_version(engine: Engine, user_id: int) -> int | None:
     """The user's history version, None for a user the database does not know."""
     with engine.connect() as conn:

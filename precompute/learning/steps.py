@@ -24,7 +24,7 @@ import dataclasses
 
 import numpy as np
 
-from ..data.history import Histories
+from ..data.history import Histories, ranges
 from ..data.log import EventLog
 from ..settings import Settings
 from ..ranking import arrays
@@ -190,12 +190,12 @@ class ByUser:
         lo = np.searchsorted(self.key, pos * n)
         end = np.searchsorted(self.key, pos * n + steps.known)
         start = np.maximum(lo, end - settings.history_limit)
-        at = self.order[_ranges(start, end)]
+        at = self.order[ranges(start, end)]
         window = settings.seen_window if seen_window is None else seen_window
         ev = self.events
         ev_item, ev_type, ev_ts = ev.item, ev.type, ev.ts
         # Seen: distinct rows of the events inside the window before each step's clock.
-        all_at = self.order[_ranges(lo, end)]
+        all_at = self.order[ranges(lo, end)]
         owner = np.repeat(np.arange(len(steps)), end - lo)
         inside = ev_ts[all_at] >= steps.feed_clock[owner] - window
         s_rows = items.rows(ev_item[all_at[inside]])
@@ -211,9 +211,3 @@ class ByUser:
             clock=float(steps.feed_clock.max(initial=0.0)),
             seen_offsets=np.r_[0, np.cumsum(np.bincount(s_owner, minlength=len(steps)))].astype(np.int64),
             seen_rows=s_rows.astype(np.int64))
-
-
-def _ranges(start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """The concatenation of ``arange(start[k], end[k])`` over k."""
-    count = np.maximum(end - start, 0)
-    return np.repeat(start - np.r_[0, np.cumsum(count)[:-1]], count) + np.arange(int(count.sum()))

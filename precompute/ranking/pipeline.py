@@ -22,6 +22,7 @@ from ..feeds.codec import encode_many
 from ..feeds.store import FeedStore
 from ..settings import Settings
 from . import bundle as bundles
+from . import arms as experiment_arms
 from . import candidates, features, scoring
 from .arrays import top_desc_grouped
 from .covisit import CoVisit, index_for
@@ -61,6 +62,7 @@ class Pipeline:
         self.items: ItemTable | None = None
         self.cov: CoVisit | None = None
         self.work: Workspace | None = None      # the candidate stage's scratch for ``items``
+        self.arms = experiment_arms.Arms()      # the running experiments' arms (``arms.py``)
         self.loads = 0          # bundle + matrices loads in this process (a forked horse inherits the count)
         self._refused: int | None = None      # a bundle version that failed its checks
 
@@ -77,6 +79,7 @@ class Pipeline:
         # it once before forking instead of every work horse doing it on its first batch.
         scoring.score(new_bundle.model, np.zeros((1, len(items.layout)), dtype=np.float32, order="F"))
         self.bundle, self.items, self.work = new_bundle, items, Workspace.for_items(len(items))
+        self.arms = self._arms(*experiment_arms.Arms.read(self.engine))
         self.loads += 1
         self.store.publish_popular(items.ids[items.global_popular],
                                    {int(c): items.ids[rows] for c, rows in zip(items.category_ids,
@@ -115,7 +118,7 @@ class Pipeline:
         stale = self.stale()
         current = self.bundle is not None and version in (self.bundle.version, self._refused)
         if current and not stale:
-            return False
+            return self._refresh_arms()
         try:
             new_bundle = self.bundle if current else bundles.load(self.settings.model_dir, version,
                                                                        for_settings(self.settings))
@@ -126,16 +129,29 @@ class Pipeline:
             self._refused = version          # checked once, not before every job
             new_bundle = self.bundle
             if not stale:
-                return False
+                return self._refresh_arms()
         # Between full loads a table is carried forward: its all-time counts plus the events since.
         since = self.items if stale == "forward" and current else None
         self._install(new_bundle, load_item_table(self.engine, self.settings, since=since))
         log.info("loaded bundle %s and %d items", new_bundle.version, len(self.items))
         return True
 
+    def _arms(self, experiments: list, assignment: int) -> experiment_arms.Arms:
+        return experiment_arms.Arms.load(experiments, assignment, self.settings, self.items,
+                                         for_settings(self.settings), self.bundle.version, known=self.arms)
+
+    def _refresh_arms(self) -> bool:
+        """Take in experiments created or stopped since the last look (one small query); True if any was."""
+        experiments, assignment = experiment_arms.Arms.read(self.engine)
+        if assignment == self.arms.assignment:
+            return False
+        self.arms = self._arms(experiments, assignment)
+        log.info("assignment %d: %d running experiment(s)", assignment, len(experiments))
+        return True
+
     # -- ranking ----------------------------------------------------------------------------------------
-    def candidates(self, hist: Histories) -> candidates.Candidates:
-        return candidates.for_batch(self.items, self.cov, hist, self.settings, work=self.work)
+    def candidates(self, hist: Histories, cov: CoVisit | None = None) -> candidates.Candidates:
+        return candidates.for_batch(self.items, cov or self.cov, hist, self.settings, work=self.work)
 
     def features(self, hist: Histories) -> tuple[candidates.Candidates, np.ndarray]:
         """Candidates and their feature matrix."""
@@ -147,16 +163,18 @@ class Pipeline:
         time split; never the wall clock."""
         return features.build(self.items, hist, cand, hist.clock)
 
-    def rank(self, hist: Histories, seconds: dict[str, float]) -> tuple[candidates.Candidates, np.ndarray]:
-        """Candidates and their scores for a batch of histories, timing each stage into ``seconds``."""
+    def rank(self, hist: Histories, seconds: dict[str, float], bundle: bundles.Bundle | None = None,
+             cov: CoVisit | None = None) -> tuple[candidates.Candidates, np.ndarray]:
+        """Candidates and their scores for a batch of histories, timing each stage into ``seconds``; by ``bundle``
+        with its index ``cov`` (default: the promoted bundle's)."""
         if self.bundle is None:
             raise BundleError("pipeline has no model bundle loaded")
         t0 = time.perf_counter()
-        cand = self.candidates(hist)
+        cand = self.candidates(hist, cov)
         t1 = time.perf_counter()
         X = self._build(hist, cand)
         t2 = time.perf_counter()
-        scores = scoring.score(self.bundle.model, X) if len(X) else np.empty(0, dtype=np.float32)
+        scores = scoring.score((bundle or self.bundle).model, X) if len(X) else np.empty(0, dtype=np.float32)
         t3 = time.perf_counter()
         seconds["candidates"] += t1 - t0
         seconds["features"] += t2 - t1
@@ -172,20 +190,49 @@ class Pipeline:
         """
         now = time.time()
         values, scored = [], 0
-        keep = self.settings.feed_length
         chunk = self.settings.rank_chunk_users
+        promoted = ("model", str(self.bundle.version))
         for start in range(0, len(hist), chunk):
             part = hist.slice(start, min(start + chunk, len(hist)))
-            cand, scores = self.rank(part, seconds)
-            scored += len(scores)
-            t0 = time.perf_counter()
-            top, offsets = top_desc_grouped(scores, cand.offsets, keep)
-            versions = part.versions.tolist()
-            encoded = encode_many(self.items.ids[cand.rows[top]], scores[top], offsets, versions, now,
-                                  self.bundle.version)
-            values += zip(part.user_ids.tolist(), encoded, versions)
-            seconds["store"] += time.perf_counter() - t0
+            if not self.arms.experiments:
+                encoded, n = self._ranked(part, promoted, None, None, now, seconds)
+                values += zip(part.user_ids.tolist(), encoded, part.versions.tolist())
+                scored += n
+                continue
+            # Users of each arm ranked together, their values put back in the batch's order.
+            keys, experiments, arms = self.arms.keys(part.user_ids, self.bundle.version)
+            out: list = [None] * len(part)
+            for key in sorted(set(keys)):
+                at = np.flatnonzero([k == key for k in keys])
+                encoded, n = self._ranked(part if len(at) == len(part) else part.take(at), key, experiments[at],
+                                          arms[at], now, seconds)
+                for k, value in zip(at.tolist(), encoded):
+                    out[k] = value
+                scored += n
+            values += zip(part.user_ids.tolist(), out, part.versions.tolist())
         return values, scored
+
+    def _ranked(self, part: Histories, key: experiment_arms.Key, experiments, arms, now: float,
+                seconds: dict[str, float]) -> tuple[list[bytes], int]:
+        """The encoded feeds of ``part``, every user ranked by ``key`` (``arms.py``), and the items scored."""
+        kind, arg = key
+        if kind == "model":
+            version = int(arg)
+            bundle, cov = (self.bundle, self.cov) if version == self.bundle.version else self.arms.bundles[version]
+            cand, scores = self.rank(part, seconds, bundle, cov)
+            t0 = time.perf_counter()
+            top, offsets = top_desc_grouped(scores, cand.offsets, self.settings.feed_length)
+            rows, n, kept = cand.rows[top], len(scores), scores[top]
+        else:
+            t0 = time.perf_counter()
+            rows, kept, offsets = experiment_arms.by_method(kind, arg, self.items, self.cov, part, self.settings)
+            version, n = 0, 0
+            seconds["candidates"] += time.perf_counter() - t0
+            t0 = time.perf_counter()
+        encoded = encode_many(self.items.ids[rows], kept, offsets, part.versions.tolist(), now, version,
+                              experiments, self.arms.assignment, arms)
+        seconds["store"] += time.perf_counter() - t0
+        return encoded, n
 
     def recompute(self, user_ids: list[int]) -> BatchResult:
         """Rank ``user_ids`` and write their feeds (version-guarded). One history query for the batch."""
@@ -195,7 +242,7 @@ class Pipeline:
         seconds["history"] = time.perf_counter() - t0
         values, scored = self.build_feeds(hist, seconds)
         t0 = time.perf_counter()
-        written = self.store.write_many(values)
+        written = self.store.write_many(values, self.arms.assignment)
         seconds["store"] += time.perf_counter() - t0
         ok = np.array(written, dtype=bool)
         return BatchResult(users=len(values), written=sum(written), kept_newer=len(written) - sum(written),

@@ -33,6 +33,12 @@ class WorkerSettings:
                                   "waiting at a time", unit="s")
     drain_max_batches: int = setting(20, "PREFEED_DRAIN_MAX_BATCHES", "batches one drain job processes before "
                                      "handing the rest to a fresh job", unit="batches")
+    reassign_batch: int = setting(2000, "PREFEED_REASSIGN_BATCH", "users looked at per step when an experiment is "
+                                  "created or stopped: those whose arm changed are marked for a recompute, and the "
+                                  "next step runs `PREFEED_REASSIGN_INTERVAL` later (a bounded rate; their old feeds "
+                                  "serve meanwhile)", unit="users")
+    reassign_interval: float = setting(1.0, "PREFEED_REASSIGN_INTERVAL", "pause between two steps of marking the "
+                                       "users whose arm changed", unit="s", minimum=0)
     worker_metrics_port: int = setting(0, "PREFEED_WORKER_METRICS_PORT", "`manage.py worker` serves Prometheus "
                                        "metrics on this port, all interfaces (`--workers N`: the pool's parent, for "
                                        "every worker process); 0: off", unit="port", minimum=0, maximum=65535)

@@ -1,0 +1,117 @@
+"""How a worker ranks the users of an experiment's arm (docs/experiments.md).
+
+A user outside every running experiment is ranked by the promoted bundle, as without experiments; so is a user of
+an arm whose spec is the promoted bundle's version. An arm ``model:<version>`` of another bundle is ranked by that
+bundle: the worker loads it before fork beside the promoted one (``Arms.load``), with its own candidate index (the
+co-visitation, kNN and latent pairs are the bundle's). An arm of a simple method is ranked without a model, from
+what the worker holds already, and its list is as long as a ranked feed (``PREFEED_FEED_LENGTH``):
+
+- ``popular``: the active items the user has not seen by popularity (the item table's row order);
+- ``recent:<window>``: the same by their type-weighted interactions in that window before the table's clock,
+  ties by popularity;
+- ``covisit``, ``item_knn``, ``latent``: the user's candidates (the promoted bundle's sources) by that source's
+  score, ties (most often 0: a candidate another source brought) by popularity.
+
+The score stored with each item is the method's own (interactions, or the source's score).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..data.history import Histories
+from ..experiments import Experiment, method_of
+from ..settings import Settings
+from . import bundle as bundles
+from . import candidates
+from .covisit import CoVisit, index_for
+from .item_table import ItemTable
+from .layout import WINDOWS, FeatureLayout
+
+#: The ranker of a user: ("model", "<version>") or a simple method and its argument ("recent", "1d").
+Key = tuple[str, str | None]
+#: The candidate score of each candidate-based method.
+SOURCE_SCORE = {"covisit": "cov_score", "item_knn": "knn_score", "latent": "latent_score"}
+
+
+@dataclasses.dataclass
+class Arms:
+    """The running experiments as a worker holds them: the bundles their model arms need beyond the promoted one,
+    each with its candidate index for the current item table, and the assignment version they were read at."""
+
+    experiments: list[Experiment] = dataclasses.field(default_factory=list)
+    assignment: int = 0
+    #: model version → (bundle, candidate index over ``items``); the promoted bundle is not in it.
+    bundles: dict[int, tuple[bundles.Bundle, CoVisit]] = dataclasses.field(default_factory=dict)
+    items: ItemTable | None = None
+
+    @classmethod
+    def load(cls, experiments: list[Experiment], assignment: int, settings: Settings, items: ItemTable,
+             layout: FeatureLayout, promoted: int, known: Arms | None = None) -> Arms:
+        """The arms of ``experiments``: every model arm's bundle other than ``promoted`` loaded (taken from
+        ``known`` when it holds it for the same item table), its candidate index built over ``items``."""
+        held = {}
+        for version in sorted({int(v) for e in experiments for a in e.arms
+                               for kind, v in [method_of(a.spec)] if kind == "model"} - {promoted}):
+            if known is not None and version in known.bundles and known.items is items:
+                held[version] = known.bundles[version]
+                continue
+            b = bundles.load(settings.model_dir, version, layout)
+            held[version] = (b, index_for(items, b.pairs))
+        return cls(list(experiments), assignment, held, items)
+
+    @staticmethod
+    def read(engine) -> tuple[list[Experiment], int]:
+        """The running experiments, and the assignment version: one more for every experiment created and for
+        every one stopped, so it grows at each change of who is in which arm."""
+        from ..experiments import registry
+
+        every = registry.all_experiments(engine)
+        return [e for e in every if e.status == "running"], len(every) + sum(e.status != "running" for e in every)
+
+    def keys(self, user_ids: np.ndarray, promoted: int) -> tuple[list[Key], np.ndarray, np.ndarray]:
+        """Each user's ranker key, experiment id (0: none) and arm index (``codec.NO_ARM``: none)."""
+        from ..experiments import assign
+        from ..feeds.codec import NO_ARM
+
+        which, arm = assign(self.experiments, user_ids)
+        keys: list[Key] = []
+        exp_ids = np.zeros(len(user_ids), dtype=np.int64)
+        arms = np.full(len(user_ids), NO_ARM, dtype=np.int64)
+        for k, (e, a) in enumerate(zip(which.tolist(), arm.tolist())):
+            if e < 0:
+                keys.append(("model", str(promoted)))
+                continue
+            experiment = self.experiments[e]
+            keys.append(method_of(experiment.arms[a].spec))
+            exp_ids[k], arms[k] = experiment.id, a
+        return keys, exp_ids, arms
+
+
+def by_method(method: str, arg: str | None, items: ItemTable, cov: CoVisit, hist: Histories, settings: Settings
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A simple method's lists for a batch: item rows, scores (float32) and offsets (user ``k``'s list at
+    ``offsets[k]:offsets[k+1]``), best first, ``settings.feed_length`` at most each."""
+    n = settings.feed_length
+    if method in ("popular", "recent"):
+        score = items.popularity if method == "popular" else \
+            items.windowed[:, [w for w, _ in WINDOWS].index(arg)]
+        order = np.flatnonzero(items.active)
+        if method == "recent":
+            order = order[np.lexsort((order, -score[order]))]       # ties by row: by popularity
+        rows, sizes = [], []
+        for k in range(len(hist)):
+            head = order[: n + len(hist.seen(k))]                    # enough to fill the list past the seen items
+            mine = head[~np.isin(head, hist.seen(k))][:n]
+            rows.append(mine), sizes.append(len(mine))
+        rows = np.concatenate(rows) if rows else np.empty(0, dtype=np.int64)
+        return rows, score[rows].astype(np.float32), np.r_[0, np.cumsum(sizes)].astype(np.int64)
+    cand = candidates.for_batch(items, cov, hist, settings)
+    score = getattr(cand, SOURCE_SCORE[method])
+    order = np.lexsort((cand.rows, -score, cand.owner))             # by user, best first, ties by popularity
+    place = np.arange(len(order)) - np.repeat(cand.offsets[:-1], np.diff(cand.offsets))
+    keep = order[place < n]
+    sizes = np.minimum(np.diff(cand.offsets), n)
+    return cand.rows[keep], score[keep].astype(np.float32), np.r_[0, np.cumsum(sizes)].astype(np.int64)
