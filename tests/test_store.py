@@ -88,3 +88,12 @@ def test_a_feed_of_the_previous_format_is_replaced_at_its_history_version_and_ke
     assert store.write_many([(44, encode(np.array([6]), np.array([0.2]), 8, 1.0, 1), 8)]) == [False]
     assert store.write_many([(44, encode(np.array([7]), np.array([0.2]), 9, 1.0, 1), 9)]) == [True]
     assert store.read(44).items.tolist() == [7]
+
+
+def test_a_feed_ranked_in_an_arm_is_not_stale_for_its_bundle(r, settings):
+    # given one feed ranked by another bundle outside any experiment, one by a simple-method arm (model 0)
+    store = FeedStore(r, dataclasses.replace(settings, feed_ttl=60))
+    store.write_many([(45, encode(np.array([1]), np.array([0.1]), 2, 1.0, 7), 2),
+                      (46, encode(np.array([1]), np.array([0.1]), 2, 1.0, 0, experiment=3, assignment=1, arm=1), 2)])
+    # then only the first is stale against the current bundle 8
+    assert store.stale_users([(45, 2), (46, 2)], model_version=8) == [45]

@@ -44,8 +44,9 @@ def summarize(versions: list[tuple[int, int]], headers: list[FeedHeader | None],
     since each feed was computed, over the feeds that exist; None when there are none."""
     missing = sum(h is None for h in headers)
     behind = sum(h is not None and h.history_version < v for (_, v), h in zip(versions, headers))
-    other_model = sum(h is not None and model_version is not None and h.model_version != model_version
-                      for h in headers)
+    # (a feed ranked in an experiment's arm is its arm's, whatever ranked it: not another bundle's)
+    other_model = sum(h is not None and model_version is not None and not h.experiment
+                      and h.model_version != model_version for h in headers)
     ages = np.array([now - h.computed_at for h in headers if h is not None], dtype=np.float64)
     current = len(headers) - missing - behind
     return {

@@ -70,7 +70,8 @@ class FeedStore:
     def stale_users(self, versions: list[tuple[int, int]], model_version: int | None = None,
                     chunk: int = 1000) -> list[int]:
         """Of ``(user_id, history_version)`` pairs, the users whose stored feed is missing, unreadable, older than
-        their history, or (given ``model_version``, the current bundle) built by another bundle. Reads only the
+        their history, or (given ``model_version``, the current bundle) built by another bundle outside any
+        experiment (an arm's feed is ranked by its arm). Reads only the
         headers (GETRANGE), ``chunk`` users per pipelined round trip; deletes nothing, so old feeds keep serving
         until rebuilt."""
         stale = []
@@ -81,8 +82,8 @@ class FeedStore:
                 pipe.getrange(self.keys.feed(uid), 0, MAX_HEADER_SIZE - 1)
             for (uid, version), head in zip(part, pipe.execute()):
                 header = header_of(head)
-                if header is None or header.history_version < version or \
-                        (model_version is not None and header.model_version != model_version):
+                if header is None or header.history_version < version or (
+                        model_version is not None and not header.experiment and header.model_version != model_version):
                     stale.append(uid)
         return stale
 
