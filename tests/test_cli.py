@@ -266,3 +266,15 @@ def test_a_failing_demo_step_is_one_line(tmp_path):
     # then the demo stops with the step's own error and one line of its own, and the step's exit code
     one_line_error(done, 2, "demo stopped: `manage.py train` failed (exit 2)")
     assert "error: too few users" in done.stderr or "error: only" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("args", [["--rate", "inf"], ["--rate", "nan"], ["--rate", "-inf"], ["--burst", "inf"]])
+def test_a_key_limit_that_is_not_finite_is_refused_and_nothing_is_written(settings, args):
+    name = f"unlimited-{time.monotonic_ns()}"
+    # when a key is created with an infinite or NaN rate or burst (float() reads "inf" and "nan")
+    done = manage(settings, "keys", "create", name, "--scopes", "feed:read", *args)
+    # then it is one line, exit 2, and no key of that name exists
+    one_line_error(done, 2, args[0])
+    assert done.stderr.count("\n") == 1 and not done.stdout
+    listed = manage(settings, "keys", "list", "--json")
+    assert listed.returncode == 0 and name not in listed.stdout

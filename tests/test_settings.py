@@ -90,6 +90,31 @@ def test_a_bad_value_is_refused_naming_its_variable(name, value, fragment):
         Settings.from_env({name: value})
 
 
+def _float_settings():
+    """Every variable read as floats: (variable, how one non-finite value is written in it)."""
+    for f in dataclasses.fields(Settings):
+        d = f.default
+        if f.metadata["kind"] == "weights":
+            yield f.metadata["env"], f"{d[0][0]}:{{}}"
+        elif isinstance(d, float) or isinstance(d, tuple) and d and isinstance(d[0], float):
+            yield f.metadata["env"], "{}"
+
+
+@pytest.mark.parametrize("name,template", list(_float_settings()))
+@pytest.mark.parametrize("word", ["nan", "inf", "-inf", "NaN", "infinity"])
+def test_every_float_setting_refuses_a_value_that_is_not_finite(name, template, word):
+    # given a float setting that reads nan or an infinity (float() accepts them; NaN passes every range check)
+    assert any(n == "PREFEED_RATE_LIMIT" for n, _ in _float_settings())
+    # when the settings are built, then they are refused naming the variable
+    with pytest.raises(ConfigError, match=f"^{name} must be a finite number"):
+        Settings.from_env({name: template.format(word)})
+
+
+def test_a_rate_limit_that_is_not_finite_is_one_line_from_the_cli(settings):
+    done = manage(settings, "settings", extra_env={"PREFEED_RATE_LIMIT": "nan"})
+    assert done.returncode == 2 and done.stderr.strip() == "error: PREFEED_RATE_LIMIT must be a finite number, got nan"
+
+
 @pytest.mark.parametrize("name,value", [("PREFEED_TRAIN_DEPTH", "deep"), ("PREFEED_DB_POOL_SIZE", "many")])
 def test_a_bad_value_is_one_line_from_the_cli(settings, name, value):
     done = manage(settings, "settings", extra_env={name: value})

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import hmac
+import math
 import re
 import secrets
 import time
@@ -63,8 +64,8 @@ def create(engine: Engine, name: str, scopes: frozenset[str], *, rate: float | N
     for a malformed or taken name (a revoked key's name stays taken: its history keeps its meaning)."""
     if not _NAME.fullmatch(name):
         raise InvalidInput("a key name is 1 to 64 letters, digits, '_', '.' or '-', starting with a letter or digit")
-    if rate is not None and rate <= 0 or burst is not None and burst < 1:
-        raise InvalidInput("--rate must be above 0 and --burst at least 1")
+    if rate is not None and not (math.isfinite(rate) and rate > 0) or burst is not None and burst < 1:
+        raise InvalidInput("--rate must be a finite number above 0 and --burst an integer of at least 1")
     key = PREFIX + secrets.token_urlsafe(32)
     try:
         with engine.begin() as conn:

@@ -4,6 +4,7 @@ one (range- and name-checked, ``ConfigError`` naming the variable) and writing o
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -100,6 +101,9 @@ def _check_names(m: Mapping, names) -> None:
 
 
 def _check_range(m: Mapping, value: float) -> None:
+    # float() reads "nan" and "inf"; NaN passes every comparison below, so finiteness is checked first.
+    if not math.isfinite(value):
+        raise ConfigError(f"{m['env']} must be a finite number, got {value}")
     lo, hi = m["minimum"], m["maximum"]
     if lo is not None and value < lo:
         raise ConfigError(f"{m['env']} must be " + ("positive" if lo == 1 and isinstance(value, int)
