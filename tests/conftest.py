@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -94,15 +95,49 @@ def world(tmp_path_factory, database_url, redis_url) -> World:
     return World(settings, engine, version, sorted(set(market.event_user.tolist())), key)
 
 
-_user_ids = itertools.count(0)
+#: Ids past every seeded user's (1 to N_USERS), that ``new_user_ids`` hands out; below 2**31, the most
+#: ``manage.py precompute --user`` takes.
+NEW_USER_IDS_FROM = 10**9
+_seeded_handed_out = itertools.count(0)
+_new_handed_out = itertools.count(NEW_USER_IDS_FROM)
 
 
 @pytest.fixture
-def user_id(world) -> int:
-    """A seeded user with events that no other test in this session touches."""
-    k = next(_user_ids)
-    assert k < len(world.users_with_events), "more tests than seeded users; raise N_USERS"
-    return world.users_with_events[k]
+def own_users(world) -> Callable[[int], list[int]]:
+    """``own_users(n)``: ``n`` users of the seeded world, each with events, that no other test of this session is
+    handed (call it as often as the test needs). A test records events for its own users, changes their rows and
+    reads back their histories and feeds, so it finds them as seeded whatever ran before it: tests run in any
+    order, and each pytest-xdist process has a world of its own."""
+
+    def take(n: int) -> list[int]:
+        picks = [next(_seeded_handed_out) for _ in range(n)]
+        assert not picks or picks[-1] < len(world.users_with_events), \
+            f"more users handed out than the {len(world.users_with_events)} seeded with events: raise N_USERS"
+        return [world.users_with_events[k] for k in picks]
+
+    return take
+
+
+@pytest.fixture
+def user_id(own_users) -> int:
+    """A seeded user with events that no other test of this session is handed."""
+    return own_users(1)[0]
+
+
+@pytest.fixture
+def new_user_ids() -> Callable[[int], list[int]]:
+    """``new_user_ids(n)``: ``n`` ids that no user of the database has and no other test of this session is handed:
+    users a test creates with their first event, or ids that name nobody."""
+    return lambda n: [next(_new_handed_out) for _ in range(n)]
+
+
+def every_user_with_history(world: World) -> list[int]:
+    """Every user of the database with at least one event now (those other tests created too): for a test of what
+    happens to all of them, which writes only its own Redis keys for them."""
+    from precompute.data.tables import User
+
+    with world.engine.connect() as conn:
+        return list(conn.execute(select(User.id).where(User.history_version > 0).order_by(User.id)).scalars())
 
 
 def users_with_history(world: World, first: int, n: int) -> list[int]:
