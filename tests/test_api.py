@@ -95,9 +95,9 @@ def test_deactivated_items_disappear_from_served_feeds_at_once(client, pipeline,
     assert _ids(_feed(client, user_id, limit=5)) == first
 
 
-def test_deactivated_items_stay_out_after_redis_loses_data(client, pipeline, user_id, admin, world, r, settings):
+def test_deactivated_items_stay_out_after_redis_loses_data(client, pipeline, own_users, admin, world, r, settings):
     # given feeds computed while their top items were active, then those items deactivated through the API
-    users = [user_id, user_id + 1]
+    users = own_users(2)
     pipeline.recompute(users)
     firsts = {u: _ids(_feed(client, u, limit=5)) for u in users}
     sold = sorted({ids[0] for ids in firsts.values()})
@@ -165,8 +165,8 @@ def test_user_without_feed_gets_fallback_and_a_recompute_is_scheduled(client, se
     assert r.zscore(f"{settings.key_prefix}dirty", str(user_id)) is not None
 
 
-def test_unknown_user_gets_global_popular_fallback(client, pipeline):
-    body = _feed(client, 2_000_000_000, limit=5)
+def test_unknown_user_gets_global_popular_fallback(client, pipeline, new_user_ids):
+    body = _feed(client, new_user_ids(1)[0], limit=5)
     assert body["source"] == "fallback"
     assert _ids(body) == pipeline.items.ids[pipeline.items.global_popular[:5]].tolist()
 
@@ -183,24 +183,25 @@ def test_event_batches_and_idempotency(client, world, pipeline, user_id):
     assert n == 3
 
 
-def test_an_event_id_is_the_users_own_and_another_user_may_use_it_too(client, world, pipeline):
+def test_an_event_id_is_the_users_own_and_another_user_may_use_it_too(client, world, pipeline, new_user_ids):
     # given a client that posts "order-2026-0001" for one user first
     item = int(pipeline.items.ids[0])
-    first = {"user_id": 1_600_000_001, "item_id": item, "type": "purchase", "event_id": "order-2026-0001"}
+    one, another = new_user_ids(2)
+    first = {"user_id": one, "item_id": item, "type": "purchase", "event_id": "order-2026-0001"}
     assert _json(client.post("/events", json=first)) == {"accepted": 1, "duplicates": 0, "items_created": 0}
     # when the real user's event carries the same id
-    mine = dict(first, user_id=1_600_000_002)
+    mine = dict(first, user_id=another)
     resp = client.post("/events", json=mine)
     # then it is stored, not a silent duplicate; posting it again is one
     assert _json(resp) == {"accepted": 1, "duplicates": 0, "items_created": 0}
     assert _json(client.post("/events", json=mine)) == {"accepted": 0, "duplicates": 1, "items_created": 0}
     with world.engine.connect() as conn:
         assert sorted(conn.execute(select(Event.user_id).where(Event.client_event_id == "order-2026-0001"))
-                      .scalars().all()) == [1_600_000_001, 1_600_000_002]
+                      .scalars().all()) == [one, another]
 
 
-def test_new_user_is_created_by_their_first_event(client, world, pipeline):
-    uid = 1_500_000_001
+def test_new_user_is_created_by_their_first_event(client, world, pipeline, new_user_ids):
+    uid = new_user_ids(1)[0]
     resp = client.post("/events", json={"user_id": uid, "item_id": int(pipeline.items.ids[0]), "type": "view"})
     assert resp.status_code == 202
     with world.engine.connect() as conn:
@@ -304,7 +305,7 @@ def test_scores_in_the_feed_are_finite_numbers(client, pipeline, user_id):
 
 
 def test_fallback_interleaves_the_users_top_categories_then_global_popular(client, settings, world, r, admin,
-                                                                          user_id):
+                                                                          new_user_ids):
     from precompute.ranking.pipeline import Pipeline
 
     # given a worker published popular lists shorter than every category's active items and the catalogue's
@@ -327,7 +328,7 @@ def test_fallback_interleaves_the_users_top_categories_then_global_popular(clien
         assert r.get(f"{settings.key_prefix}{{popular}}:cat:{c}") == np.array(ids, "<i8").tobytes()
     # and a user without a feed whose events weigh categories 2 > 0 > 4 (one event per view): they viewed the top
     # item of category 2 three times, and an item off the lists in each of the others
-    uid = 1_700_000_000 + user_id
+    uid = new_user_ids(1)[0]
     # (items listed in that one category only, so each view weighs that category alone)
     viewed = [next(i for i in lists[2] if i in only_one)] * 3 + [
         i for c, k in ((0, 2), (4, 1)) for i in [next(i for i in reversed(by_category[c]) if i in only_one)] * k]
@@ -367,12 +368,12 @@ def test_a_retried_batch_of_duplicates_still_schedules_the_recompute(client, set
 UNREADABLE_FEEDS = [b"garbage", b"XX" + bytes(60), b"PF\x09\x00" + b"\xff" * 60]
 
 
-def test_an_unreadable_feed_is_served_as_fallback_then_recomputed(client, settings, r, world, user_id):
+def test_an_unreadable_feed_is_served_as_fallback_then_recomputed(client, settings, r, world, own_users):
     from precompute.feeds.store import FeedStore
-    from tests.conftest import manage, users_with_history
+    from tests.conftest import manage
 
     # given users with a history whose stored feed values are unreadable
-    users = users_with_history(world, user_id, len(UNREADABLE_FEEDS))
+    users = own_users(len(UNREADABLE_FEEDS))
     for uid, value in zip(users, UNREADABLE_FEEDS):
         r.set(f"{settings.key_prefix}{{u:{uid}}}:feed", value)
     # when they ask for their feed, they get a fallback (not an error) and a recompute is scheduled
@@ -391,13 +392,13 @@ def test_an_unreadable_feed_is_served_as_fallback_then_recomputed(client, settin
         assert body["source"] == "precomputed" and body["history_version"] == versions[uid]
 
 
-def test_a_popular_list_this_version_did_not_write_is_left_out(client, settings, r, world):
+def test_a_popular_list_this_version_did_not_write_is_left_out(client, settings, r, world, new_user_ids):
     from precompute.data import catalog
 
     # given no worker has published lists, but the global list's key holds bytes that are not whole 64-bit ids
     r.set(f"{settings.key_prefix}{{popular}}:global", np.array([11, 12, 13], "<u4").tobytes())
     # when a user without a feed asks for one
-    body = _feed(client, 2_000_000_001, limit=5)
+    body = _feed(client, new_user_ids(1)[0], limit=5)
     # then the fallback stands in with the newest listings instead of misreading the value (or failing)
     assert body["source"] == "fallback"
     assert _ids(body) == catalog.newest_active(world.engine, 5)

@@ -48,14 +48,15 @@ def routes(app):
             yield method, rule.rule
 
 
-def call(client, method, rule, headers):
-    url = re.sub(r"<[^>]+>", "1", rule)
-    body = [{"user_id": 1, "item_id": 1, "type": "view"}] if rule == "/events" else {"items": []} \
+def call(client, method, rule, headers, user):
+    """``rule`` called for ``user`` (the ``<user_id>`` of its path, the user of an event) and item 1."""
+    url = re.sub(r"<[^>]+>", "1", rule.replace("<user_id>", str(user)))
+    body = [{"user_id": user, "item_id": 1, "type": "view"}] if rule == "/events" else {"items": []} \
         if rule == "/items" else {"weight": 1.0} if "boosts" in rule else {}
     return client.open(url, method=method, json=None if method in ("GET", "DELETE") else body, headers=headers)
 
 
-def test_every_route_but_the_probes_needs_a_key_with_its_scope(app, world):
+def test_every_route_but_the_probes_needs_a_key_with_its_scope(app, world, user_id):
     client = app.test_client()
     served = set(routes(app))
     # given every route the app serves: each is either a probe or has a declared scope (a new route must say which)
@@ -63,16 +64,16 @@ def test_every_route_but_the_probes_needs_a_key_with_its_scope(app, world):
     holders = {scope: key(world, "holder", [scope]) for scope in api_keys.SCOPES}
     for method, rule in sorted(served):
         if rule in PUBLIC:
-            assert call(client, method, rule, {}).status_code == 200, rule
+            assert call(client, method, rule, {}, user_id).status_code == 200, rule
             continue
         scope = SCOPES[(method, rule)]
         # when called without a key, with an unknown one, with keys of every other scope and with the right one
-        no_key = call(client, method, rule, {})
+        no_key = call(client, method, rule, {}, user_id)
         assert no_key.status_code == 401 and no_key.get_json()["error"], (method, rule)
-        unknown = call(client, method, rule, {"Authorization": "Bearer pf_not-a-key"})
+        unknown = call(client, method, rule, {"Authorization": "Bearer pf_not-a-key"}, user_id)
         assert unknown.status_code == (403 if rule.startswith("/dashboard") else 401), (method, rule)
         for other, k in holders.items():
-            resp = call(client, method, rule, {"Authorization": f"Bearer {k}"})
+            resp = call(client, method, rule, {"Authorization": f"Bearer {k}"}, user_id)
             if scope is None or other in (scope, "admin"):
                 assert resp.status_code not in (401, 403), (method, rule, other, resp.get_json())
             else:
@@ -90,27 +91,27 @@ def test_the_openapi_document_states_each_routes_scope(app):
     assert spec["paths"]["/livez"]["get"]["security"] == spec["paths"]["/healthz"]["get"]["security"] == []
 
 
-def test_a_key_without_events_write_stores_nothing(client, world):
+def test_a_key_without_events_write_stores_nothing(client, world, user_id):
     reader = key(world, "reader", ["feed:read"])
     with world.engine.connect() as conn:
         before = conn.execute(select(func.count()).select_from(Event)).scalar()
-    resp = client.post("/events", json=[{"user_id": 5, "item_id": 5, "type": "view"}],
+    resp = client.post("/events", json=[{"user_id": user_id, "item_id": 5, "type": "view"}],
                        headers={"Authorization": f"Bearer {reader}"})
     assert resp.status_code == 403
     with world.engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(Event)).scalar() == before
 
 
-def test_events_naming_unknown_items_create_them_only_for_a_key_with_items_write(client, world):
+def test_events_naming_unknown_items_create_them_only_for_a_key_with_items_write(client, world, user_id):
     writer = key(world, "writer", ["events:write"])
     unknown = [2_000_000_001, 2_000_000_002]
-    batch = [{"user_id": 7, "item_id": 3, "type": "view"}] + [{"user_id": 7, "item_id": i, "type": "view"}
-                                                              for i in unknown]
+    batch = [{"user_id": user_id, "item_id": 3, "type": "view"}] + [{"user_id": user_id, "item_id": i, "type": "view"}
+                                                                    for i in unknown]
 
     def stored():
         with world.engine.connect() as conn:
             return (conn.execute(select(func.count()).select_from(Item).where(Item.id.in_(unknown))).scalar(),
-                    conn.execute(select(func.count()).select_from(Event).where(Event.user_id == 7)).scalar())
+                    conn.execute(select(func.count()).select_from(Event).where(Event.user_id == user_id)).scalar())
 
     before = stored()
     # given a key with events:write only: the batch is refused whole, naming the unknown ids
@@ -123,53 +124,53 @@ def test_events_naming_unknown_items_create_them_only_for_a_key_with_items_write
     assert stored() == (2, before[1] + 3)
 
 
-def test_a_revoked_key_stops_working_within_a_second_on_every_api_process(settings, world):
+def test_a_revoked_key_stops_working_within_a_second_on_every_api_process(settings, world, user_id):
     k = key(world, "soon-revoked", ["feed:read"])
     name = next(r["name"] for r in api_keys.listing(world.engine) if r["name"].startswith("soon-revoked"))
     apps = [create_app(settings, {"TESTING": True}) for _ in range(2)]       # two API processes' worth
     clients = [a.test_client() for a in apps]
     headers = {"Authorization": f"Bearer {k}"}
-    assert all(c.get("/feed/1", headers=headers).status_code == 200 for c in clients)
+    assert all(c.get(f"/feed/{user_id}", headers=headers).status_code == 200 for c in clients)
     api_keys.revoke(world.engine, name)
     time.sleep(1.05)
-    assert all(c.get("/feed/1", headers=headers).status_code == 401 for c in clients)
+    assert all(c.get(f"/feed/{user_id}", headers=headers).status_code == 401 for c in clients)
     for a in apps:
         services(a).engine.dispose()
 
 
-def test_the_admin_token_is_an_admin_key(client, admin):
+def test_the_admin_token_is_an_admin_key(client, admin, user_id):
     assert client.get("/dashboard/status.json", headers=admin).status_code == 200
     assert client.get("/metrics", headers=admin).status_code == 200
-    assert client.get("/feed/1", headers=admin).status_code == 200
+    assert client.get(f"/feed/{user_id}", headers=admin).status_code == 200
 
 
-def test_over_a_keys_rate_is_a_429_with_retry_after_shared_by_every_api_process(settings, world):
+def test_over_a_keys_rate_is_a_429_with_retry_after_shared_by_every_api_process(settings, world, user_id):
     # given a key of 1 request/s with a burst of 3, used through two API processes
     k = key(world, "slow", ["feed:read", "events:write"], rate=1.0, burst=3)
     apps = [create_app(settings, {"TESTING": True}) for _ in range(2)]
     clients = [a.test_client() for a in apps]
     headers = {"Authorization": f"Bearer {k}"}
     # when 3 requests go through one process and 2 through the other
-    codes = [clients[0].get("/feed/1", headers=headers).status_code for _ in range(3)]
-    refused = clients[1].get("/feed/1", headers=headers)
+    codes = [clients[0].get(f"/feed/{user_id}", headers=headers).status_code for _ in range(3)]
+    refused = clients[1].get(f"/feed/{user_id}", headers=headers)
     # then the burst is shared: the fourth request is refused wherever it lands, with when to come back
     assert codes == [200] * 3 and refused.status_code == 429
     assert refused.get_json()["error"] and 1 <= int(refused.headers["Retry-After"]) <= 2
     # and a refused write stores nothing
     with world.engine.connect() as conn:
         before = conn.execute(select(func.count()).select_from(Event)).scalar()
-    resp = clients[1].post("/events", json={"user_id": 9, "item_id": 3, "type": "view"}, headers=headers)
+    resp = clients[1].post("/events", json={"user_id": user_id, "item_id": 3, "type": "view"}, headers=headers)
     assert resp.status_code == 429
     with world.engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(Event)).scalar() == before
     # and a second later there is room again
     time.sleep(1.05)
-    assert clients[0].get("/feed/1", headers=headers).status_code == 200
+    assert clients[0].get(f"/feed/{user_id}", headers=headers).status_code == 200
     for a in apps:
         services(a).engine.dispose()
 
 
-def test_one_user_id_gets_at_most_its_events_per_minute(settings, world):
+def test_one_user_id_gets_at_most_its_events_per_minute(settings, world, new_user_ids):
     app = create_app(dataclasses.replace(settings, user_events_per_minute=5), {"TESTING": True})
     client = app.test_client()
     client.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {world.key}"
@@ -178,7 +179,7 @@ def test_one_user_id_gets_at_most_its_events_per_minute(settings, world):
         with world.engine.connect() as conn:
             return conn.execute(select(func.count()).select_from(Event).where(Event.user_id == uid)).scalar()
 
-    bot, other = 2_000_000_101, 2_000_000_102
+    bot, other = new_user_ids(2)
     # given a bot writing events for one user id: 4 are accepted, then a batch of 2 would pass the 5 per minute
     assert client.post("/events", json=[{"user_id": bot, "item_id": 3, "type": "view"}] * 4).status_code == 202
     resp = client.post("/events", json=[{"user_id": bot, "item_id": 4, "type": "view"},
@@ -191,20 +192,20 @@ def test_one_user_id_gets_at_most_its_events_per_minute(settings, world):
     services(app).engine.dispose()
 
 
-def test_auth_off_opens_the_data_routes_only_and_says_so(settings, world, caplog):
+def test_auth_off_opens_the_data_routes_only_and_says_so(settings, world, caplog, user_id):
     with caplog.at_level(logging.WARNING):
         app = create_app(dataclasses.replace(settings, auth=False), {"TESTING": True})
     assert "PREFEED_AUTH=off" in caplog.text
     client = app.test_client()
-    assert client.get("/feed/1").status_code == 200
-    assert client.post("/events", json={"user_id": 11, "item_id": 3, "type": "view"}).status_code == 202
+    assert client.get(f"/feed/{user_id}").status_code == 200
+    assert client.post("/events", json={"user_id": user_id, "item_id": 3, "type": "view"}).status_code == 202
     assert client.put("/boosts/1", json={"weight": 1.0}).status_code == 401
     assert client.get("/metrics").status_code == 401
     services(app).engine.dispose()
 
 
 def test_no_key_hash_or_token_appears_in_logs_bodies_status_dashboard_or_metrics(settings, world, admin, r,
-                                                                                  capfd, caplog):
+                                                                                  capfd, caplog, user_id):
     k = key(world, "secretive", ["feed:read", "events:write", "metrics:read"])
     secrets_ = [k, hashlib.sha256(k.encode()).hexdigest(), "test-admin-token", world.key]
     app = create_app(settings, {"TESTING": True})
@@ -213,7 +214,7 @@ def test_no_key_hash_or_token_appears_in_logs_bodies_status_dashboard_or_metrics
     with caplog.at_level(logging.DEBUG):
         for headers in ({"Authorization": f"Bearer {k}"}, {"Authorization": f"Bearer {k}x"}, admin,
                         {"Authorization": "Basic " + base64.b64encode(f"u:{k}".encode()).decode()}):
-            for method, url, body in (("GET", "/feed/1", None), ("POST", "/events", {"user_id": 1}),
+            for method, url, body in (("GET", f"/feed/{user_id}", None), ("POST", "/events", {"user_id": user_id}),
                                       ("PUT", "/boosts/1", {"weight": 1.0}), ("GET", "/metrics", None),
                                       ("GET", "/dashboard", None), ("GET", "/dashboard/status.json", None)):
                 resp = client.open(url, method=method, json=body, headers=headers)

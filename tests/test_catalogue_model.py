@@ -165,7 +165,7 @@ one_sparse_world = pytest.mark.xdist_group("sparse_world")
 
 
 @one_sparse_world
-def test_sparse_category_ids_work_end_to_end(sparse_world, r):
+def test_sparse_category_ids_work_end_to_end(sparse_world, r, new_user_ids):
     s, engine, m, _, _ = sparse_world
     # given a model trained on the catalogue whose category ids are near 2**62, and a worker that loaded it
     pipeline = Pipeline(s, engine, r)
@@ -183,7 +183,7 @@ def test_sparse_category_ids_work_end_to_end(sparse_world, r):
     single = [c for c, k in zip(items.category_ids.tolist(), items.category_popular) if len(k) > 20][0]
     dense = int(np.searchsorted(items.category_ids, single))
     listed = items.ids[items.category_popular[dense]].tolist()
-    newcomer = 2**62 + 99
+    newcomer = new_user_ids(1)[0]
     resp = client.post("/events", json=[{"user_id": newcomer, "item_id": listed[-1], "type": "view"}])
     assert resp.status_code == 202
     body = client.get(f"/feed/{newcomer}?limit=10").get_json()

@@ -17,7 +17,7 @@ from precompute.feeds.dirty import DirtyUsers
 from precompute.feeds.item_states import ItemStates
 from precompute.feeds.keys import Keys
 from precompute.feeds.store import FeedStore
-from tests.conftest import manage, users_with_history
+from tests.conftest import manage
 
 TOKEN = "test-admin-token"
 
@@ -127,10 +127,9 @@ def test_the_user_lookup_shows_the_served_page_and_why(client, settings, r, pipe
     assert re.search(r'<table id="events">.*?<td>(view|click|contact|purchase)</td>', html, re.S)
 
 
-def test_a_user_without_a_feed_is_shown_the_fallback_and_nothing_is_scheduled(client, settings, r, world):
+def test_a_user_without_a_feed_is_shown_the_fallback_and_nothing_is_scheduled(client, settings, r, user_id):
     # given a user with history and no feed under this test's prefix
-    uid = users_with_history(world, 150, 1)[0]
-    resp = client.get(f"/dashboard?user={uid}", headers=basic("ops", TOKEN))
+    resp = client.get(f"/dashboard?user={user_id}", headers=basic("ops", TOKEN))
     # then the lookup says fallback, and looking did not mark the user dirty
     assert resp.status_code == 200 and '<b id="source">fallback</b>' in resp.get_data(as_text=True)
     assert DirtyUsers(r, settings).pending() == 0
@@ -139,9 +138,9 @@ def test_a_user_without_a_feed_is_shown_the_fallback_and_nothing_is_scheduled(cl
     assert bad.status_code == 400 and bad.json["error"]
 
 
-def test_the_snapshot_counts_what_is_there(settings, r, world):
+def test_the_snapshot_counts_what_is_there(settings, r, world, own_users):
     # given 3 users with history: two with current feeds computed 100 s and 10 s ago, one behind its history
-    (a, va), (b, vb), (c, vc) = _versions(world, 3)
+    (a, va), (b, vb), (c, vc) = _versions(world, own_users(3))
     now = time.time()
     store = FeedStore(r, settings)
     feed = lambda version, at: encode(*_ranked(), version, at, world.version)    # noqa: E731
@@ -176,14 +175,15 @@ def test_the_snapshot_counts_what_is_there(settings, r, world):
     json.dumps(s)          # plain values only
 
 
-def _versions(world, n):
+def _versions(world, users: list[int]) -> list[tuple[int, int]]:
+    """(user, history version) of each of ``users``."""
     from sqlalchemy import select
 
     from precompute.data.tables import User
 
     with world.engine.connect() as conn:
-        return [tuple(x) for x in conn.execute(select(User.id, User.history_version).where(
-            User.history_version > 1).order_by(User.id.desc()).limit(n))]
+        versions = dict(conn.execute(select(User.id, User.history_version).where(User.id.in_(users))).all())
+    return [(u, versions[u]) for u in users]
 
 
 def _ranked():

@@ -217,10 +217,10 @@ def _count(engine, model, *where) -> int:
         return conn.execute(select(func.count()).select_from(model).where(*where)).scalar()
 
 
-def test_events_naming_unknown_items_create_them_bare_and_store_their_value(own, admin, ids):
+def test_events_naming_unknown_items_create_them_bare_and_store_their_value(own, admin, ids, new_user_ids):
     client, engine = own
     assert client.put(f"/items/{ids[0]}", headers=admin, json={"categories": [3]}).status_code == 201
-    user = ids[0]
+    user = new_user_ids(1)[0]
     # when events name a known item and two unknown ones (one of them twice), with values
     now = time.time()
     resp = client.post("/events", json=[
@@ -244,13 +244,14 @@ def test_events_naming_unknown_items_create_them_bare_and_store_their_value(own,
     assert _count(engine, Event, Event.user_id == user) == 4
 
 
-def test_events_naming_unknown_items_are_refused_whole_when_creation_is_off(settings, catalogue_url, admin, ids):
+def test_events_naming_unknown_items_are_refused_whole_when_creation_is_off(settings, catalogue_url, admin, ids,
+                                                                             new_user_ids):
     app = _app(settings, catalogue_url, events_create_items=False)
     client, engine = app.test_client(), services(app).engine
     client.environ_base["HTTP_AUTHORIZATION"] = admin["Authorization"]      # this catalogue's database has no keys
     try:
         assert client.put(f"/items/{ids[0]}", headers=admin, json={}).status_code == 201
-        user = ids[0]
+        user = new_user_ids(1)[0]
         # when a batch names a known item and an unknown one
         resp = client.post("/events", json=[{"user_id": user, "item_id": ids[0], "type": "view"},
                                             {"user_id": user, "item_id": ids[1], "type": "view"}])
@@ -265,13 +266,13 @@ def test_events_naming_unknown_items_are_refused_whole_when_creation_is_off(sett
         engine.dispose()
 
 
-def test_an_event_colliding_on_another_unique_index_counts_as_a_duplicate(own, ids):
+def test_an_event_colliding_on_another_unique_index_counts_as_a_duplicate(own, ids, new_user_ids):
     client, engine = own
     # given the events table has a second unique rule besides client_event_id (as a rule for imported events may)
     with engine.begin() as conn:
         conn.exec_driver_sql("CREATE UNIQUE INDEX ux_events_test_once ON events (user_id, item_id, type, ts)")
     try:
-        event = {"user_id": ids[0], "item_id": ids[0], "type": "view", "ts": time.time()}
+        event = {"user_id": new_user_ids(1)[0], "item_id": ids[0], "type": "view", "ts": time.time()}
         # when the same event is posted twice, without an event_id
         first, again = (client.post("/events", json=event) for _ in range(2))
         # then the second is skipped and counted as a duplicate, not an error

@@ -2,7 +2,6 @@
 events that is, counted at the log's clock; kept as one value per user (distinct items, capped)."""
 
 import dataclasses
-import itertools
 import time
 
 import numpy as np
@@ -13,8 +12,6 @@ from precompute.data.tables import User
 from precompute.data.recording import NewEvent, record
 from precompute.ranking.pipeline import Pipeline
 from precompute.settings import DAY
-
-_fresh_users = itertools.count(900_001)       # users the seeded world does not have
 
 
 def _record(engine, settings, events: list[NewEvent]) -> None:
@@ -27,10 +24,10 @@ def _kept(engine, user_id) -> bytes | None:
         return conn.execute(select(User.seen).where(User.id == user_id)).scalar()
 
 
-def test_a_heavy_user_gets_a_feed_without_any_item_of_their_window(pipeline, world, client):
+def test_a_heavy_user_gets_a_feed_without_any_item_of_their_window(pipeline, world, client, new_user_ids):
     # given a user with 2,000 events over 1,000 distinct items (the most popular active ones: candidates for
     # anyone), all inside the seen window
-    uid = next(_fresh_users)
+    uid = new_user_ids(1)[0]
     items = pipeline.items
     rows = np.flatnonzero(items.active)[:1000]
     ids = items.ids[rows].tolist()
@@ -54,9 +51,9 @@ def test_a_heavy_user_gets_a_feed_without_any_item_of_their_window(pipeline, wor
     assert not {i["item_id"] for i in served["items"]} & set(ids)
 
 
-def test_items_seen_before_the_window_may_come_back(pipeline, world):
+def test_items_seen_before_the_window_may_come_back(pipeline, world, new_user_ids):
     # given a user who interacted with popular items long ago, and with others inside the window
-    uid = next(_fresh_users)
+    uid = new_user_ids(1)[0]
     items = pipeline.items
     popular = items.ids[items.global_popular[:40]].tolist()
     old, recent = popular[:20], popular[20:]
@@ -73,10 +70,10 @@ def test_items_seen_before_the_window_may_come_back(pipeline, world):
     assert set(old) <= cand
 
 
-def test_the_kept_value_holds_the_newest_distinct_items_up_to_its_cap(pipeline, world):
+def test_the_kept_value_holds_the_newest_distinct_items_up_to_its_cap(pipeline, world, new_user_ids):
     # given a small cap and events with repeats, ties and out-of-order times, over several batches
     s = dataclasses.replace(pipeline.settings, seen_max_items=30)
-    uid = next(_fresh_users)
+    uid = new_user_ids(1)[0]
     rng = np.random.default_rng(3)
     ids = pipeline.items.ids[rng.choice(len(pipeline.items), 80, replace=False)].tolist()
     now = time.time()
