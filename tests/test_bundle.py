@@ -149,14 +149,14 @@ def test_a_bundle_trained_with_other_attributes_or_event_types_is_refused(settin
     Pipeline(reweighted, world.engine, r).load()
 
 
-def test_the_matrix_builder_places_every_column_by_its_declared_name(pipeline, user_id, monkeypatch):
+def test_the_matrix_builder_places_every_column_by_its_declared_name(pipeline, own_users, monkeypatch):
     from precompute.ranking import features
     from precompute.ranking.layout import FeatureLayout
 
     # given a batch's feature matrix under the declared layout
     from precompute.data.history import load_histories
 
-    hist = load_histories(pipeline.engine, [user_id, user_id + 1], pipeline.items, pipeline.settings)
+    hist = load_histories(pipeline.engine, own_users(2), pipeline.items, pipeline.settings)
     cand = pipeline.candidates(hist)
     now = 1.7e9
     before = features.build(pipeline.items, hist, cand, now)

@@ -15,7 +15,6 @@ from precompute.ranking.covisit import index_for
 from precompute.ranking.item_loader import load_item_table
 from precompute.ranking.pipeline import Pipeline
 from precompute.settings import DAY
-from tests.conftest import users_with_history
 
 
 def _newest_event(engine) -> float:
@@ -24,12 +23,12 @@ def _newest_event(engine) -> float:
 
 
 @pytest.mark.parametrize("days_back", [0, 5], ids=["log clock", "explicit as-of"])
-def test_precompute_builds_the_feature_rows_training_builds_at_the_same_clock(settings, world, r, user_id,
+def test_precompute_builds_the_feature_rows_training_builds_at_the_same_clock(settings, world, r, own_users,
                                                                                days_back):
     # given a fixed database, and the clock: its newest event, or an explicit instant 5 days before it
     clock = _newest_event(world.engine) - days_back * DAY
     s = dataclasses.replace(settings, as_of=clock if days_back else 0.0)
-    users = users_with_history(world, user_id, 3)
+    users = own_users(3)
     # when training's path builds features from the in-memory log at that clock (its time cut) ...
     items_t = load_item_table(world.engine, s, as_of=clock)
     pipeline = Pipeline(s, world.engine, r)

@@ -18,7 +18,6 @@ from precompute.ranking import candidates, covisit, features, popularity
 from precompute.ranking.item_loader import load_item_table
 from precompute.ranking.pipeline import STAGES
 from tests import reference
-from tests.conftest import users_with_history
 
 
 def histories(pipeline, user_ids, limit=None):
@@ -27,8 +26,8 @@ def histories(pipeline, user_ids, limit=None):
     return history.load_histories(pipeline.engine, user_ids, pipeline.items, s)
 
 
-def test_recompute_writes_a_ranked_feed_per_user(pipeline, user_id):
-    result = pipeline.recompute([user_id, user_id + 1000])   # the second user does not exist
+def test_recompute_writes_a_ranked_feed_per_user(pipeline, user_id, new_user_ids):
+    result = pipeline.recompute([user_id, *new_user_ids(1)])   # the second user does not exist
     assert result.users == 2 and result.written == 2 and set(result.seconds) == set(STAGES)
     feed = pipeline.store.read(user_id)
     assert feed.header.model_version == pipeline.bundle.version
@@ -74,9 +73,9 @@ def test_popular_lists_are_each_categorys_most_popular_active_items(pipeline):
 
 
 @pytest.mark.parametrize("factorless", [False, True], ids=["every-item-factored", "a-third-without-factors"])
-def test_candidates_match_a_plain_python_reference(pipeline, world, user_id, factorless):
-    # given a batch of users with long, short and no histories (user_id + 10**6 does not exist)
-    batch = [user_id, user_id + 1, user_id + 2, user_id + 10**6]
+def test_candidates_match_a_plain_python_reference(pipeline, world, own_users, new_user_ids, factorless):
+    # given a batch of users with histories and one without (a user who does not exist)
+    batch = [*own_users(3), *new_user_ids(1)]
     hist = histories(pipeline, batch)
     cov = pipeline.cov
     if factorless:
@@ -121,9 +120,9 @@ def test_candidates_match_a_plain_python_reference(pipeline, world, user_id, fac
     assert max(rank[n] for n in kept - covisited - hot) < min(rank[n] for n in set(full.tolist()) - kept)
 
 
-def test_every_feature_column_matches_a_plain_python_reference(pipeline, world, user_id):
-    # given a batch of users with histories and one without (user_id + 10**6 does not exist), and their candidates
-    batch = [*users_with_history(world, user_id, 2), user_id + 10**6]
+def test_every_feature_column_matches_a_plain_python_reference(pipeline, world, own_users, new_user_ids):
+    # given a batch of users with histories and one without (a user who does not exist), and their candidates
+    batch = [*own_users(2), *new_user_ids(1)]
     hist = histories(pipeline, batch)
     cand = pipeline.candidates(hist)
     now = time.time()
@@ -164,10 +163,10 @@ def test_training_and_precompute_build_identical_feature_rows(pipeline, world, u
     assert np.array_equal(X_t, X_s, equal_nan=True)
 
 
-def test_training_features_of_sampled_candidates_are_the_rows_of_the_whole_set(pipeline, world):
+def test_training_features_of_sampled_candidates_are_the_rows_of_the_whole_set(pipeline, own_users):
     # given several users' candidates and their feature rows, and a sample of them that leaves out each user's
     # strongest co-visited candidate (the features scale co-visitation by it)
-    users = users_with_history(world, 1, 6)
+    users = own_users(6)
     hist = histories(pipeline, users)
     cand = pipeline.candidates(hist)
     now = time.time()
@@ -217,11 +216,12 @@ def test_kept_recent_events_follow_the_event_log(pipeline, world, user_id):
     assert kept.item_rows[-1] == pipeline.items.rows(np.array([items[0]]))[0]
 
 
-def test_users_without_a_kept_value_are_read_from_the_events_table(pipeline, world, user_id):
-    before = histories(pipeline, [user_id, user_id + 1])
+def test_users_without_a_kept_value_are_read_from_the_events_table(pipeline, world, own_users):
+    user_id, other = own_users(2)
+    before = histories(pipeline, [user_id, other])
     with world.engine.begin() as conn:
         conn.execute(update(User).where(User.id == user_id).values(recent=None))
-    after = histories(pipeline, [user_id, user_id + 1])
+    after = histories(pipeline, [user_id, other])
     for field in ("user_ids", "versions", "offsets", "item_rows", "types", "ts"):
         assert np.array_equal(getattr(before, field), getattr(after, field)), field
     # and recording events leaves it to the events table (no value is invented from a partial view)
@@ -277,22 +277,23 @@ def test_deactivated_items_leave_candidates_after_reload(pipeline, world):
             conn.execute(update(Item).where(Item.id == item_id).values(active=True))
 
 
-def test_stale_users_are_those_whose_feed_is_missing_or_older(pipeline, world, user_id):
+def test_stale_users_are_those_whose_feed_is_missing_or_older(pipeline, world, user_id, new_user_ids):
     from sqlalchemy import select
 
     from precompute.data.tables import User
 
-    fresh, missing = user_id, user_id + 2000        # ``missing`` has never had a feed stored
+    fresh, (missing, unreadable) = user_id, new_user_ids(2)      # ``missing`` has never had a feed stored
     pipeline.recompute([fresh])
     with world.engine.connect() as conn:
         version = conn.execute(select(User.history_version).where(User.id == fresh)).scalar()
-    pipeline.store.r.set(pipeline.store.keys.feed(missing + 1), b"garbage")
-    stale = pipeline.store.stale_users([(fresh, version), (fresh, version + 1), (missing, 3), (missing + 1, 1)])
+    pipeline.store.r.set(pipeline.store.keys.feed(unreadable), b"garbage")
+    stale = pipeline.store.stale_users([(fresh, version), (fresh, version + 1), (missing, 3), (unreadable, 1)])
     # the feed is current for its version, older than version + 1, absent for one user and unreadable for another
-    assert stale == [fresh, missing, missing + 1]
+    assert stale == [fresh, missing, unreadable]
 
 
-def test_new_items_reach_candidates_and_feeds_once_the_item_matrices_reload(settings, world, r, user_id):
+def test_new_items_reach_candidates_and_feeds_once_the_item_matrices_reload(settings, world, r, user_id,
+                                                                             new_user_ids):
     from sqlalchemy import delete, insert
 
     from precompute.data.tables import Event, ItemCategory
@@ -305,13 +306,13 @@ def test_new_items_reach_candidates_and_feeds_once_the_item_matrices_reload(sett
                             item_table_full_reload=2)
     pipeline = Pipeline(s, world.engine, r)
     pipeline.load()
-    user = users_with_history(world, user_id, 1)[0]
+    user = user_id
     hist = histories(pipeline, [user])
     weight = reference.category_weights(pipeline.items, hist.item_rows, hist.types)
     strongest = int(pipeline.items.category_ids[max(weight, key=lambda c: (weight[c], -c))])
     # when two items are listed in the user's strongest category and bought more often than any other item
     new = [5_001, 5_002]
-    crowd = 1_800_000_000 + user_id
+    crowd = new_user_ids(1)[0]
     purchases = int(pipeline.items.popularity.max() // pipeline.items.type_weights[4]) + 2
     now = time.time()
     with world.engine.begin() as conn:
@@ -349,7 +350,7 @@ def test_new_items_reach_candidates_and_feeds_once_the_item_matrices_reload(sett
 
 
 def test_wall_clock_reloads_carry_the_item_matrices_forward_and_a_full_reload_reads_late_events(settings, world, r,
-                                                                                               user_id):
+                                                                                               new_user_ids):
     from sqlalchemy import delete
 
     from precompute.data.tables import Event
@@ -360,7 +361,7 @@ def test_wall_clock_reloads_carry_the_item_matrices_forward_and_a_full_reload_re
     pipeline = Pipeline(s, world.engine, r)
     pipeline.load()
     first = pipeline.items
-    crowd = 1_950_000_000 + user_id
+    crowd = new_user_ids(1)[0]
     item = int(first.ids[-1])
     row = lambda table: int(table.rows(np.array([item]))[0])     # noqa: E731 (rows follow popularity)
     weight = first.type_weights[4]
@@ -388,7 +389,7 @@ def test_wall_clock_reloads_carry_the_item_matrices_forward_and_a_full_reload_re
             conn.execute(delete(User).where(User.id == crowd))
 
 
-def test_the_item_matrices_reload_once_the_logs_clock_moves_past_their_max_age(settings, world, r, user_id):
+def test_the_item_matrices_reload_once_the_logs_clock_moves_past_their_max_age(settings, world, r, new_user_ids):
     from precompute.ranking.pipeline import Pipeline
 
     # given a worker's pipeline loaded at the log's clock, reloading every 300 s (of wall time or of the log's)
@@ -396,7 +397,7 @@ def test_the_item_matrices_reload_once_the_logs_clock_moves_past_their_max_age(s
     pipeline = Pipeline(s, world.engine, r)
     pipeline.load()
     as_of = pipeline.items.as_of
-    crowd = 1_900_000_000 + user_id
+    crowd = new_user_ids(1)[0]
     item = int(pipeline.items.ids[-1])                  # the least popular item: nobody bought it in the last hour
     row = lambda: int(pipeline.items.rows(np.array([item]))[0])    # noqa: E731
     try:

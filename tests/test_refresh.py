@@ -11,7 +11,6 @@ from jobs import context, tasks
 from precompute.feeds.dirty import DirtyUsers
 from precompute.feeds.refresh import FeedClocks
 from precompute.feeds.store import FeedStore
-from tests.conftest import users_with_history
 
 DAY = 86400.0
 
@@ -34,13 +33,14 @@ def test_clocks_hand_out_each_due_feed_once_and_forget_users_past_the_horizon(se
     assert off.due(10 * DAY, 10) == [] and clocks.pending() == 1
 
 
-def test_a_drain_recomputes_the_feeds_the_log_clock_moved_a_refresh_past(settings, r, pipeline, world, monkeypatch):
+def test_a_drain_recomputes_the_feeds_the_log_clock_moved_a_refresh_past(settings, r, pipeline, own_users,
+                                                                         monkeypatch):
     s = dataclasses.replace(settings, feed_refresh=int(DAY), feed_ttl=int(10_000 * DAY))
     monkeypatch.setattr(pipeline, "settings", s)
     monkeypatch.setattr(context, "_pipeline", pipeline)
     monkeypatch.setattr(context, "_queue_redis", r)
     clocks, store = FeedClocks(r, s), FeedStore(r, s)
-    stale, fresh = users_with_history(world, 40, 2)
+    stale, fresh = own_users(2)
     now = pipeline.items.as_of
     # given two users with feeds of their latest history, recorded as if one's was computed a day and a second
     # before the log's clock and the other's an hour before

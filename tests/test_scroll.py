@@ -3,6 +3,7 @@ the user acts, operators boost and deactivate, and the feed is recomputed."""
 
 import base64
 import dataclasses
+import itertools
 import random
 import time
 
@@ -16,7 +17,7 @@ from precompute.feeds import cursor
 from precompute.feeds.item_states import ItemStates
 from precompute.feeds.keys import Keys
 from precompute.feeds.store import FeedStore
-from tests.conftest import users_with_history, with_key
+from tests.conftest import with_key
 
 LIMIT = 10
 
@@ -28,9 +29,9 @@ def scroll_app(settings, world):
     services(app).engine.dispose()
 
 
-def test_unchanged_feed_scrolls_like_offsets(scroll_app, pipeline, world):
+def test_unchanged_feed_scrolls_like_offsets(scroll_app, pipeline, user_id):
     _, client = scroll_app
-    uid = users_with_history(world, 60, 1)[0]
+    uid = user_id
     pipeline.recompute([uid])
     first = client.get(f"/feed/{uid}?limit={LIMIT}").get_json()
     pages, body = [first], first
@@ -43,9 +44,9 @@ def test_unchanged_feed_scrolls_like_offsets(scroll_app, pipeline, world):
     assert by_offset[1]["next_cursor"] is None and all(p["next_cursor"] for p in pages)
 
 
-def test_a_tampered_foreign_or_expired_cursor(scroll_app, pipeline, world):
+def test_a_tampered_foreign_or_expired_cursor(scroll_app, pipeline, own_users):
     _, client = scroll_app
-    uid, other = users_with_history(world, 64, 2)
+    uid, other = own_users(2)
     pipeline.recompute([uid, other])
     first = client.get(f"/feed/{uid}?limit={LIMIT}").get_json()
     cursor = first["next_cursor"]
@@ -61,9 +62,9 @@ def test_a_tampered_foreign_or_expired_cursor(scroll_app, pipeline, world):
     assert again["restarted"] is True and again["items"] == first["items"]
 
 
-def test_the_cursor_stays_small(scroll_app, pipeline, world):
+def test_the_cursor_stays_small(scroll_app, pipeline, user_id):
     _, client = scroll_app
-    uid = users_with_history(world, 70, 1)[0]
+    uid = user_id
     pipeline.recompute([uid])
     body = client.get(f"/feed/{uid}?limit=20").get_json()
     for _ in range(19):
@@ -115,20 +116,20 @@ ACTIONS = st.sampled_from(["click", "boost", "unboost", "deactivate", "reactivat
 
 
 @pytest.mark.timeout(600)
-def test_twenty_pages_while_everything_changes(scroll_app, settings, pipeline, world, r):
+def test_twenty_pages_while_everything_changes(scroll_app, settings, pipeline, own_users, r):
     app, client = scroll_app
     keys = Keys(settings.key_prefix)
     states = ItemStates(r, keys)
     store = FeedStore(r, settings)
-    pool = iter(users_with_history(world, 80, 40))
     every = settings.boost_every
+    users = itertools.cycle(own_users(6))        # a user per example (a shrinking run's later ones take them again)
 
     @hsettings(max_examples=6, deadline=None, database=None,
                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
     @given(actions=st.lists(ACTIONS, min_size=19, max_size=19), picks=st.lists(st.integers(0, 10**6), min_size=19,
                                                                                max_size=19))
     def scroll(actions, picks):
-        uid = next(pool)
+        uid = next(users)
         for key in r.scan_iter(f"{settings.key_prefix}{{live}}*"):
             r.delete(key)
         pipeline.recompute([uid])
