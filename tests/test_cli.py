@@ -14,7 +14,7 @@ from precompute.data import bulk, engine as db, synthetic
 from precompute.data.history import load_histories
 from precompute.ranking.item_loader import load_item_table
 
-from tests.conftest import manage, users_with_history
+from tests.conftest import manage
 
 
 def one_line_error(done, code, fragment):
@@ -68,7 +68,7 @@ def test_precompute_inline(settings, r):
 
 
 def test_precompute_stale_rebuilds_missing_old_and_unreadable_feeds_and_leaves_current_ones(settings, r, world,
-                                                                                            pipeline, user_id):
+                                                                                            pipeline, own_users):
     from rq.job import Job
     from rq.serializers import JSONSerializer
 
@@ -84,7 +84,7 @@ def test_precompute_stale_rebuilds_missing_old_and_unreadable_feeds_and_leaves_c
         record(world.engine, [NewEvent(user, int(pipeline.items.ids[0]), 1, time.time())], settings)
 
     # given every user with a history has a current feed (this test's user among them)
-    older, (missing, unreadable) = user_id, users_with_history(world, user_id + 1, 2)
+    older, missing, unreadable = own_users(3)
     view(older)
     users = sorted(versions())
     pipeline.recompute(users)

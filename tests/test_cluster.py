@@ -17,7 +17,7 @@ from precompute.feeds.codec import encode
 from precompute.feeds.item_states import ItemStates
 from precompute.feeds.keys import Keys
 from precompute.feeds.store import FeedStore
-from tests.conftest import manage, users_with_history, with_key
+from tests.conftest import manage, with_key
 
 #: One test process runs this module (``make test``'s ``--dist loadgroup``), so it starts one cluster.
 pytestmark = pytest.mark.xdist_group("cluster")
@@ -70,9 +70,9 @@ def test_a_users_keys_share_one_slot_and_feeds_spread_over_every_master(on_clust
     assert all(store.read(u).items.tolist() == [u, u + 1] for u in users[:20])
 
 
-def test_workers_and_the_api_run_unchanged_with_feeds_on_the_cluster(on_cluster, rc, r, world, admin):
+def test_workers_and_the_api_run_unchanged_with_feeds_on_the_cluster(on_cluster, rc, r, own_users, admin):
     # given users whose feeds workers compute from the queue on the single server, writing to the cluster
-    users = users_with_history(world, 200, 12)
+    users = own_users(12)
     enqueue_batches(make_queue(on_cluster, r), users, 5, on_cluster)
     done = manage(on_cluster, "worker", "--burst")
     assert done.returncode == 0, done.stderr

@@ -85,7 +85,7 @@ def _scheduler_pid(r, queue_name: str) -> int | None:
 @pytest.mark.timeout(600)
 def test_killed_workers_and_horses_lose_nothing(settings, r, world):
     s = dataclasses.replace(settings, batch_size=5, retry_intervals=(1, 2, 4))
-    users = list(range(1, 301))
+    users = world.users_with_events
     queue = make_queue(s, r)
     rng = random.Random(7)
     plan = ["horse"] * 44 + ["worker"] * 6 + ["pool"] * 5 + ["everything"] * 5
@@ -174,8 +174,8 @@ def test_a_killed_worker_takes_its_scheduler_and_pool_workers_with_it(settings, 
 
 
 @pytest.mark.timeout(300)
-def test_racing_events_end_with_the_newest_feed_and_every_event_once(app, settings, r, world):
-    users = list(range(301, 311))
+def test_racing_events_end_with_the_newest_feed_and_every_event_once(app, settings, r, world, new_user_ids):
+    users = new_user_ids(10)
     item_ids = [int(i) for i in range(1, 200)]
     workers = [spawn_worker(settings), spawn_worker(settings)]
     posted: list[str] = []
@@ -243,7 +243,7 @@ def own_redis(tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_redis_going_away_gives_503s_and_everything_recovers(own_redis, settings, world):
+def test_redis_going_away_gives_503s_and_everything_recovers(own_redis, settings, world, new_user_ids):
     from api import create_app
     from precompute.ranking.pipeline import Pipeline
     from precompute.feeds.client import redis_client
@@ -253,27 +253,28 @@ def test_redis_going_away_gives_503s_and_everything_recovers(own_redis, settings
     r = redis_client(s.redis_url)
     pipeline = Pipeline(s, world.engine, r)
     pipeline.load()
-    pipeline.recompute([311, 312])
+    user = new_user_ids(1)[0]
+    pipeline.recompute([user])
     client = with_key(create_app(s).test_client())
     worker = spawn_worker(s)
     try:
         wait_until(lambda: __import__("rq").Worker.count(connection=r) >= 1, 60, "the worker")
-        assert client.get("/feed/311").status_code == 200
+        assert client.get(f"/feed/{user}").status_code == 200
         with world.engine.connect() as conn:
             n_events = conn.execute(select(func.count()).select_from(Event)).scalar()
 
         # when the Redis-protocol server stops
         server.stop()
-        resp = client.get("/feed/311")
+        resp = client.get(f"/feed/{user}")
         assert resp.status_code == 503 and orjson.loads(resp.data)["dependency"] == "redis"
         health = client.get("/healthz")
         assert health.status_code == 503
         assert orjson.loads(health.data) == {"status": "degraded", "redis": "unavailable", "database": "ok"}
-        resp = client.post("/events", json={"user_id": 311, "item_id": 5, "type": "click"})
+        resp = client.post("/events", json={"user_id": user, "item_id": 5, "type": "click"})
         assert resp.status_code == 503 and orjson.loads(resp.data)["error"]
         with world.engine.connect() as conn:     # not stored: it could not be scheduled
             assert conn.execute(select(func.count()).select_from(Event)).scalar() == n_events
-        done = manage(s, "precompute", "--user", "311", "--inline")
+        done = manage(s, "precompute", "--user", str(user), "--inline")
         assert done.returncode == 4 and "redis is unavailable" in done.stderr and "Traceback" not in done.stderr
         time.sleep(2)
         assert worker.poll() is None, "the worker survives the outage"
@@ -281,13 +282,13 @@ def test_redis_going_away_gives_503s_and_everything_recovers(own_redis, settings
         # then, once it is back on the same port, API and worker recover without a restart
         server.start()
         wait_until(lambda: client.get("/healthz").status_code == 200, 30, "health")
-        assert client.get("/feed/311").status_code == 200
-        resp = client.post("/events", json={"user_id": 311, "item_id": 5, "type": "click"})
+        assert client.get(f"/feed/{user}").status_code == 200
+        resp = client.post("/events", json={"user_id": user, "item_id": 5, "type": "click"})
         assert resp.status_code == 202
         with world.engine.connect() as conn:
-            version = conn.execute(select(User.history_version).where(User.id == 311)).scalar()
-        wait_until(lambda: (FeedStore(r, s).read(311) or None) is not None
-                   and FeedStore(r, s).read(311).header.history_version == version, 90,
+            version = conn.execute(select(User.history_version).where(User.id == user)).scalar()
+        wait_until(lambda: (FeedStore(r, s).read(user) or None) is not None
+                   and FeedStore(r, s).read(user).header.history_version == version, 90,
                    "the running worker to recompute after the outage")
     finally:
         stop_worker(worker)
@@ -296,7 +297,7 @@ def test_redis_going_away_gives_503s_and_everything_recovers(own_redis, settings
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(not os.environ.get("PREFEED_TEST_DATABASE_URL"),
                     reason="cutting the database connection needs a networked database (make test-prod)")
-def test_database_going_away_gives_503s_and_recovers(settings, world, pipeline, r):
+def test_database_going_away_gives_503s_and_recovers(settings, world, pipeline, r, new_user_ids):
     from sqlalchemy.engine import make_url
 
     from api import create_app
@@ -307,24 +308,25 @@ def test_database_going_away_gives_503s_and_recovers(settings, world, pipeline, 
                             .render_as_string(hide_password=False))
     client = with_key(create_app(s).test_client())
     try:
-        pipeline.recompute([313])
-        assert client.get("/feed/313").status_code == 200
+        user, without_feed = new_user_ids(2)
+        pipeline.recompute([user])
+        assert client.get(f"/feed/{user}").status_code == 200
         with world.engine.connect() as conn:
             n_events = conn.execute(select(func.count()).select_from(Event)).scalar()
         proxy.cut()
         # feeds already in Redis are still served; what needs the database answers 503
-        assert client.get("/feed/313").status_code == 200
-        resp = client.get("/feed/314")                    # no feed: the fallback needs the database
+        assert client.get(f"/feed/{user}").status_code == 200
+        resp = client.get(f"/feed/{without_feed}")       # no feed: the fallback needs the database
         assert resp.status_code == 503 and orjson.loads(resp.data)["dependency"] == "database"
-        resp = client.post("/events", json=[{"user_id": 313, "item_id": 5, "type": "view"}] * 3)
+        resp = client.post("/events", json=[{"user_id": user, "item_id": 5, "type": "view"}] * 3)
         assert resp.status_code == 503 and orjson.loads(resp.data)["dependency"] == "database"
         health = orjson.loads(client.get("/healthz").data)
         assert health["database"] == "unavailable" and health["redis"] == "ok"
-        done = manage(s, "precompute", "--user", "313", "--inline")
+        done = manage(s, "precompute", "--user", str(user), "--inline")
         assert done.returncode == 4 and "database is unavailable" in done.stderr
         proxy.restore()
         wait_until(lambda: client.get("/healthz").status_code == 200, 30, "health")
-        assert client.post("/events", json={"user_id": 313, "item_id": 5, "type": "view"}).status_code == 202
+        assert client.post("/events", json={"user_id": user, "item_id": 5, "type": "view"}).status_code == 202
         with world.engine.connect() as conn:              # the failed batch left nothing behind
             assert conn.execute(select(func.count()).select_from(Event)).scalar() == n_events + 1
     finally:

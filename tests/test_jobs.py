@@ -30,23 +30,23 @@ def _results(r, queue):
     return [Job.fetch(i, connection=r, serializer=JSONSerializer).return_value() for i in ids]
 
 
-def test_batches_are_computed_by_a_real_forking_worker(settings, r, world):
-    users = list(range(200, 260))
+def test_batches_are_computed_by_a_real_forking_worker(settings, r, own_users):
+    users = own_users(30)
     queue = make_queue(settings, r)
-    assert enqueue_batches(queue, users, 25, settings) == 3
+    assert enqueue_batches(queue, users, 12, settings) == 3
     done = manage(settings, "worker", "--burst")
     assert done.returncode == 0, done.stderr
     store = FeedStore(r, settings)
     assert all(store.read(u) is not None for u in users)
     assert queue.failed_job_registry.count == 0
     results = _results(r, queue)
-    assert sorted(res["users"] for res in results) == [10, 25, 25]
+    assert sorted(res["users"] for res in results) == [6, 12, 12]
 
 
-def test_work_horses_inherit_init_instead_of_repeating_it(settings, r):
+def test_work_horses_inherit_init_instead_of_repeating_it(settings, r, own_users):
     # given four single-user jobs, each of which runs ORM queries (its users' histories)
     queue = make_queue(settings, r)
-    enqueue_batches(queue, [1, 2, 3, 4], 1, settings)
+    enqueue_batches(queue, own_users(4), 1, settings)
     # when a real worker runs them
     done = manage(settings, "worker", "--burst")
     assert done.returncode == 0, done.stderr
@@ -93,15 +93,15 @@ def test_a_burst_of_events_for_one_user_yields_one_pending_recompute(client, set
     assert feed.header.history_version == version
 
 
-def test_events_for_many_users_are_drained_in_batches(settings, r, pipeline):
-    users = list(range(120, 170))
+def test_events_for_many_users_are_drained_in_batches(settings, r, pipeline, own_users):
+    users = own_users(30)          # more than one batch (25)
     notify_changed(settings, r, users)
     queue = make_queue(settings, r)
     assert queue.count == 1
     done = manage(settings, "worker", "--burst")
     assert done.returncode == 0, done.stderr
     res = _results(r, queue)
-    assert sum(x["users"] for x in res) == 50 and max(x["batches"] for x in res) >= 2
+    assert sum(x["users"] for x in res) == 30 and max(x["batches"] for x in res) >= 2
     store = FeedStore(r, settings)
     assert all(store.read(u) is not None for u in users)
 
@@ -145,19 +145,20 @@ def test_a_user_flooding_events_is_recomputed_at_most_once_per_interval(settings
 
 @pytest.mark.timeout(120)
 def test_a_running_worker_switches_to_a_promoted_bundle_and_keeps_it_when_a_broken_one_is_made_current(
-        settings, r, world, tmp_path):
+        settings, r, world, tmp_path, own_users):
     # given a running worker (one process: RQ's worker forking a horse per job)
     with (tmp_path / "worker.log").open("w") as log:
         worker = spawn_worker(settings, log=log)
     queue = make_queue(settings, r)
     new, broken = world.version + 77_000_000, world.version + 78_000_000
+    one, two, three, four = own_users(4)
     try:
-        first = _run_one(queue, r, [1])
+        first = _run_one(queue, r, [one])
         assert first["process"]["bundle_version"] == world.version
         # when a copy of the bundle is promoted, the next job runs with it, without a restart
         shutil.copytree(settings.model_dir / str(world.version), settings.model_dir / str(new))
         bundle.promote(settings.model_dir, new)
-        second = _run_one(queue, r, [2])
+        second = _run_one(queue, r, [two])
         assert second["process"]["bundle_version"] == new
         assert second["process"]["pid"] != first["process"]["pid"]
         # when a bundle whose model file is truncated is made current behind promote's back (promote refuses it)
@@ -168,7 +169,7 @@ def test_a_running_worker_switches_to_a_promoted_bundle_and_keeps_it_when_a_brok
             bundle.promote(settings.model_dir, broken)
         (settings.model_dir / "CURRENT").write_text(f"{broken}\n")
         # then the worker refuses it in its own process: later jobs succeed with the bundle it had
-        for users in ([3], [4]):
+        for users in ([three], [four]):
             assert _run_one(queue, r, users)["process"]["bundle_version"] == new
     finally:
         bundle.promote(settings.model_dir, world.version)
@@ -228,13 +229,13 @@ def _perform_next(queue, r):
 
 
 def test_a_drain_that_leaves_users_due_now_adds_one_drain_however_many_drains_run(settings, r, pipeline,
-                                                                                  monkeypatch):
+                                                                                  monkeypatch, own_users):
     from rq.registry import ScheduledJobRegistry
 
     # given drains that take one user each, and more users due now than drains run: as while events keep arriving
     s = _drains_here(monkeypatch, pipeline, r, settings, batch_size=1, drain_max_batches=1)
     queue = make_queue(s, r)
-    assert notify_changed(s, r, [31, 32, 33, 34, 35, 36])
+    assert notify_changed(s, r, own_users(6))
     for n in range(1, 4):
         # when the waiting drain job runs
         assert _perform_next(queue, r)["users"] == 1
@@ -265,7 +266,8 @@ def test_drains_queued_beside_the_flagged_one_die_out_while_events_keep_coming(s
     assert notify_changed(s, r, [user_id]) and not notify_changed(s, r, [user_id]) and queue.count == 1
 
 
-def test_a_drain_asked_to_stop_ends_after_its_batch_and_hands_the_rest_over(settings, r, pipeline, monkeypatch):
+def test_a_drain_asked_to_stop_ends_after_its_batch_and_hands_the_rest_over(settings, r, pipeline, monkeypatch,
+                                                                             own_users):
     from jobs import context, tasks
 
     s = _drains_here(monkeypatch, pipeline, r, settings, batch_size=2, drain_max_batches=100)
@@ -277,7 +279,7 @@ def test_a_drain_asked_to_stop_ends_after_its_batch_and_hands_the_rest_over(sett
 
     monkeypatch.setattr(pipeline, "recompute", stop_during)
     # given ten users due, and the worker told to stop while the drain computes its first batch
-    DirtyUsers(r, s).mark(list(range(41, 51)))
+    DirtyUsers(r, s).mark(own_users(10))
     done = tasks.drain_dirty()
     # then the drain ends after that batch, the other eight stay dirty, and a drain waits for them
     assert (done["batches"], done["users"]) == (1, 2)
@@ -289,7 +291,7 @@ def test_a_worker_told_to_stop_mid_drain_stops_after_the_batch_and_loses_nothing
     # given one drain job of a user per batch over every user of the world, running in a real worker
     s = dataclasses.replace(settings, batch_size=1, drain_max_batches=10_000, recompute_interval_ms=0)
     dirty = DirtyUsers(r, s)
-    users = list(range(1, 301))
+    users = world.users_with_events
     worker = spawn_worker(s)
     try:
         notify_changed(s, r, users)

@@ -18,7 +18,7 @@ from precompute.data.synthetic import Marketplace
 from precompute.ranking import bundle
 from precompute.ranking.pipeline import Pipeline
 
-from tests.conftest import manage, users_with_history
+from tests.conftest import every_user_with_history, manage
 
 DAY = 86_400.0
 
@@ -253,7 +253,7 @@ def test_precompute_stale_rebuilds_the_feeds_of_a_bundle_no_longer_current(own, 
     bundle.promote(s.model_dir, a)
     pipeline = Pipeline(s, world.engine, r)
     pipeline.load()
-    users = users_with_history(world, 1, 10_000)
+    users = every_user_with_history(world)
     pipeline.recompute(users)
     # and then B promoted, and half of the users' feeds rebuilt by it (a worker that switched)
     bundle.promote(s.model_dir, b)

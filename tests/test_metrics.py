@@ -21,7 +21,7 @@ from precompute.feeds.codec import encode
 from precompute.feeds.keys import Keys
 from precompute.feeds.store import FeedStore
 from precompute.ranking import bundle
-from tests.conftest import ROOT, users_with_history
+from tests.conftest import ROOT
 from tests.faults import spawn_worker, stop_worker, wait_until
 
 
@@ -49,9 +49,9 @@ def _get(url: str, headers: dict | None = None):
         return json.loads(resp.read()), resp.headers
 
 
-def test_the_api_metrics_add_up_every_gunicorn_worker(settings, r, pipeline, world, admin, tmp_path):
+def test_the_api_metrics_add_up_every_gunicorn_worker(settings, r, pipeline, own_users, admin, tmp_path):
     # given 4 users with precomputed feeds, one of their items boosted, and 2 users without a feed
-    users = users_with_history(world, 40, 6)
+    users = own_users(6)
     precomputed, without = users[:4], users[4:]
     pipeline.recompute(precomputed)
     boosted = FeedStore(r, settings).read(precomputed[0]).items[7]
@@ -135,11 +135,11 @@ def test_the_app_labels_routes_not_paths_and_reports_the_dirty_set(client, setti
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_a_worker_serves_the_metrics_of_the_jobs_it_ran(settings, r, world, tmp_path, workers):
+def test_a_worker_serves_the_metrics_of_the_jobs_it_ran(settings, r, world, tmp_path, workers, own_users):
     # given a running worker (a pool of 2 worker processes, or one) serving metrics on a port
     port = free_port()
     s = dataclasses.replace(settings, worker_metrics_port=port)
-    users = users_with_history(world, 60, 30)
+    users = own_users(12)
     # and one user whose stored feed has a newer history version than any job will compute
     store = FeedStore(r, s)
     assert store.write_many([(users[0], encode(*_one_item(), 10**9, time.time(), world.version), 10**9)]) == [True]
@@ -153,9 +153,9 @@ def test_a_worker_serves_the_metrics_of_the_jobs_it_ran(settings, r, world, tmp_
         # steps; a pool's worker process does it at its first job, as scrapes come in)
         files = Path(s.var_dir) / "metrics" / f"worker-{port}"
         (files / "counter_1.db").touch()
-        # when it runs three 10-user jobs, a drain job for 5 dirty users and a job that raises (no retries)
-        enqueue_batches(queue, users, 10, s)
-        notify_changed(s, r, users_with_history(world, 120, 5))
+        # when it runs three 4-user jobs, a drain job for 5 dirty users and a job that raises (no retries)
+        enqueue_batches(queue, users, 4, s)
+        notify_changed(s, r, own_users(5))
         queue.enqueue("tests.faults.fail_first", f"{s.key_prefix}fails", 1)
 
         def ran() -> dict:
@@ -166,11 +166,11 @@ def test_a_worker_serves_the_metrics_of_the_jobs_it_ran(settings, r, world, tmp_
 
         wait_until(ran, 60, "5 jobs in the worker's metrics")
         m = ran()
-        # then the counts are the jobs': 35 users ranked, 34 feeds written, one kept by the version guard
-        assert value(m, "prefeed_users_scored_total") == 35
-        assert value(m, "prefeed_feeds_written_total") == 34
+        # then the counts are the jobs': 17 users ranked, 16 feeds written, one kept by the version guard
+        assert value(m, "prefeed_users_scored_total") == 17
+        assert value(m, "prefeed_feeds_written_total") == 16
         assert value(m, "prefeed_version_guard_rejections_total") == 1
-        assert value(m, "prefeed_items_scored_total") > 35
+        assert value(m, "prefeed_items_scored_total") > 17
         for stage in ("history", "candidates", "features", "model", "store"):
             assert value(m, "prefeed_job_stage_seconds_count", stage=stage) == 4
             assert value(m, "prefeed_job_stage_seconds_sum", stage=stage) > 0
@@ -187,7 +187,7 @@ def test_a_worker_serves_the_metrics_of_the_jobs_it_ran(settings, r, world, tmp_
     lines = [json.loads(x) for x in (tmp_path / "worker.log").read_text().splitlines() if x.startswith("{")]
     jobs = sorted((x["function"], x["outcome"], x["users"]) for x in lines if x.get("msg") == "job")
     assert jobs == [("drain_dirty", "finished", 5), ("fail_first", "failed", None),
-                    *[("recompute_users", "finished", 10)] * 3]
+                    *[("recompute_users", "finished", 4)] * 3]
     assert all(set(x["stages_ms"]) == {"history", "candidates", "features", "model", "store"} and x["job_id"]
                for x in lines if x.get("outcome") == "finished")
 
