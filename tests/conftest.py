@@ -140,16 +140,6 @@ def every_user_with_history(world: World) -> list[int]:
         return list(conn.execute(select(User.id).where(User.history_version > 0).order_by(User.id)).scalars())
 
 
-def users_with_history(world: World, first: int, n: int) -> list[int]:
-    """``n`` users with at least one event, ``first`` and on: for tests that write only their own Redis keys for
-    them (other tests may hold these ids)."""
-    from precompute.data.tables import User
-
-    with world.engine.connect() as conn:
-        return list(conn.execute(select(User.id).where(User.id >= first, User.history_version > 0)
-                                 .order_by(User.id).limit(n)).scalars())
-
-
 @pytest.fixture
 def settings(world):
     tag = uuid.uuid4().hex[:10]
