@@ -78,8 +78,11 @@ def _parse(obj: dict, item_id: int) -> tuple[NewItem, set[str]]:
     active = obj.get("active", True)
     if type(active) is not bool:
         raise InvalidInput("active must be true or false")
+    # created_at as an event's ts: up to PREFEED_EVENT_MAX_FUTURE ahead (clock skew), never pinned at the top of
+    # the newest items for good
+    created_at = field_time(obj, "created_at", services().settings.event_max_future)
     return NewItem(item_id=item_id, categories=field_id_set(obj, "categories"),
-                   price=field_optional_number(obj, "price", lo=0.0), created_at=field_time(obj, "created_at"),
+                   price=field_optional_number(obj, "price", lo=0.0), created_at=created_at,
                    attributes=_attributes(obj), active=active), set(obj)
 
 

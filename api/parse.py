@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Collection
 
 import orjson
@@ -78,9 +79,9 @@ def field_optional_number(obj: dict, name: str, lo: float = -math.inf) -> float 
     return float(value)
 
 
-def field_time(obj: dict, name: str) -> float | None:
+def field_time(obj: dict, name: str, max_future: float) -> float | None:
     """Epoch seconds given as a number or an ISO-8601 string (read as the import parsers read times: no zone = UTC),
-    within ``MAX_ABS_SECONDS`` of 1970; None when absent or null."""
+    within ``MAX_ABS_SECONDS`` of 1970 and at most ``max_future`` seconds after now; None when absent or null."""
     value = obj.get(name)
     if value is None:
         return None
@@ -93,6 +94,8 @@ def field_time(obj: dict, name: str) -> float | None:
     if not math.isfinite(seconds) or abs(seconds) > timestamps.MAX_ABS_SECONDS:
         raise InvalidInput(f"{name} must be epoch seconds or an ISO-8601 time (such as 2024-05-01T12:00:00Z), "
                            f"at most {timestamps.MAX_ABS_SECONDS:g} s from 1970")
+    if seconds > time.time() + max_future:
+        raise InvalidInput(f"{name} must not lie more than {max_future:g} s after now")
     return seconds
 
 

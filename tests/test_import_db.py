@@ -218,3 +218,27 @@ def test_events_naming_unknown_items_are_refused_when_items_are_not_created(setu
                                                                      "(PREFEED_EVENTS_CREATE_ITEMS=false)")]
     assert (res.report.accepted, res.report.refused, res.events_stored, res.items_created) == (2, 1, 2, 0)
     assert [e[:2] for e in stored_events(engine)] == [(1, 1), (2, 2)]
+
+
+def test_a_row_in_the_year_5138_is_refused_and_the_log_clock_and_newest_items_stay(setup, tmp_path):
+    from precompute.data.catalog import newest_active
+    from precompute.data.clock import log_clock
+
+    s, engine = setup
+    # given a log whose newest event is at 1000 s and a catalogue whose newest item was created at 2000 s
+    import_events(engine, write(tmp_path, "old.csv", "user_id,item_id,ts\n1,2,1000\n"), "csv", s)
+    import_items(engine, write(tmp_path, "old_items.csv", "item_id,created_at\n2,2000\n"), "csv", s)
+    # when an event log and a catalogue each hold one row dated 5138 (ISO and seconds) among good ones
+    it = import_items(engine, write(tmp_path, "it.csv", "item_id,created_at\n3,1500\n4,99990000000\n"), "csv", s)
+    ev = import_events(engine, write(tmp_path, "ev.csv", "user_id,item_id,ts\n1,3,1500\n"
+                                                         "1,4,5138-07-01T00:00:00Z\n1,5,1600\n"), "csv", s)
+    # then those rows are refused with their line and reason, counted, and the rest are stored
+    for result, field in ((ev, "ts"), (it, "created_at")):
+        assert [(r.line, r.reason.split()[0]) for r in result.report.bad_rows] == [(3, field)], result.report
+        assert "after now" in result.report.bad_rows[0].reason and result.report.refused == 1
+    assert [e[:2] for e in stored_events(engine)] == [(1, 2), (1, 3), (1, 5)]
+    assert ev.events_stored == 2 and it.items_created == 1 and 4 not in catalogue(engine)
+    # and the log's clock is still the newest real event, the newest item still the real one
+    with engine.connect() as conn:
+        assert log_clock(conn, s) == 1600.0
+    assert newest_active(engine, 1) == [2]

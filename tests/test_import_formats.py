@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import zlib
 from pathlib import Path
 
@@ -36,7 +37,7 @@ def items(path: Path, fmt: str, report: Report | None = None, **kw) -> dict:
     """Every chunk of ``read_items`` joined: one list per field, categories as a list per item."""
     report = Report() if report is None else report
     out = {"item_id": [], "categories": [], "price": [], "created_at": [], "attributes": [], "lines": []}
-    for chunk in read_items(path, fmt, report=report, **kw):
+    for chunk in read_items(path, fmt, report=report, **{"max_future": 60, **kw}):
         assert chunk.category_offsets[0] == 0 and chunk.category_offsets[-1] == len(chunk.categories)
         out["item_id"] += chunk.item_id.tolist()
         out["categories"] += [chunk.categories_of(i).tolist() for i in range(len(chunk))]
@@ -52,7 +53,7 @@ def items(path: Path, fmt: str, report: Report | None = None, **kw) -> dict:
 def events(path: Path, fmt: str, report: Report | None = None, **kw) -> dict:
     report = Report() if report is None else report
     out = {k: [] for k in ("user_id", "item_id", "ts", "type", "value", "event_id", "lines")}
-    for chunk in read_events(path, fmt, report=report, **kw):
+    for chunk in read_events(path, fmt, report=report, **{"max_future": 60, **kw}):
         for k in out:
             column = getattr(chunk, k)
             out[k] += [None] * len(chunk) if column is None else column.tolist()
@@ -172,7 +173,7 @@ def test_ratings_csv_and_the_rule_parameters(tmp_path):
     got = events(path, "movielens", types=types, default_type="watch", rating_rule=RatingRule(4.0, "love", "watch"))
     assert got["type"] == [9, 7, 9, 7]
     with pytest.raises(ConfigError, match="'purchase' is not declared"):
-        read_events(path, "movielens", report=Report(), types={"view": 1})
+        read_events(path, "movielens", report=Report(), max_future=60, types={"view": 1})
 
 
 def test_ratings_refuse_bad_ids_ratings_times_and_field_counts(tmp_path):
@@ -201,7 +202,7 @@ def test_ratings_refuse_bad_ids_ratings_times_and_field_counts(tmp_path):
 def test_dat_files_of_ml_1m_are_refused_with_a_hint(tmp_path):
     path = write(tmp_path, "ratings.dat", "1::1193::5::978300760\n")
     with pytest.raises(InvalidInput, match="not supported.*sed"):
-        read_events(path, "movielens", report=Report())
+        read_events(path, "movielens", report=Report(), max_future=60)
 
 
 # ---------------------------------------------------------------------------------------------------- generic CSV
@@ -267,18 +268,18 @@ def test_generic_items_csv_refuses_bad_ids_numbers_categories_and_times(tmp_path
 def test_a_file_that_cannot_be_read_as_a_whole_raises_in_either_mode(tmp_path):
     no_id = write(tmp_path, "items.csv", "id,price\n1,2\n")
     with pytest.raises(InvalidInput, match=r"items.csv:1: no 'item_id' column in the header \(found: id, price\)"):
-        read_items(no_id, "csv", report=Report())
+        read_items(no_id, "csv", report=Report(), max_future=60)
     twice = write(tmp_path, "twice.csv", "item_id,price,price\n1,2,3\n")
     with pytest.raises(InvalidInput, match="'price' appears twice"):
-        read_items(twice, "csv", report=Report())
+        read_items(twice, "csv", report=Report(), max_future=60)
     with pytest.raises(InvalidInput, match="no header"):
-        read_items(write(tmp_path, "empty.csv", ""), "csv", report=Report())
+        read_items(write(tmp_path, "empty.csv", ""), "csv", report=Report(), max_future=60)
     with pytest.raises(InvalidInput, match="cannot read"):
-        read_items(tmp_path / "absent.csv", "csv", report=Report())
+        read_items(tmp_path / "absent.csv", "csv", report=Report(), max_future=60)
     with pytest.raises(InvalidInput, match="unknown item format 'xml'"):
-        read_items(no_id, "xml", report=Report())
+        read_items(no_id, "xml", report=Report(), max_future=60)
     with pytest.raises(InvalidInput, match="no 'ts' column"):
-        read_events(write(tmp_path, "ev.csv", "user_id,item_id,time\n"), "csv", report=Report())
+        read_events(write(tmp_path, "ev.csv", "user_id,item_id,time\n"), "csv", report=Report(), max_future=60)
 
 
 EVENTS_CSV = ("ts,item_id,user_id,type,value,event_id,session\n"
@@ -407,7 +408,7 @@ def test_strict_mode_raises_on_the_first_bad_row_naming_file_and_line(tmp_path):
     assert str(raised.value) == f"{path}:4: user_id '0' is not an id (an integer from 1 to 2**63-1)"
     assert "\n" not in str(raised.value)
     # and in chunks of one row, the rows before it come out first, then the error: nothing after it
-    chunks = read_events(path, "csv", report=Report(strict=True), chunk_rows=1)
+    chunks = read_events(path, "csv", report=Report(strict=True), max_future=60, chunk_rows=1)
     assert [len(next(chunks)), len(next(chunks))] == [1, 1]
     with pytest.raises(InvalidInput, match=r"events.csv:4: user_id '0'"):
         next(chunks)
@@ -479,15 +480,15 @@ def test_a_read_that_is_abandoned_or_fails_closes_its_file(tmp_path):
 
     path = write(tmp_path, "u.data", U_DATA * 10)
     before = open_files()
-    started = read_events(path, "movielens", report=Report(), chunk_rows=2)
+    started = read_events(path, "movielens", report=Report(), max_future=60, chunk_rows=2)
     next(started)
-    unstarted = read_events(path, "movielens", report=Report())
+    unstarted = read_events(path, "movielens", report=Report(), max_future=60)
     assert open_files() == before + 2
     del started, unstarted
     assert open_files() == before
     # and a file refused for its header is closed even while the caller keeps the error (and its frames)
     with pytest.raises(InvalidInput) as raised:
-        read_items(write(tmp_path, "no_id.csv", "id\n1\n"), "csv", report=Report())
+        read_items(write(tmp_path, "no_id.csv", "id\n1\n"), "csv", report=Report(), max_future=60)
     assert open_files() == before and raised.value
 
 
@@ -522,3 +523,53 @@ def test_a_bad_byte_inside_a_quoted_field_across_lines_refuses_its_row_at_any_ch
         report = Report()
         assert items(path, "csv", report, attributes=[], chunk_rows=size)["item_id"] == [2]
         assert refused(report) == [(2, "not valid utf-8 (is the file in another encoding?)")]
+
+
+# ---------------------------------------------------------------------------------------------------- the future
+YEAR_5138 = 99_990_000_000                              # 5138-07-…: under MAX_ABS_SECONDS, so once read as seconds
+
+
+def _future_files(soon: int, later: int) -> list[tuple[str, str, str | bytes, str]]:
+    """(name, format, content, field) of files of every format: line 2 now, line 3 ``soon``, line 4 in 5138 (line 5
+    ``later`` where the format can say it). ``u.item`` gives dates only, and ``movies.csv`` has no time at all."""
+    far_iso = "5138-07-01T00:00:00Z"
+    return [
+        ("events.csv", "csv", f"user_id,item_id,ts\n1,2,{T0}\n1,3,{soon}\n1,4,{far_iso}\n1,5,{later}\n", "ts"),
+        ("events.jsonl", "jsonl", jsonl({"user_id": 1, "item_id": 2, "ts": T0},
+                                        {"user_id": 1, "item_id": 3, "ts": soon},
+                                        {"user_id": 1, "item_id": 4, "ts": YEAR_5138},
+                                        {"user_id": 1, "item_id": 5, "ts": later}), "ts"),
+        ("u.data", "movielens", f"1\t2\t5\t{T0:.0f}\n1\t3\t5\t{soon}\n1\t4\t5\t{YEAR_5138}\n1\t5\t5\t{later}\n",
+         "ts"),
+        ("ratings.csv", "movielens", f"userId,movieId,rating,timestamp\n1,2,5.0,{T0:.0f}\n1,3,5.0,{soon}\n"
+                                     f"1,4,5.0,{YEAR_5138}\n1,5,5.0,{later}\n", "timestamp"),
+        ("items.csv", "csv", f"item_id,created_at\n2,{T0}\n3,{soon}\n4,{far_iso}\n5,{later}\n", "created_at"),
+        ("items.jsonl", "jsonl", jsonl({"item_id": 2, "created_at": T0}, {"item_id": 3, "created_at": soon},
+                                       {"item_id": 4, "created_at": far_iso},
+                                       {"item_id": 5, "created_at": later}), "created_at"),
+        ("u.item", "movielens", "2|A (1995)|01-Jan-1995||u|" + "0|" * 18 + "1\n"
+                                "4|B (5138)|01-Jul-5138||u|" + "0|" * 18 + "1\n", "release date"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(7))
+def test_a_time_further_ahead_than_the_allowed_future_refuses_its_row_and_keeps_the_rest(tmp_path, case):
+    # given a file of each format with rows dated now, within the allowed future, in 5138 and an hour ahead
+    now = int(time.time())
+    name, fmt, content, field = _future_files(now + 30, now + 3600)[case]
+    shift = 1 if name.startswith(("u.", "events.jsonl", "items.jsonl")) else 0    # no header line
+    report = Report()
+    reader = items if field in ("created_at", "release date") else events
+    # when it is read with the allowed future of POST /events (PREFEED_EVENT_MAX_FUTURE's 60 s)
+    got = reader(write(tmp_path, name, content), fmt, report, max_future=60)
+    # then the rows past it are refused with their line and reason, counted, and every other row is kept
+    ids = got["item_id"]
+    assert 2 in ids and 4 not in ids and 5 not in ids, ids
+    assert ids == ([2] if name == "u.item" else [2, 3]), ids
+    lines = [line for line, _ in refused(report)]
+    assert lines == ([3 - shift] if name == "u.item" else [4 - shift, 5 - shift]), refused(report)
+    assert all(reason.startswith(field) and "more than 60 s after now" in reason for _, reason in refused(report))
+    assert report.refused == len(lines) and report.accepted == len(ids)
+    # and in strict mode the first of them stops the read, naming its line
+    with pytest.raises(InvalidInput, match=f":{lines[0]}: {field}"):
+        reader(write(tmp_path, name, content), fmt, Report(strict=True), max_future=60)

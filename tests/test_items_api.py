@@ -180,6 +180,9 @@ BAD_ITEMS = [
     ({"created_at": "2024-02-30"}, "created_at"), ({"attributes": {"quality": "high"}}, "quality"),
     ({"attributes": [1]}, "attributes"), ({"attributes": {"colour": 1}}, "quality, photos, seller_rating"),
     ({"active": "no"}, "active"), ({"active": None}, "active"), ({"name": "x"}, "unknown field(s): name"),
+    # further ahead than the allowed future of an event's ts (PREFEED_EVENT_MAX_FUTURE)
+    ({"created_at": "5138-07-01T00:00:00Z"}, "created_at must not lie more than 60 s after now"),
+    ({"created_at": 99_990_000_000}, "created_at"), ({"created_at": time.time() + 3600}, "created_at"),
 ]
 
 
@@ -201,6 +204,19 @@ def test_bad_items_are_refused_with_a_one_line_error_and_nothing_written(own, ad
     assert _stored(engine, ids[0]) is None and _stored(engine, ids[1]) is None
     assert _stored(engine, ids[2])["categories"] == [8]
     assert not _inactive(r, settings) & set(ids)
+
+
+def test_created_at_may_lie_ahead_by_the_allowed_future_and_no_more(own, admin, ids, settings):
+    client, engine = own
+    # when an item is put with a created_at in 5138, then it is a 400 with a JSON error, and nothing is written
+    resp = client.put(f"/items/{ids[0]}", headers=admin, json={"created_at": "5138-07-01T00:00:00Z"})
+    assert resp.status_code == 400 and resp.is_json
+    assert resp.get_json() == {"error": f"created_at must not lie more than {settings.event_max_future} s after now"}
+    assert _stored(engine, ids[0]) is None
+    # and within the allowed future (clock skew), as an event's ts, it is stored as given, unchanged when read
+    soon = time.time() + settings.event_max_future - 5
+    assert client.put(f"/items/{ids[1]}", headers=admin, json={"created_at": soon}).status_code == 201
+    assert _stored(engine, ids[1])["created_at"] == soon
 
 
 def test_batches_over_the_limit_or_empty_are_refused(own, admin, ids, settings):

@@ -69,7 +69,7 @@ def import_items(engine: Engine, path: str | Path, format: str, settings: Settin
     (``Settings.item_attributes``; other columns are ignored with a note), ``chunk_rows`` per transaction."""
     def chunks(report: Report, on_bytes: Progress | None) -> Iterator:
         return read_items(path, format, report=report, attributes=settings.item_attributes, encoding=encoding,
-                          progress=on_bytes, chunk_rows=chunk_rows)
+                          progress=on_bytes, chunk_rows=chunk_rows, max_future=settings.event_max_future)
 
     result = ImportResult(Report(strict=strict))
     with _connection(engine) as conn:
@@ -101,7 +101,8 @@ def import_events(engine: Engine, path: str | Path, format: str, settings: Setti
 
     def chunks(report: Report, on_bytes: Progress | None) -> Iterator[EventChunk]:
         return read_events(path, format, report=report, types=types, default_type=default, rating_rule=rule,
-                           encoding=encoding, progress=on_bytes, chunk_rows=chunk_rows)
+                           encoding=encoding, progress=on_bytes, chunk_rows=chunk_rows,
+                           max_future=settings.event_max_future)
 
     result = ImportResult(Report(strict=strict))
     affected = [np.empty(0, dtype=np.int64)]

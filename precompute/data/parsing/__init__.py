@@ -5,7 +5,7 @@ bar; here only ``errors`` and ``settings`` of prefeed are imported.
 
     from precompute.data.parsing import Report, read_events
     report = Report(strict=False)
-    for chunk in read_events("ratings.csv", "movielens", report=report, progress=lambda done: ...):
+    for chunk in read_events("ratings.csv", "movielens", report=report, max_future=60, progress=lambda done: ...):
         ...   # chunk.user_id, chunk.item_id, chunk.ts, chunk.type, chunk.value, chunk.event_id, chunk.lines
     report.accepted, report.refused, report.bad_rows, report.notes
 

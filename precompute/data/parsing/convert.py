@@ -6,11 +6,14 @@ whose cell is not valid, with a reason naming the column and the cell. The rules
 - an id is a decimal integer from 1 to 2**63-1 (``MAX_ID``); a category id may also be 0;
 - a number is a decimal number (``1``, ``2.5``, ``1e3``); empty or ``nan`` is missing (NaN) where the field is
   optional and refused where it is required; infinities are refused;
-- a time is unix seconds or ISO-8601 (``timestamps.py``), at most ``MAX_ABS_SECONDS`` from 1970.
+- a time is unix seconds or ISO-8601 (``timestamps.py``), at most ``MAX_ABS_SECONDS`` from 1970 and at most
+  ``max_future`` seconds after the wall clock when its rows are read (the ``PREFEED_EVENT_MAX_FUTURE`` that
+  ``POST /events`` allows): one such time would move the log's clock, or top the newest items, for good.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from itertools import repeat
 
@@ -73,20 +76,29 @@ def numbers(rows: Rows, name: str, *, required: bool = False, minimum: float | N
     return values
 
 
-def times(rows: Rows, name: str, *, required: bool) -> np.ndarray:
-    """float64 seconds since 1970-01-01 UTC; NaN where missing (allowed only when not ``required``)."""
+def times(rows: Rows, name: str, *, required: bool, max_future: float) -> np.ndarray:
+    """float64 seconds since 1970-01-01 UTC; NaN where missing (allowed only when not ``required``); a time more
+    than ``max_future`` seconds after now is refused."""
     cells = rows.columns[name]
     values, failed = parse(cells)
     far = np.abs(values) > MAX_ABS_SECONDS
-    bad = failed | far | (np.isnan(values) if required else False)
+    ahead = after(values, max_future)
+    bad = failed | far | ahead | (np.isnan(values) if required else False)
 
     def reason(i: int) -> str:
         if far[i]:
             return f"{name} {short(cells[i])} is not seconds since 1970 (milliseconds?)"
+        if ahead[i]:
+            return f"{name} {short(cells[i])} is more than {max_future:g} s after now"
         return _missing(name, cells[i]) or f"{name} {short(cells[i])} is not unix seconds or an ISO-8601 time"
 
     rows.refuse(bad, reason)
     return values
+
+
+def after(seconds: np.ndarray, max_future: float) -> np.ndarray:
+    """The mask of the times more than ``max_future`` seconds after the wall clock (NaN is not)."""
+    return seconds > time.time() + max_future
 
 
 def choices(rows: Rows, name: str, codes: Mapping[str, int], default: int) -> np.ndarray:

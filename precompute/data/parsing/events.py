@@ -40,12 +40,13 @@ FIELDS = ("user_id", "item_id", "ts", "type", "value", "event_id")
 def read_events(path: str | Path, format: str, *, report: Report, chunk_rows: int = CHUNK_ROWS,
                 progress: Callable[[int], None] | None = None, types: Mapping[str, int] = DEFAULT_EVENT_TYPES,
                 default_type: str = "view", rating_rule: RatingRule = RatingRule(),
-                encoding: str | None = None) -> Iterator[EventChunk]:
+                encoding: str | None = None, max_future: float) -> Iterator[EventChunk]:
     """Chunks of at most ``chunk_rows`` accepted events from ``path``, in file order, in constant memory.
 
     ``format``: ``movielens`` (``u.data`` or ``ratings.csv``, told apart by the first line; ratings become events
     by ``rating_rule``), ``csv`` or ``jsonl``. ``types``: event type name → code. ``progress`` and ``encoding``
-    (default UTF-8) as in ``read_items``; refused rows go to ``report``.
+    (default UTF-8) as in ``read_items``; refused rows go to ``report``. ``max_future``: seconds a ``ts`` may lie
+    after the wall clock (``PREFEED_EVENT_MAX_FUTURE``); a later one is a refused row.
     """
     if format not in EVENT_FORMATS:
         raise InvalidInput(f"unknown event format {format!r}: expected one of {', '.join(EVENT_FORMATS)}")
@@ -54,7 +55,8 @@ def read_events(path: str | Path, format: str, *, report: Report, chunk_rows: in
     if default_type not in types:
         raise ConfigError(f"default event type {default_type!r} is not declared ({', '.join(types)})")
     if format == "movielens":
-        return movielens.read_events(path, report, chunk_rows, progress, encoding, types, rating_rule)
+        return movielens.read_events(path, report, chunk_rows, progress, encoding, types, rating_rule,
+                                     max_future)
     with Source(path, encoding or "utf-8", progress) as source:
         if format == "csv":
             table = CsvTable(source, header=True)
@@ -67,14 +69,16 @@ def read_events(path: str | Path, format: str, *, report: Report, chunk_rows: in
         else:
             tables = JsonLines(source, report).chunks(FIELDS, chunk_rows)
             has_event_id = True
-    return emit(source, report, tables, lambda rows: _generic(rows, types, types[default_type], has_event_id))
+    return emit(source, report, tables,
+                lambda rows: _generic(rows, types, types[default_type], has_event_id, max_future))
 
 
-def _generic(rows: Rows, types: Mapping[str, int], default: int, has_event_id: bool) -> EventChunk:
+def _generic(rows: Rows, types: Mapping[str, int], default: int, has_event_id: bool,
+             max_future: float) -> EventChunk:
     columns = rows.columns
     user_id = convert.ids(rows, "user_id")
     item_id = convert.ids(rows, "item_id")
-    ts = convert.times(rows, "ts", required=True)
+    ts = convert.times(rows, "ts", required=True, max_future=max_future)
     kind = (convert.choices(rows, "type", types, default) if "type" in columns
             else np.full(rows.n, default, dtype=np.int16))
     value = convert.numbers(rows, "value") if "value" in columns else np.full(rows.n, np.nan)

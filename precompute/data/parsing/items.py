@@ -42,7 +42,7 @@ CORE = ("item_id", "categories", "price", "created_at")
 
 def read_items(path: str | Path, format: str, *, report: Report, chunk_rows: int = CHUNK_ROWS,
                progress: Callable[[int], None] | None = None, attributes: Collection[str] | None = None,
-               encoding: str | None = None) -> Iterator[ItemChunk]:
+               encoding: str | None = None, max_future: float) -> Iterator[ItemChunk]:
     """Chunks of at most ``chunk_rows`` accepted items from ``path``, in file order, in constant memory.
 
     ``format``: ``movielens`` (``u.item`` or ``movies.csv``, told apart by the first line), ``csv`` or ``jsonl``.
@@ -50,14 +50,15 @@ def read_items(path: str | Path, format: str, *, report: Report, chunk_rows: int
     ``progress(bytes_read)`` is called after each chunk with the bytes read so far (the file size at the end).
     ``encoding``: default UTF-8, Latin-1 for ``u.item``. Refused rows go to ``report``. A file that cannot be
     used at all (missing, unknown encoding, a header without ``item_id``) raises ``InvalidInput`` at the call,
-    whatever the mode, before any chunk.
+    whatever the mode, before any chunk. ``max_future``: seconds a ``created_at`` may lie after the wall clock
+    (``PREFEED_EVENT_MAX_FUTURE``); a later one is a refused row.
     """
     if format not in ITEM_FORMATS:
         raise InvalidInput(f"unknown item format {format!r}: expected one of {', '.join(ITEM_FORMATS)}")
     if chunk_rows < 1:
         raise InvalidInput("chunk_rows must be at least 1")
     if format == "movielens":
-        return movielens.read_items(path, report, chunk_rows, progress, encoding)
+        return movielens.read_items(path, report, chunk_rows, progress, encoding, max_future)
     with Source(path, encoding or "utf-8", progress) as source:
         if format == "csv":
             table = CsvTable(source, header=True)
@@ -72,15 +73,16 @@ def read_items(path: str | Path, format: str, *, report: Report, chunk_rows: int
             tables = JsonLines(source, report).chunks(("item_id", "price", "created_at"), chunk_rows,
                                                       list_field="categories", object_field="attributes",
                                                       declared=attributes)
-    return emit(source, report, tables, _generic)
+    return emit(source, report, tables, lambda rows: _generic(rows, max_future))
 
 
-def _generic(rows: Rows) -> ItemChunk:
+def _generic(rows: Rows, max_future: float) -> ItemChunk:
     columns = rows.columns
     item_id = convert.ids(rows, "item_id")
     owner, categories = category_lists(rows, "categories") if "categories" in columns else _none()
     price = convert.numbers(rows, "price", minimum=0) if "price" in columns else None
-    created_at = convert.times(rows, "created_at", required=False) if "created_at" in columns else None
+    created_at = (convert.times(rows, "created_at", required=False, max_future=max_future) if "created_at" in columns
+                  else None)
     attributes = {}
     for column in columns:
         if column not in CORE:

@@ -81,7 +81,7 @@ def _refuse_dat(path: str | Path, first: bytes) -> None:
 
 
 def read_items(path: str | Path, report: Report, chunk_rows: int, progress: Callable[[int], None] | None,
-               encoding: str | None) -> Iterator[ItemChunk]:
+               encoding: str | None, max_future: float) -> Iterator[ItemChunk]:
     first = _first_line(path)
     _refuse_dat(path, first)
     if first.lstrip(b"\xef\xbb\xbf").startswith(b"movieId"):
@@ -92,15 +92,18 @@ def read_items(path: str | Path, report: Report, chunk_rows: int, progress: Call
                     lambda rows: _movies_csv(rows, report))
     source = Source(path, encoding or "latin-1", progress)
     table = CsvTable(source, header=False, names=U_ITEM_FIELDS, delimiter="|", quoting=csv.QUOTE_NONE)
-    return emit(source, report, table.chunks(["item_id", "release_date", *U_ITEM_FIELDS[5:]], chunk_rows), _u_item)
+    return emit(source, report, table.chunks(["item_id", "release_date", *U_ITEM_FIELDS[5:]], chunk_rows),
+                lambda rows: _u_item(rows, max_future))
 
 
-def _u_item(rows: Rows) -> ItemChunk:
+def _u_item(rows: Rows, max_future: float) -> ItemChunk:
     item_id = convert.ids(rows, "item_id")
     cells = rows.columns["release_date"]
     iso = [_iso_date(cell) for cell in cells]             # ~1,700 films: a Python step per row costs nothing
     created_at, failed = parse(iso)
     rows.refuse(failed, lambda i: f"release date {short(cells[i])} is not a date like 01-Jan-1995")
+    rows.refuse(convert.after(created_at, max_future),
+                lambda i: f"release date {short(cells[i])} is more than {max_future:g} s after now")
     flags = np.array([rows.columns[f"genre{k}"] for k in range(19)], dtype=str).reshape(19, rows.n)
     rows.refuse(~np.isin(flags, ("0", "1")).all(axis=0), lambda i: "genre flags must be 0 or 1, found "
                 + short("|".join(flags[:, i].tolist()), 60))
@@ -137,7 +140,8 @@ def _movies_csv(rows: Rows, report: Report) -> ItemChunk:
 
 
 def read_events(path: str | Path, report: Report, chunk_rows: int, progress: Callable[[int], None] | None,
-                encoding: str | None, codes: Mapping[str, int], rule: RatingRule) -> Iterator[EventChunk]:
+                encoding: str | None, codes: Mapping[str, int], rule: RatingRule,
+                max_future: float) -> Iterator[EventChunk]:
     first = _first_line(path)
     _refuse_dat(path, first)
     rule.types(np.zeros(0), codes)                        # an impossible rule fails before any row is read
@@ -149,13 +153,15 @@ def read_events(path: str | Path, report: Report, chunk_rows: int, progress: Cal
         else:
             names = ("user_id", "item_id", "rating", "ts")
             table = CsvTable(source, header=False, names=names, delimiter="\t", quoting=csv.QUOTE_NONE)
-    return emit(source, report, table.chunks(names, chunk_rows), lambda rows: _ratings(rows, names, codes, rule))
+    return emit(source, report, table.chunks(names, chunk_rows),
+                lambda rows: _ratings(rows, names, codes, rule, max_future))
 
 
-def _ratings(rows: Rows, names: tuple[str, ...], codes: Mapping[str, int], rule: RatingRule) -> EventChunk:
+def _ratings(rows: Rows, names: tuple[str, ...], codes: Mapping[str, int], rule: RatingRule,
+             max_future: float) -> EventChunk:
     user, item, rating, ts = names
     user_id = convert.ids(rows, user)
     item_id = convert.ids(rows, item)
     value = convert.numbers(rows, rating, required=True)
-    return EventChunk(user_id, item_id, convert.times(rows, ts, required=True), rule.types(value, codes), value,
-                      None, rows.lines)
+    ts = convert.times(rows, ts, required=True, max_future=max_future)
+    return EventChunk(user_id, item_id, ts, rule.types(value, codes), value, None, rows.lines)
