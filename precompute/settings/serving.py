@@ -32,8 +32,9 @@ class ServingSettings:
                                     unit="events")
     event_max_age: int = setting(365 * DAY, "PREFEED_EVENT_MAX_AGE", "oldest `ts` an event may carry, before now",
                                  unit="s")
-    event_max_future: int = setting(60, "PREFEED_EVENT_MAX_FUTURE", "newest `ts` an event may carry, after now "
-                                    "(clock skew)", unit="s", minimum=0)
+    event_max_future: int = setting(60, "PREFEED_EVENT_MAX_FUTURE", "newest time a write may carry, after now "
+                                    "(clock skew): an event's `ts` and an item's `created_at`, by the API and by "
+                                    "imports", unit="s", minimum=0)
     request_body_max: int = setting(1 << 20, "PREFEED_REQUEST_BODY_MAX", "largest request body", unit="bytes")
     auth: bool = setting(True, "PREFEED_AUTH", "`off`: the data routes (feed, events, items) answer without a key, "
                          "for a trusted network (a warning at start); admin and metrics routes still need one")
