@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 
 from precompute.ranking import candidates, features, latent, popularity as live
+from precompute.units import DAY
 
-DAY = 86400.0
 NAN = float("nan")
 
 

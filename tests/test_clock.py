@@ -14,7 +14,7 @@ from precompute.learning import periods
 from precompute.ranking.covisit import index_for
 from precompute.ranking.item_loader import load_item_table
 from precompute.ranking.pipeline import Pipeline
-from precompute.settings import DAY
+from precompute.units import DAY
 
 
 def _newest_event(engine) -> float:

@@ -21,9 +21,8 @@ from precompute.learning.lists import Ranked
 from precompute.learning.split import Truth, cut_time, split_log
 from precompute.ranking import covisit
 from precompute.ranking.item_loader import load_item_table
+from precompute.units import DAY, HOUR
 from tests.conftest import ROOT, manage, own_database
-
-DAY = 86400.0
 
 
 @pytest.fixture
@@ -141,8 +140,8 @@ def test_covisit_beats_popular_when_users_go_on_to_the_co_visited_item(own, tmp_
     rows = []
     for u in range(200, 240):
         a = 10 + u % 5
-        rows += [(u, 1, now + u), (u, 1, now + u + 1), (u, a, now + 3600 + u * 100), (u, a + 20, now + 3660 + u * 100)]
-    rows += [(u, 10 + u % 5, now + 10 * 3600 + u) for u in range(1, 11)]
+        rows += [(u, 1, now + u), (u, 1, now + u + 1), (u, a, now + HOUR + u * 100), (u, a + 20, now + HOUR + 60 + u * 100)]
+    rows += [(u, 10 + u % 5, now + 10 * HOUR + u) for u in range(1, 11)]
     rows += [(u, 30 + u % 5, now + 2 * DAY + u) for u in range(1, 11)]
     events = tmp_path / "events.csv"
     events.write_text("user_id,item_id,ts,type\n" + "".join(f"{u},{i},{int(t)},view\n" for u, i, t in rows))
@@ -163,7 +162,7 @@ def test_covisit_beats_popular_when_users_go_on_to_the_co_visited_item(own, tmp_
 def test_no_method_lists_an_item_the_user_had_before_the_cut(world):
     # given the synthetic world's log and settings whose seen window (an hour) and cap (3 items) would let most
     # pre-cut items back into the ranker's candidates
-    s = dataclasses.replace(world.settings, seen_window=3600, seen_max_items=3)
+    s = dataclasses.replace(world.settings, seen_window=HOUR, seen_max_items=3)
     log = event_log.load_events(world.engine)
     cut = cut_time(log.ts, 0.8)
     items = load_item_table(world.engine, s, as_of=cut)

@@ -8,10 +8,9 @@ import pytest
 
 from precompute.ranking import features
 from precompute.ranking.item_loader import load_item_table
+from precompute.units import DAY, HOUR
 from tests.conftest import own_database
 from tests.test_catalogue_model import NOW, batch, small_world
-
-DAY = 86400.0
 
 
 @pytest.fixture
@@ -64,7 +63,7 @@ def test_the_users_last_events_and_usual_popularity_describe_each_candidate(sett
     crowd = [(900, 14, 1, NOW - 40 * DAY)] * 30
     # and a user whose two oldest events are in category 1 and whose last ten are 3 in category 1, 7 in category 2
     order = (1, 2, 3, 7, 8, 4, 9, 10, 5, 11, 12, 13)
-    mine = [(8, i, 1, NOW - (len(order) - k) * 3600) for k, i in enumerate(order)]
+    mine = [(8, i, 1, NOW - (len(order) - k) * HOUR) for k, i in enumerate(order)]
     engine = small_world(s, own_url, items, crowd + mine)
     table = load_item_table(engine, s, as_of=NOW)
     # when its candidates (items 6 and 14, the others seen) are described

@@ -17,6 +17,7 @@ from precompute.learning import periods
 from precompute.ranking import candidates, covisit, features, popularity
 from precompute.ranking.item_loader import load_item_table
 from precompute.ranking.pipeline import STAGES
+from precompute.units import DAY
 from tests import reference
 
 
@@ -204,7 +205,7 @@ def test_kept_recent_events_follow_the_event_log(pipeline, world, user_id):
     newest, oldest = float(stored.ts.max()), float(stored.ts.min())
     record(world.engine, [NewEvent(user_id, items[0], 1, newest + 5, "kept-a"),
                           NewEvent(user_id, items[1], 2, newest),             # same ts as the newest stored
-                          NewEvent(user_id, items[2], 3, oldest - 86400)], pipeline.settings)  # older than all kept
+                          NewEvent(user_id, items[2], 3, oldest - DAY)], pipeline.settings)  # older than all kept
     record(world.engine, [NewEvent(user_id, items[3], 4, newest + 1), NewEvent(user_id, items[0], 1, 0, "kept-a")],
            pipeline.settings)
     # then the kept value equals the events table's newest events, in (ts, id) order, at every limit

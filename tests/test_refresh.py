@@ -11,8 +11,7 @@ from jobs import context, tasks
 from precompute.feeds.dirty import DirtyUsers
 from precompute.feeds.refresh import FeedClocks
 from precompute.feeds.store import FeedStore
-
-DAY = 86400.0
+from precompute.units import DAY, HOUR
 
 
 def test_clocks_hand_out_each_due_feed_once_and_forget_users_past_the_horizon(settings, r):
@@ -47,7 +46,7 @@ def test_a_drain_recomputes_the_feeds_the_log_clock_moved_a_refresh_past(setting
     pipeline.recompute([stale, fresh])
     before = {u: store.read(u).header.computed_at for u in (stale, fresh)}
     clocks.record(np.array([stale]), np.array([now - 2 * DAY]), now - DAY - 1)
-    clocks.record(np.array([fresh]), np.array([now - 2 * DAY]), now - 3600)
+    clocks.record(np.array([fresh]), np.array([now - 2 * DAY]), now - HOUR)
     time.sleep(0.01)
     # when a drain job runs with no user dirty from events
     done = tasks.drain_dirty()
@@ -55,6 +54,6 @@ def test_a_drain_recomputes_the_feeds_the_log_clock_moved_a_refresh_past(setting
     # recorded it at the log's clock
     assert done["users"] == 1 and store.read(stale).header.computed_at > before[stale]
     assert store.read(fresh).header.computed_at == before[fresh]
-    assert r.zscore(clocks.key, str(stale)) == now and r.zscore(clocks.key, str(fresh)) == now - 3600
+    assert r.zscore(clocks.key, str(stale)) == now and r.zscore(clocks.key, str(fresh)) == now - HOUR
     # and the next drain finds nothing due
     assert tasks.drain_dirty()["users"] == 0 and DirtyUsers(r, s).pending() == 0

@@ -15,10 +15,9 @@ from precompute.ranking import candidates
 from precompute.ranking.item_loader import load_item_table
 from precompute.ranking.pipeline import Pipeline
 from precompute.learning.steps import ByUser, Steps, find
+from precompute.units import DAY, HOUR
 from tests.conftest import own_database
 from tests.test_catalogue_model import NOW, small_world
-
-HOUR, DAY = 3600.0, 86400.0
 
 
 @pytest.fixture
@@ -58,7 +57,7 @@ def test_three_replayed_steps_are_the_feeds_a_worker_serves_before_each(world, s
     s = dataclasses.replace(settings, database_url=own_url, item_table_max_age=60)
     items = [(i, [i % 4], float(i), NOW - 90 * DAY) for i in range(1, 41)]
     cut = NOW - 2 * DAY
-    before = [(100 + k, 1 + k % 10, 1 + k % 4, cut - 5 * DAY + 3600 * k) for k in range(60)] \
+    before = [(100 + k, 1 + k % 10, 1 + k % 4, cut - 5 * DAY + HOUR * k) for k in range(60)] \
         + [(7, i, 2, cut - DAY + i) for i in (4, 8, 12)]
     after = [(200 + k, 11 + k % 10, 4, cut + 600 * k) for k in range(200)]
     # and three steps of the user after the cut: a basket of two items, one click, a purchase

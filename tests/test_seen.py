@@ -11,7 +11,7 @@ from precompute.data import bulk, engine as db, history, seen, synthetic
 from precompute.data.tables import User
 from precompute.data.recording import NewEvent, record
 from precompute.ranking.pipeline import Pipeline
-from precompute.settings import DAY
+from precompute.units import DAY, HOUR
 
 
 def _record(engine, settings, events: list[NewEvent]) -> None:
@@ -77,7 +77,7 @@ def test_the_kept_value_holds_the_newest_distinct_items_up_to_its_cap(pipeline, 
     rng = np.random.default_rng(3)
     ids = pipeline.items.ids[rng.choice(len(pipeline.items), 80, replace=False)].tolist()
     now = time.time()
-    events = [NewEvent(uid, int(rng.choice(ids)), int(rng.integers(1, 5)), now - float(rng.integers(0, 50)) * 3600)
+    events = [NewEvent(uid, int(rng.choice(ids)), int(rng.integers(1, 5)), now - float(rng.integers(0, 50)) * HOUR)
               for _ in range(400)]
     for start in range(0, 400, 37):
         record(world.engine, events[start:start + 37], s)
@@ -93,7 +93,7 @@ def test_the_kept_value_holds_the_newest_distinct_items_up_to_its_cap(pipeline, 
     wider = dataclasses.replace(s, seen_max_items=50)
     assert len(history.load_histories(world.engine, [uid], pipeline.items, wider).seen_rows) == min(50, len(latest))
     saved = _kept(world.engine, uid)
-    older = NewEvent(uid, want[-1][0], 1, now - 100 * 3600)      # changes no item's latest time
+    older = NewEvent(uid, want[-1][0], 1, now - 100 * HOUR)      # changes no item's latest time
     assert record(world.engine, [older], wider).accepted == 1
     assert _kept(world.engine, uid) is None
     with world.engine.begin() as conn:                  # put the cap-30 value back for what follows

@@ -9,8 +9,7 @@ import pytest
 
 from benchmarks.lab import shapes
 from precompute.data import synthetic
-
-DAY = 86400.0
+from precompute.units import DAY
 
 
 @pytest.fixture(scope="module")

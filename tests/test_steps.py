@@ -11,10 +11,10 @@ from precompute.learning.activity import Activity
 from precompute.ranking.layout import WINDOWS
 from precompute.ranking.popularity import block, top_lists
 from precompute.settings import Settings
+from precompute.units import DAY, HOUR
 from tests.conftest import own_database
 from tests.test_catalogue_model import NOW, small_world
 
-H, D = 3600.0, 86400.0
 #: The default types (view 1, click 2, contact 4, purchase 6) and a weightless "hide", code 5.
 TYPES = (("view", 1.0), ("click", 2.0), ("contact", 4.0), ("purchase", 6.0), ("hide", 0.0))
 
@@ -153,20 +153,21 @@ def test_each_steps_history_is_the_users_events_before_it_and_seen_items_the_win
 #: Events around the clock C = NOW: on each window's boundary (inside), just outside, weightless, at the clock
 #: itself and after it.
 C = NOW
-AROUND = [(1, 11, 1, C - 40 * D), (1, 11, 4, C - 30 * D), (2, 12, 3, C - 3 * D - 1), (2, 12, 2, C - 7 * D),
-          (3, 13, 1, C - D), (3, 13, 2, C - H), (3, 14, 4, C - H + 1), (1, 14, 5, C - 10), (2, 15, 1, C),
-          (2, 15, 4, C + 1), (3, 11, 2, C + 2 * H), (1, 16, 4, C + 2 * H), (2, 13, 9, C - 5)]
+AROUND = [(1, 11, 1, C - 40 * DAY), (1, 11, 4, C - 30 * DAY), (2, 12, 3, C - 3 * DAY - 1),
+          (2, 12, 2, C - 7 * DAY), (3, 13, 1, C - DAY), (3, 13, 2, C - HOUR), (3, 14, 4, C - HOUR + 1),
+          (1, 14, 5, C - 10), (2, 15, 1, C), (2, 15, 4, C + 1), (3, 11, 2, C + 2 * HOUR), (1, 16, 4, C + 2 * HOUR),
+          (2, 13, 9, C - 5)]
 
 
 def test_popularity_replayed_from_the_log_is_the_item_tables_at_the_same_clock(s, own_url):
     # given the events above in a database, and the log as arrays
     _, engine = catalogue(s, own_url, sorted(AROUND, key=lambda e: e[3]))
-    at_cut = load_item_table(engine, s, as_of=C - 50 * D)
+    at_cut = load_item_table(engine, s, as_of=C - 50 * DAY)
     log = load_events(engine)
     user, item, type_, ts = log.user, log.item, log.type, log.ts
     ids = np.arange(11, 19)
     activity = Activity(at_cut, ts, item, type_)
-    for clock in (C, C + 2 * H):
+    for clock in (C, C + 2 * HOUR):
         # when popularity is replayed at a clock and an item table is loaded as of it
         windowed, ever = activity.at(clock)
         table = load_item_table(engine, s, as_of=clock)
@@ -183,9 +184,9 @@ def test_popularity_replayed_from_the_log_is_the_item_tables_at_the_same_clock(s
     assert got[13] == [2, 3, 3, 3, 3] and got[12] == [0, 0, 0, 6, 6] and got[14] == [6, 6, 6, 6, 6]
     assert got[15] == [1] * 5 and got[11] == [0, 0, 0, 0, 6]
     # and a clock earlier than the last asked (a step's feed clock can be) counts what a fresh replay counts there
-    for again, fresh in zip(activity.at(C - H), Activity(at_cut, ts, item, type_).at(C - H)):
+    for again, fresh in zip(activity.at(C - HOUR), Activity(at_cut, ts, item, type_).at(C - HOUR)):
         np.testing.assert_array_equal(again, fresh)
-    assert activity.at(C - H)[1][at_cut.rows(np.array([15]))].tolist() == [0.0]
+    assert activity.at(C - HOUR)[1][at_cut.rows(np.array([15]))].tolist() == [0.0]
     # and a worker that read the log only up to before item 15's view at C (the same second as the clock) counts
     # everything else at C, and not that view
     n = int(np.flatnonzero((ts == C) & (item == 15))[0])
@@ -199,18 +200,18 @@ def test_popularity_replayed_from_the_log_is_the_item_tables_at_the_same_clock(s
 def test_a_batch_at_several_clocks_gets_each_clocks_block_and_lists(s, own_url):
     # given the same events, and a batch of three users at C, C and C + 2h
     _, engine = catalogue(s, own_url, sorted(AROUND, key=lambda e: e[3]))
-    at_cut = load_item_table(engine, s, as_of=C - 50 * D)
+    at_cut = load_item_table(engine, s, as_of=C - 50 * DAY)
     log = load_events(engine)
     item, type_, ts = log.item, log.type, log.ts
     # when its popularity is replayed
-    live = Activity(at_cut, ts, item, type_).live(np.array([C, C, C + 2 * H]), (5, 5))
+    live = Activity(at_cut, ts, item, type_).live(np.array([C, C, C + 2 * HOUR]), (5, 5))
     # then the users share the first clock's block and lists, the third has its own
     assert live.which.tolist() == [0, 0, 1] and len(live.blocks) == 2
     # and the lists are those a table at each clock makes: at C, 14 (bought just inside the hour) then 13 and 15 in the
     # hour; at C + 2h, 11 (clicked) and 16 (bought) then 15, whose contact a second after C is inside the day too
     lists = [[at_cut.ids[rows].tolist() for rows in per_clock] for per_clock in live.lists]
     assert lists == [[[14, 13, 15], [14, 13, 15]], [[16, 11], [15, 14, 16, 11, 13]]]
-    for k, clock in enumerate((C, C + 2 * H)):
+    for k, clock in enumerate((C, C + 2 * HOUR)):
         table = load_item_table(engine, s, as_of=clock)
         expected = [table.ids[rows].tolist() for rows in table.live(1, (5, 5)).lists[0]]
         assert lists[k] == expected
