@@ -263,3 +263,36 @@ def test_process_shares_of_a_key_budget_never_let_more_through_than_the_budget(r
     # less
     assert admitted <= 100 + 5 * elapsed + 1
     assert admitted >= 100 - 2 * Limiter.SHARE
+
+
+def queries_on(engine) -> list[str]:
+    """The SQL statements ``engine`` runs from now on, as a list that grows (for counting)."""
+    from sqlalchemy import event
+
+    ran: list[str] = []
+    event.listen(engine, "before_cursor_execute", lambda conn, cursor, statement, *rest: ran.append(statement))
+    return ran
+
+
+def test_a_malformed_key_is_refused_before_any_database_query(app, world, admin, user_id):
+    client = app.test_client()
+    ran = queries_on(services(app).engine)
+    shaped = "pf_" + "A" * 43
+    # given bearer values that are not of a key's shape: short, long, the wrong prefix or alphabet, odd bytes
+    malformed = ["wrong", "pf_", shaped[:-1], shaped + "A", "px_" + "A" * 43, "pf_" + "A" * 42 + "=",
+                 "pf_" + "A" * 42 + "é", "pf_" + "A" * 42 + "/", world.key.upper(), "x" * 8000,
+                 *(f"made-up-{i}" for i in range(200))]
+    # when each is presented to a route that needs a key, as a bearer token and as the dashboard's password
+    for value in malformed:
+        assert client.get(f"/feed/{user_id}", headers={"Authorization": f"Bearer {value}"}).status_code == 401
+        basic = base64.b64encode(f"admin:{value}".encode()).decode()
+        assert client.get("/dashboard/status.json", headers={"Authorization": f"Basic {basic}"}).status_code == 403
+    # then not one reached the database
+    assert ran == []
+    # and a well-formed unknown key costs one read, while the admin token is still accepted without one
+    assert client.get(f"/feed/{user_id}", headers={"Authorization": f"Bearer {shaped}"}).status_code == 401
+    assert len(ran) == 1
+    assert client.get(f"/feed/{user_id}", headers=admin).status_code == 200
+    assert sum("api_keys" in statement for statement in ran) == 1
+    services(app).engine.dispose()
+

@@ -2,7 +2,8 @@
 
 A key is ``pf_`` and 43 URL-safe characters (256 random bits). The database keeps its SHA-256 only: a key has far
 too much entropy to be guessed from its hash, so a slow password hash would only cost every request. A presented key
-is found by its hash and then compared in constant time, so nothing about a stored key leaks through timing.
+is found by its hash and then compared in constant time, so nothing about a stored key leaks through timing; one
+that is not of that shape (``well_formed``) is no key, and is refused without a database read.
 
 Scopes say what a key may do: ``feed:read`` (``GET /feed``), ``events:write`` (``POST /events``), ``items:write``
 (the catalogue routes, and events naming items the catalogue lacks), ``metrics:read`` (``GET /metrics``) and
@@ -27,6 +28,8 @@ from .tables import ApiKey
 
 SCOPES = ("feed:read", "events:write", "items:write", "metrics:read", "admin")
 PREFIX = "pf_"
+#: What ``create`` makes: the prefix, then ``secrets.token_urlsafe(32)`` (32 bytes in unpadded URL-safe base64).
+_SHAPE = re.compile(re.escape(PREFIX) + r"[A-Za-z0-9_-]{43}")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
@@ -41,6 +44,11 @@ class Key:
 
     def allows(self, scope: str) -> bool:
         return scope in self.scopes or "admin" in self.scopes
+
+
+def well_formed(presented: str) -> bool:
+    """Whether ``presented`` could be a key ``create`` made: if not, no stored key can match it."""
+    return _SHAPE.fullmatch(presented) is not None
 
 
 def digest(key: str) -> str:
