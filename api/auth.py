@@ -3,10 +3,11 @@
 the key as the password of HTTP basic auth (any user name), so a browser can get in.
 
 Keys are read from the database at most once a second per process and key (``Keyring``), so a revoked key stops
-working within a second on every API process without a database read per request. While the database cannot be
-reached, a key this process knows keeps working as it last read it (feeds are served from Redis alone); an unknown
-key is then a 503. ``PREFEED_ADMIN_TOKEN``, when set, is one more key with the ``admin`` scope. ``PREFEED_AUTH=off``
-lets the data routes through without a key.
+working within a second on every API process without a database read per request. A value not of a key's shape is
+refused without a read, and an unknown well-formed one costs one read a minute per process. While the database
+cannot be reached, a key this process knows keeps working as it last read it (feeds are served from Redis alone);
+an unknown key is then a 503. ``PREFEED_ADMIN_TOKEN``, when set, is one more key with the ``admin`` scope.
+``PREFEED_AUTH=off`` lets the data routes through without a key.
 
 401: no key, or one that is unknown or revoked; 403: a key without the scope; 429: over the key's rate, with
 ``Retry-After``. No answer, log line or metric names a key or its hash: a key is known by its name.

@@ -1,8 +1,14 @@
 """The API keys as one process last read them (``Keyring``): at most one database read a second per key, and a key
-this process knows keeps working as last read while the database cannot be reached (``auth.py`` applies them)."""
+this process knows keeps working as last read while the database cannot be reached (``auth.py`` applies them).
+
+What a made-up key costs: nothing if it is not of a key's shape (``api_keys.well_formed``: refused before any
+query), one read per process if it is (then remembered as unknown for ``unknown_ttl``). Unknown keys are remembered
+apart from known ones, each in its own bounded table that drops its least recently used entry when full, so no
+number of made-up keys can push a real one out and make it cost a read."""
 
 from __future__ import annotations
 
+import collections
 import hmac
 import logging
 import threading
@@ -18,38 +24,55 @@ ADMIN_TOKEN = "PREFEED_ADMIN_TOKEN"
 
 
 class Keyring:
-    """The keys as this process last read them, each at most ``ttl`` seconds old; unknown keys are remembered too
-    (up to ``max_entries``), so a client repeating a bad key costs one read a second."""
+    """The keys as this process last read them, each at most ``ttl`` seconds old (up to ``max_entries`` of them);
+    well-formed keys that are unknown or revoked are remembered for ``unknown_ttl`` seconds (up to ``max_unknown``),
+    so a client repeating a bad key costs one read per ``unknown_ttl``. Both tables are keyed by the key's SHA-256."""
 
-    def __init__(self, engine, settings, ttl: float = 1.0, max_entries: int = 10_000) -> None:
+    def __init__(self, engine, settings, ttl: float = 1.0, max_entries: int = 10_000, unknown_ttl: float = 60.0,
+                 max_unknown: int = 10_000) -> None:
         self.engine, self.settings, self.ttl, self.max_entries = engine, settings, ttl, max_entries
-        self._known: dict[str, tuple[Key | None, float]] = {}
+        self.unknown_ttl, self.max_unknown = unknown_ttl, max_unknown
+        self._known: collections.OrderedDict[str, tuple[Key, float]] = collections.OrderedDict()
+        self._unknown: collections.OrderedDict[str, float] = collections.OrderedDict()
         self._used: dict[str, float] = {}
         self._lock = threading.Lock()
 
     def find(self, presented: str) -> Key | None:
+        """The active key ``presented`` is, or None; raises a database error only for a key this process has not
+        read before while the database cannot be reached."""
         token = self.settings.admin_token
         if token and hmac.compare_digest(presented.encode("utf-8", "surrogatepass"), token.encode()):
             return Key(ADMIN_TOKEN, frozenset({"admin"}))
-        if not api_keys.well_formed(presented):         # no stored key can match it: refused without a read
+        if not api_keys.well_formed(presented):
             return None
         h = api_keys.digest(presented)
         now = time.monotonic()
         with self._lock:
             hit = self._known.get(h)
+            if hit is not None:
+                self._known.move_to_end(h)
+            missed = self._unknown.get(h)
+            if missed is not None:
+                self._unknown.move_to_end(h)
         if hit is not None and now - hit[1] < self.ttl:
             return hit[0]
+        if missed is not None and now - missed < self.unknown_ttl:
+            return None
         try:
             key, last_used = api_keys.find(self.engine, presented)
         except database_errors():
-            if hit is None:
+            if hit is None and missed is None:
                 raise
-            log.warning("database unavailable: key %r is used as last read", hit[0].name if hit[0] else "(unknown)")
-            return hit[0]
+            name = hit[0].name if hit is not None else "(unknown)"
+            log.warning("database unavailable: key %r is used as last read", name)
+            return hit[0] if hit is not None else None
         with self._lock:
-            if len(self._known) >= self.max_entries:
-                self._known.clear()
-            self._known[h] = (key, now)
+            if key is None:
+                self._known.pop(h, None)
+                _put(self._unknown, h, now, self.max_unknown)
+            else:
+                self._unknown.pop(h, None)
+                _put(self._known, h, (key, now), self.max_entries)
         if key is not None:
             self._note_use(key.name, last_used)
         return key
@@ -66,3 +89,11 @@ class Keyring:
             api_keys.touch(self.engine, name, wall)
         except database_errors() as exc:         # a statistic: never worth failing the request
             log.warning("could not record the use of key %r: %s", name, type(exc).__name__)
+
+
+def _put(table: collections.OrderedDict, h: str, value, cap: int) -> None:
+    """``table[h] = value`` as its most recent entry, dropping the least recently used past ``cap``."""
+    table[h] = value
+    table.move_to_end(h)
+    while len(table) > cap:
+        table.popitem(last=False)

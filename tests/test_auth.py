@@ -296,3 +296,24 @@ def test_a_malformed_key_is_refused_before_any_database_query(app, world, admin,
     assert sum("api_keys" in statement for statement in ran) == 1
     services(app).engine.dispose()
 
+
+def test_unknown_keys_never_push_a_known_key_out_and_cost_one_read_each(app, settings, world):
+    import secrets
+
+    from api.keyring import Keyring
+
+    engine = services(app).engine
+    ring = Keyring(engine, settings, ttl=60.0, max_entries=50, unknown_ttl=60.0, max_unknown=50)
+    valid = key(world, "remembered", ["feed:read"])
+    assert ring.find(valid) is not None
+    # given more distinct well-formed unknown keys than the unknown table holds (and than the known one holds)
+    unknown = [api_keys.PREFIX + secrets.token_urlsafe(32) for _ in range(60)]
+    assert all(ring.find(u) is None for u in unknown)
+    ran = queries_on(engine)
+    # when the valid key is used again, then it is still known: no query
+    assert ring.find(valid) is not None and ran == []
+    # and an unknown key presented again within its time costs nothing, while the oldest, pushed out, is read again
+    assert ring.find(unknown[-1]) is None and ran == []
+    assert ring.find(unknown[0]) is None and len(ran) == 1
+    engine.dispose()
+
