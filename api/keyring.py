@@ -20,7 +20,7 @@ from precompute.errors import database_errors
 
 log = logging.getLogger(__name__)
 #: The name the admin token acts under.
-ADMIN_TOKEN = "PREFEED_ADMIN_TOKEN"
+ADMIN_TOKEN = api_keys.ADMIN_NAME
 
 
 class Keyring:

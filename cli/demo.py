@@ -45,7 +45,7 @@ def demo(obj, users: int, items: int, events: int, port: int, once: bool) -> Non
     # sets up; one line and exit 0 once it serves), never with the processes started here left running.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     settings = ensure_redis(obj.settings)
-    token = settings.admin_token or secrets.token_urlsafe(18)
+    token = settings.admin_token or secrets.token_urlsafe(32)
     env = dict(os.environ, PREFEED_ADMIN_TOKEN=token)
     if settings.redis_url:                  # else QUEUE_REDIS_URL and FEED_REDIS_URL, in the environment already
         env["REDIS_URL"] = settings.redis_url

@@ -31,7 +31,8 @@ def keys() -> None:
 @click.pass_obj
 def create(obj, name: str, scopes: str, rate: float | None, burst: int | None) -> None:
     """Create the key NAME and print it: the only time it is shown."""
-    wanted = api_keys.parse_scopes(scopes)          # a bad scope is refused before the database is touched
+    api_keys.check_name(name)                       # a bad name or scope is refused before the database is touched
+    wanted = api_keys.parse_scopes(scopes)
     key = api_keys.create(ready_engine(obj.settings), name, wanted, rate=rate, burst=burst)
     click.echo(key)
     click.echo(f"key {name!r} created with {scopes}; it is not stored and cannot be shown again", err=True)

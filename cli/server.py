@@ -7,6 +7,9 @@ import sys
 
 import click
 
+from precompute.data import api_keys
+from precompute.errors import ConfigError
+
 from . import metrics_dir
 from .group import command
 from .embedded import ensure_redis
@@ -33,6 +36,10 @@ def serve(obj, host: str, port: int, http_workers: int, threads: int) -> None:
     worker would (two such clients stopped a two-worker API). Past workers × threads slow clients, requests queue:
     in production a buffering proxy in front (docker-compose's nginx) takes whole requests before they reach
     gunicorn."""
+    token = obj.settings.admin_token
+    if token and len(token) < api_keys.ADMIN_TOKEN_MIN_LENGTH:
+        raise ConfigError(f"PREFEED_ADMIN_TOKEN must be at least {api_keys.ADMIN_TOKEN_MIN_LENGTH} characters, got "
+                          f"{len(token)}: make one with `openssl rand -hex 32`")
     settings = ensure_redis(obj.settings)
     metrics_dir.fresh(settings, f"api-{port}")
     _gunicorn(host, port, http_workers, threads)

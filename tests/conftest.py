@@ -79,7 +79,7 @@ def own_database(tmp_path_factory, name: str):
 def world(tmp_path_factory, database_url, redis_url) -> World:
     var = tmp_path_factory.mktemp("var")
     settings = Settings(database_url=database_url, redis_url=redis_url, model_dir=var / "models", var_dir=var,
-                        admin_token="test-admin-token", batch_size=25,
+                        admin_token="test-admin-token-0123456789abcdef", batch_size=25,
                         item_attributes=synthetic.ATTRIBUTES,
                         # no practical limits but in the tests of limits (tests/test_auth.py sets its own)
                         rate_limit=1e6, rate_burst=10 ** 6, user_events_per_minute=10 ** 6)
@@ -217,7 +217,7 @@ def refusing_client(settings, world):
 
 @pytest.fixture
 def admin():
-    return {"Authorization": "Bearer test-admin-token"}
+    return {"Authorization": "Bearer test-admin-token-0123456789abcdef"}
 
 
 def manage(settings: Settings, *args: str, timeout: float = 120, extra_env: dict | None = None):
@@ -227,7 +227,7 @@ def manage(settings: Settings, *args: str, timeout: float = 120, extra_env: dict
                           capture_output=True, text=True, timeout=timeout)
 
 
-def with_key(client, key: str = "test-admin-token"):
+def with_key(client, key: str = "test-admin-token-0123456789abcdef"):
     """``client`` sending ``key`` as its bearer key (default: the settings' admin token, an admin key whatever the
     database) on every request that names no other credentials."""
     client.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {key}"

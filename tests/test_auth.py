@@ -207,7 +207,7 @@ def test_auth_off_opens_the_data_routes_only_and_says_so(settings, world, caplog
 def test_no_key_hash_or_token_appears_in_logs_bodies_status_dashboard_or_metrics(settings, world, admin, r,
                                                                                   capfd, caplog, user_id):
     k = key(world, "secretive", ["feed:read", "events:write", "metrics:read"])
-    secrets_ = [k, hashlib.sha256(k.encode()).hexdigest(), "test-admin-token", world.key]
+    secrets_ = [k, hashlib.sha256(k.encode()).hexdigest(), "test-admin-token-0123456789abcdef", world.key]
     app = create_app(settings, {"TESTING": True})
     client = app.test_client()
     seen = []
@@ -317,3 +317,21 @@ def test_unknown_keys_never_push_a_known_key_out_and_cost_one_read_each(app, set
     assert ring.find(unknown[0]) is None and len(ran) == 1
     engine.dispose()
 
+
+def test_serve_refuses_a_short_admin_token(settings):
+    # given an admin token under 32 characters
+    done = manage(settings, "serve", "--port", "1", extra_env={"PREFEED_ADMIN_TOKEN": "x" * 31}, timeout=30)
+    # then serve stops at once with one line and exit 2, naming the variable but never the token
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and done.stderr.startswith("error: "), done.stderr
+    assert "PREFEED_ADMIN_TOKEN" in done.stderr and "x" * 31 not in done.stderr
+
+
+def test_no_key_takes_the_admin_tokens_name(settings):
+    for name in (api_keys.ADMIN_NAME, api_keys.ADMIN_NAME.lower()):
+        # when a key is created under the name the admin token acts under (in any case)
+        done = manage(settings, "keys", "create", name, "--scopes", "feed:read")
+        # then it is one line, exit 2, and nothing is stored
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and done.stderr.startswith("error: "), done.stderr
+        assert done.stdout == ""
+    listed = json.loads(manage(settings, "keys", "list", "--json").stdout)
+    assert not any(row["name"].upper() == api_keys.ADMIN_NAME for row in listed)

@@ -19,7 +19,7 @@ from precompute.feeds.keys import Keys
 from precompute.feeds.store import FeedStore
 from tests.conftest import manage
 
-TOKEN = "test-admin-token"
+TOKEN = "test-admin-token-0123456789abcdef"
 
 
 def basic(user: str, password: str) -> dict:

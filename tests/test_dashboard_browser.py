@@ -54,7 +54,8 @@ def test_a_browser_logs_in_and_looks_a_user_up(api_url, pipeline, user_id, tmp_p
     pipeline.recompute([user_id])
     served = json.loads(urllib.request.urlopen(f"{api_url}/feed/{user_id}?limit=20").read())
     assert served["source"] == "precomputed"
-    url = f"http://admin:test-admin-token@{api_url.removeprefix('http://')}/dashboard?user={user_id}&limit=20"
+    url = (f"http://admin:test-admin-token-0123456789abcdef@{api_url.removeprefix('http://')}"
+           f"/dashboard?user={user_id}&limit=20")
     # when Chromium opens the dashboard with the token as basic-auth password
     dom = chromium(tmp_path, "--dump-dom", url)
     shot = tmp_path / "dashboard.png"

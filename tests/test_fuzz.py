@@ -21,7 +21,7 @@ from precompute.data import bulk, engine as db, synthetic
 from precompute.data.tables import Item
 from tests.conftest import own_database, with_key
 
-TOKEN = {"Authorization": "Bearer test-admin-token"}
+TOKEN = {"Authorization": "Bearer test-admin-token-0123456789abcdef"}
 ids = st.one_of(st.integers(-2**70, 2**70).map(str), st.text(max_size=30),
                 st.sampled_from(["1", "2", "0", "-1", "1.5", "1e3", "9" * 40, "%00", "%2F", "١٢", "a b"]))
 json_values = st.recursive(

@@ -43,7 +43,8 @@ def own(settings, catalogue_url):
     """(test client, engine) of an app on the catalogue of this file."""
     app = _app(settings, catalogue_url)
     client = app.test_client()
-    client.environ_base["HTTP_AUTHORIZATION"] = "Bearer test-admin-token"    # this database has no keys of its own
+    # this database has no keys of its own
+    client.environ_base["HTTP_AUTHORIZATION"] = "Bearer test-admin-token-0123456789abcdef"
     yield client, services(app).engine
     services(app).engine.dispose()
 

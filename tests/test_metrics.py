@@ -36,7 +36,7 @@ def value(scrape: dict, name: str, **labels) -> float:
 
 
 #: The settings' admin token: an admin key, which has the metrics:read and feed:read scopes.
-ADMIN = {"Authorization": "Bearer test-admin-token"}
+ADMIN = {"Authorization": "Bearer test-admin-token-0123456789abcdef"}
 
 
 def scrape_url(url: str, headers: dict | None = None) -> dict:

@@ -90,7 +90,8 @@ def make_world(users: int, items: int, events: int, iterations: int, *, seed_: i
     tag = uuid.uuid4().hex[:8]
     settings = Settings(database_url=os.environ.get("DATABASE_URL") or f"sqlite:///{tmp / 'bench.db'}",
                         redis_url=redis_url, model_dir=tmp / "models", var_dir=tmp,
-                        key_prefix=f"pfbench:{tag}:", queue_name=f"pfbench-{tag}", admin_token="bench",
+                        key_prefix=f"pfbench:{tag}:", queue_name=f"pfbench-{tag}",
+                        admin_token="bench-admin-token-0123456789abcdef",
                         item_attributes=synthetic.ATTRIBUTES,
                         **({"train_early_stopping": 0} if every_tree else {}),
                         **({"train_periods": QUICK_TRAIN_PERIODS} if quick else {}))

@@ -5,6 +5,10 @@ too much entropy to be guessed from its hash, so a slow password hash would only
 is found by its hash and then compared in constant time, so nothing about a stored key leaks through timing; one
 that is not of that shape (``well_formed``) is no key, and is refused without a database read.
 
+``PREFEED_ADMIN_TOKEN``, when set, is one more admin key that lives in the environment only: it acts under the name
+``ADMIN_NAME`` (no stored key may take it, nor share its rate bucket) and is at least ``ADMIN_TOKEN_MIN_LENGTH``
+characters (``manage.py serve`` refuses a shorter one).
+
 Scopes say what a key may do: ``feed:read`` (``GET /feed``), ``events:write`` (``POST /events``), ``items:write``
 (the catalogue routes, and events naming items the catalogue lacks), ``metrics:read`` (``GET /metrics``) and
 ``admin`` (boosts, the dashboard and RQ panel, ``status.json``; an admin key may do everything).
@@ -31,6 +35,10 @@ PREFIX = "pf_"
 #: What ``create`` makes: the prefix, then ``secrets.token_urlsafe(32)`` (32 bytes in unpadded URL-safe base64).
 _SHAPE = re.compile(re.escape(PREFIX) + r"[A-Za-z0-9_-]{43}")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+#: The name the admin token acts under: a stored key may not take it, in any case.
+ADMIN_NAME = "PREFEED_ADMIN_TOKEN"
+#: The fewest characters of an admin token (a random one: ``secrets.token_urlsafe(32)`` makes 43).
+ADMIN_TOKEN_MIN_LENGTH = 32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +59,14 @@ def well_formed(presented: str) -> bool:
     return _SHAPE.fullmatch(presented) is not None
 
 
+def check_name(name: str) -> None:
+    """``InvalidInput`` for a name a new key cannot have (before anything is written)."""
+    if not _NAME.fullmatch(name):
+        raise InvalidInput("a key name is 1 to 64 letters, digits, '_', '.' or '-', starting with a letter or digit")
+    if name.upper() == ADMIN_NAME:
+        raise InvalidInput(f"{name!r} is the name the admin token acts under: choose another name")
+
+
 def digest(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -69,9 +85,9 @@ def parse_scopes(text: str) -> frozenset[str]:
 def create(engine: Engine, name: str, scopes: frozenset[str], *, rate: float | None = None,
            burst: int | None = None) -> str:
     """Store a new key named ``name`` and return it (the only time it exists outside the client). ``InvalidInput``
-    for a malformed or taken name (a revoked key's name stays taken: its history keeps its meaning)."""
-    if not _NAME.fullmatch(name):
-        raise InvalidInput("a key name is 1 to 64 letters, digits, '_', '.' or '-', starting with a letter or digit")
+    for a malformed, reserved (``ADMIN_NAME``) or taken name (a revoked key's name stays taken: its history keeps
+    its meaning)."""
+    check_name(name)
     if rate is not None and not (math.isfinite(rate) and rate > 0) or burst is not None and burst < 1:
         raise InvalidInput("--rate must be a finite number above 0 and --burst an integer of at least 1")
     key = PREFIX + secrets.token_urlsafe(32)
