@@ -10,7 +10,8 @@
     ├── TooManyRequests        over a key's rate or a user's event limit 429    2
     ├── BundleError            model bundle missing, truncated or incompatible 503  3
     ├── NotPromoted            a trained bundle that does not beat the best baseline 409  5
-    └── Unavailable            Redis or the database cannot be reached  503     4
+    ├── Unavailable            Redis or the database cannot be reached  503     4
+    └── ChildLost              a training child exited without a result 500     1
 
 ``api.errors`` answers ``{"error": str(exc)}`` with ``exc.http_status``; ``cli`` prints ``error: str(exc)`` and exits
 with ``exc.exit_code``. Driver errors of the two dependencies (redis, SQLAlchemy) become ``Unavailable`` through
@@ -99,6 +100,14 @@ class Unavailable(PrefeedError):
     def __init__(self, which: str, detail: str = "") -> None:
         self.which = which
         super().__init__(f"{which} is unavailable" + (f": {detail}" if detail else ""))
+
+
+class ChildLost(PrefeedError):
+    """The child computing ahead (``learning/ahead.py``) exited without a result: killed, most likely by the
+    kernel's out-of-memory killer. Not the caller's fault, and nothing to retry as it was: a 500 / exit 1."""
+
+    http_status = 500
+    exit_code = 1
 
 
 def first_line(exc: BaseException) -> str:

@@ -18,11 +18,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from ..errors import PrefeedError
-
-
-class ChildLost(PrefeedError):
-    """The child computing ahead exited without a result (killed, most likely by the kernel's out-of-memory killer)."""
+from ..errors import ChildLost
 
 
 class Ahead:
