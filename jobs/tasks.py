@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 import numpy as np
@@ -13,6 +14,8 @@ from precompute.feeds.refresh import FeedClocks
 from precompute.ranking.pipeline import STAGES
 
 from . import context, queues
+
+log = logging.getLogger(__name__)
 
 
 def recompute_users(user_ids: list[int]) -> dict:
@@ -80,8 +83,9 @@ def mark_reassigned(experiment_id: int, after: int = 0) -> dict:
     pipeline = context.get()
     settings, r = pipeline.settings, context.queue_redis()
     found = [e for e in registry.all_experiments(pipeline.engine) if e.id == experiment_id]
-    if not found:
-        raise InvalidInput(f"no experiment has id {experiment_id}")
+    if not found:                   # a job of another database's experiment: nothing here to rebuild, nothing to retry
+        log.warning("mark_reassigned: no experiment has id %s in this database", experiment_id)
+        return {"experiment": experiment_id, "looked_at": 0, "marked": 0, "next_after": None}
     ids = users.ids_after(pipeline.engine, after, settings.reassign_batch)
     moved = [u for u, arm in zip(ids, found[0].arm_of(np.array(ids, dtype=np.int64)).tolist()) if arm >= 0]
     if moved:

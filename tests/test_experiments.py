@@ -7,6 +7,7 @@ import hashlib
 import json
 import shutil
 import subprocess
+import uuid
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +21,7 @@ from precompute.data.tables import StoredExperiment
 from precompute.errors import InvalidInput
 from precompute.experiments import Arm, Experiment, assign, assign_one, registry
 from precompute.settings import Settings
-from tests.conftest import ROOT, manage, own_database
+from tests.conftest import ROOT, delete_own_keys, manage, own_database
 
 #: Two running experiments, as a program of its own defines them (run here and in child processes).
 RUNNING = """
@@ -46,29 +47,34 @@ def reference_hash(data: bytes) -> float:
 
 
 @pytest.fixture
-def own(tmp_path_factory):
-    """Settings and an engine on a database of this test's own, tables created, no model bundle."""
-    yield from _own(tmp_path_factory)
+def own(tmp_path_factory, redis_url):
+    """Settings and an engine on a database of this test's own, tables created, no model bundle; the test server's
+    Redis under a prefix and queue of its own (the commands queue the rebuild of an experiment's users there)."""
+    yield from _own(tmp_path_factory, redis_url)
 
 
 @pytest.fixture(scope="module")
-def shared(tmp_path_factory):
+def shared(tmp_path_factory, redis_url):
     """Like ``own``, for the tests of refusals (which must leave it as it was): a running experiment ``taken``
     holding half the users and a stopped one ``old``."""
-    for settings, engine in _own(tmp_path_factory):
+    for settings, engine in _own(tmp_path_factory, redis_url):
         registry.create(engine, "taken", [("a", "popular"), ("b", "recent:1d")], None, 0.5, settings.model_dir)
         registry.create(engine, "old", [("a", "popular"), ("b", "covisit")], None, 0.1, settings.model_dir)
         registry.stop(engine, "old", None)
         yield settings, engine
 
 
-def _own(tmp_path_factory):
+def _own(tmp_path_factory, redis_url: str):
     for url in own_database(tmp_path_factory, "experiments"):
-        settings = Settings(database_url=url, model_dir=tmp_path_factory.mktemp("models"))
+        tag = uuid.uuid4().hex[:10]
+        settings = Settings(database_url=url, model_dir=tmp_path_factory.mktemp("models"),
+                            var_dir=tmp_path_factory.mktemp("var"), redis_url=redis_url,
+                            key_prefix=f"pftest:{tag}:", queue_name=f"pftest-{tag}")
         engine = db.make_engine(url)
         db.init_db(engine, settings)
         yield settings, engine
         engine.dispose()
+        delete_own_keys(settings)
 
 
 def table(engine) -> list[tuple]:
