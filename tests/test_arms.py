@@ -148,3 +148,17 @@ def test_creating_an_experiment_marks_exactly_its_users_a_bounded_step_at_a_time
     while after is not None:
         after = tasks.mark_reassigned(experiment.id, after)["next_after"]
     assert sorted(int(u) for u in r.zrange(dirty.keys.dirty, 0, -1)) == inside
+
+
+def test_a_model_arms_bundle_is_loaded_once_and_its_index_follows_the_item_table(s, market, r):
+    m, engine, models = market
+    other = [v for v in bundle.versions(models) if v != bundle.current_version(models)][0]
+    registry.create(engine, "again", [("control", "model:current"), ("next", f"model:{other}")], None, 1.0, models)
+    pipeline = Pipeline(s, engine, r)
+    pipeline.load()
+    loaded, index = pipeline.arms.bundles[other]
+    # when the worker loads fresh item matrices
+    pipeline.load()
+    # then the arm's bundle is the one already in memory, and its candidate index is rebuilt over the new table
+    again, rebuilt = pipeline.arms.bundles[other]
+    assert again is loaded and rebuilt is not index and pipeline.arms.items is pipeline.items

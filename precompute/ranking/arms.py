@@ -22,7 +22,9 @@ import dataclasses
 import numpy as np
 
 from ..data.history import Histories
-from ..experiments import Experiment, method_of
+from ..experiments import Experiment, assign, method_of, registry
+from ..experiments.experiment import RUNNING
+from ..feeds.codec import NO_ARM
 from ..settings import Settings
 from . import bundle as bundles
 from . import candidates
@@ -50,13 +52,15 @@ class Arms:
     @classmethod
     def load(cls, experiments: list[Experiment], assignment: int, settings: Settings, items: ItemTable,
              layout: FeatureLayout, promoted: int, known: Arms | None = None) -> Arms:
-        """The arms of ``experiments``: every model arm's bundle other than ``promoted`` loaded (taken from
-        ``known`` when it holds it for the same item table), its candidate index built over ``items``."""
+        """The arms of ``experiments``: every model arm's bundle other than ``promoted``, loaded once (a bundle
+        ``known`` holds is kept), with its candidate index over ``items`` (kept too when ``known`` is of the same
+        item table, else rebuilt)."""
         held = {}
         for version in sorted({int(v) for e in experiments for a in e.arms
                                for kind, v in [method_of(a.spec)] if kind == "model"} - {promoted}):
-            if known is not None and version in known.bundles and known.items is items:
-                held[version] = known.bundles[version]
+            if known is not None and version in known.bundles:
+                b, cov = known.bundles[version]
+                held[version] = (b, cov if known.items is items else index_for(items, b.pairs))
                 continue
             b = bundles.load(settings.model_dir, version, layout)
             held[version] = (b, index_for(items, b.pairs))
@@ -66,16 +70,11 @@ class Arms:
     def read(engine) -> tuple[list[Experiment], int]:
         """The running experiments, and the assignment version: one more for every experiment created and for
         every one stopped, so it grows at each change of who is in which arm."""
-        from ..experiments import registry
-
         every = registry.all_experiments(engine)
-        return [e for e in every if e.status == "running"], len(every) + sum(e.status != "running" for e in every)
+        return [e for e in every if e.status == RUNNING], len(every) + sum(e.status != RUNNING for e in every)
 
     def keys(self, user_ids: np.ndarray, promoted: int) -> tuple[list[Key], np.ndarray, np.ndarray]:
         """Each user's ranker key, experiment id (0: none) and arm index (``codec.NO_ARM``: none)."""
-        from ..experiments import assign
-        from ..feeds.codec import NO_ARM
-
         which, arm = assign(self.experiments, user_ids)
         keys: list[Key] = []
         exp_ids = np.zeros(len(user_ids), dtype=np.int64)
