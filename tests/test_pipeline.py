@@ -422,7 +422,7 @@ def test_the_item_matrices_reload_once_the_logs_clock_moves_past_their_max_age(s
         assert pipeline.items.loaded_at == loaded_at
         for name in ("ids", "counts", "windowed", "first_seen", "active", "popularity"):
             np.testing.assert_array_equal(getattr(pipeline.items, name), getattr(full, name), err_msg=name)
-        np.testing.assert_array_equal(pipeline.items.static_features(), full.static_features())
+        np.testing.assert_array_equal(pipeline.items.static, full.static)
     finally:
         from sqlalchemy import delete
 

@@ -62,7 +62,7 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float | np.n
     scalar = np.ndim(now) == 0
     now_u = np.full(n_users, float(now)) if scalar else np.asarray(now, dtype=np.float64)
     # ---- item: one gather from the table's precomputed block, plus the clock-dependent age -----------------
-    _gather(out, layout.start("item_static"), items.static_features(), r)
+    _gather(out, layout.start("item_static"), items.static, r)
     now_day = np.float32(now / DAY) if scalar else np.repeat((now_u / DAY).astype(np.float32), sizes)
     age = out[:, layout.index("item_age_days")]
     np.take(items.created_day32, r, out=age, mode="clip")
@@ -183,7 +183,7 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float | np.n
     np.multiply(cov, np.repeat((1.0 / np.maximum(top, 1e-9)).astype(np.float32), sizes), out=cov_norm)
     # The candidate's all-time popularity rank (log) against the mean of the items the user interacted with (each
     # event counts): mainstream or niche for this user; NaN without.
-    static = items.static_features()
+    static = items.static
     k = layout.index("item_log_pop_rank")
     with np.errstate(invalid="ignore", divide="ignore"):
         of_user = np.bincount(h_owner[known], weights=static[h_rows[known], k - layout.start("item_static")],

@@ -77,7 +77,9 @@ class ItemTable:
     cat_share: np.ndarray = _derived()         # each category's share of all items' popularity
     cat_log_price_mean: np.ndarray = _derived()   # mean log price of each category's priced members
     cat_rank_by_member: np.ndarray = _derived()   # within-category rank of each membership, CSR order
-    static: np.ndarray = _derived()            # "item_static" feature block (``static_features``)
+    #: The per-item features that depend on neither the user nor the clock (``layout`` group "item_static"), as
+    #: float32 rows, column-major: ``features.build`` gathers each column.
+    static: np.ndarray = _derived()
     log_price32: np.ndarray = _derived()       # float32 copies the feature code gathers into float32 columns
     created_day32: np.ndarray = _derived()
     first_day32: np.ndarray = _derived()
@@ -193,11 +195,6 @@ class ItemTable:
         ends = np.cumsum(deg)
         offset = np.arange(len(which)) - np.repeat(ends - deg, deg)
         return which, self.cat_of[self.cat_indptr[rows][which] + offset]
-
-    def static_features(self) -> np.ndarray:
-        """The per-item features that do not depend on the user or the clock (``layout`` group "item_static"), as
-        float32 rows, computed once per table; column-major: ``features.build`` gathers each column."""
-        return self.static
 
     def _static_block(self) -> np.ndarray:
         types = self.type_names

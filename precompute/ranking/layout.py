@@ -2,7 +2,7 @@
 
 The layout follows the data model's declarations (``for_settings``): one column per declared item attribute and
 per-type columns named after the declared event types, so a catalogue with other attributes or types has another
-layout. ``features.build`` writes every column by name through this declaration, ``ItemTable.static_features`` orders its
+layout. ``features.build`` writes every column by name through this declaration, ``ItemTable.static`` orders its
 block by it, bundles record it in their metadata, and a bundle whose names, order or dtype differ is refused
 (``bundle.load``). Reordering two names here therefore reorders the matrix consistently (and makes existing bundles
 refuse to load until retrained); it can never feed a model columns in an order it was not trained on.
@@ -105,7 +105,7 @@ def for_declaration(attributes: tuple[str, ...], types: tuple[str, ...]) -> Feat
     declaration. Per-type columns: a log count of each type, and the rate of each stronger type relative to the
     first (``rate_names``)."""
     return FeatureLayout(groups=(
-        # Per item, independent of user and clock: computed once per item table (``ItemTable.static_features``).
+        # Per item, independent of user and clock: computed once per item table (``ItemTable.static``).
         ("item_static", (
             "item_log_price", "item_price_vs_category", *(f"item_attr_{a}" for a in attributes),
             *(f"item_log_{t}" for t in types), *(f"item_{t}_rate" for t in types[1:]), "item_log_pop_rank", "item_log_category_rank", "item_log_category_size",

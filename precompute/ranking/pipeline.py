@@ -75,8 +75,8 @@ class Pipeline:
 
     def _install(self, new_bundle: bundles.Bundle, items: ItemTable) -> None:
         self.cov = index_for(items, new_bundle.pairs)
-        # Warm what is built lazily (the static item feature block, CatBoost's evaluator) here, so a worker does
-        # it once before forking instead of every work horse doing it on its first batch.
+        # Warm CatBoost's evaluator here, so a worker does it once before forking instead of every work horse doing
+        # it on its first batch (the item table's blocks are built when it is made).
         scoring.score(new_bundle.model, np.zeros((1, len(items.layout)), dtype=np.float32, order="F"))
         self.bundle, self.items, self.work = new_bundle, items, Workspace.for_items(len(items))
         self.arms = self._arms(*experiment_arms.Arms.read(self.engine))
