@@ -9,6 +9,7 @@ from flask import Flask
 from precompute.logs import configure as configure_logs
 from precompute.data.engine import make_engine
 from precompute.experiments.directory import Directory
+from precompute.experiments.impressions import ImpressionBuffer
 from precompute.feeds.client import clients
 from precompute.feeds import cursor
 from precompute.feeds.item_states import ItemStates
@@ -33,6 +34,13 @@ def create_app(settings: Settings | None = None, test_config: dict | None = None
     keys = Keys(settings.key_prefix)
     queue_redis, r = clients(settings)
     engine = make_engine(settings.database_url, settings)
+    impressions = None
+    if settings.impressions:
+        from jobs.queues import schedule_collect
+
+        impressions = ImpressionBuffer(queue_redis, keys.impressions, settings.impressions_flush_ms,
+                                       settings.impressions_buffer_max,
+                                       on_sent=lambda n: schedule_collect(settings, queue_redis))
     from . import (boosts, dashboard, errors, events, feed, health, items, metrics, observe, openapi,
                    rq_panel)
 
@@ -50,6 +58,7 @@ def create_app(settings: Settings | None = None, test_config: dict | None = None
         item_states=ItemStates(r, keys),
         metrics=ApiMetrics(settings, queue_redis),
         experiments=Directory(engine),
+        impressions=impressions,
         openapi=openapi.spec(settings),
     )
     configure_logs(settings)

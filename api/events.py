@@ -16,7 +16,7 @@ import time
 
 from flask import Blueprint, g
 
-from jobs.queues import notify_changed
+from jobs.queues import notify_changed, schedule_collect
 from precompute.data.event_types import EventTypes
 from precompute.data.recording import NewEvent, record
 from precompute.errors import InvalidInput, TooManyRequests
@@ -61,10 +61,13 @@ def post_events():
             key = svc.keys.seen(uid)
             pipe.zremrangebyrank(key, 0, -settings.seen_recent_max - 1)
             pipe.expire(key, settings.feed_ttl)
+        svc.item_states.advance_clock(max(e.ts for e in events), pipe)     # the clock pages are timed on
         pipe.execute()
     # Every user of the request, not only those with newly stored events: a client retrying after a 503 that
     # came after the commit gets "duplicates" back, and its users must still be recomputed.
     notify_changed(settings, svc.queue_redis, {e.user_id for e in events})
+    if svc.impressions is not None and result.accepted:
+        schedule_collect(settings, svc.queue_redis)           # the new events are attributed to served pages
     return json_response({"accepted": result.accepted, "duplicates": result.duplicates,
                           "items_created": result.items_created}, 202)
 

@@ -7,7 +7,9 @@ scroll."""
 
 from __future__ import annotations
 
-from flask import Blueprint, request
+import time
+
+from flask import Blueprint, g, request
 
 from precompute.errors import InvalidInput
 from precompute.feeds import cursor
@@ -16,7 +18,7 @@ from .auth import require
 from .errors import json_response
 from .fallback import fallback
 from .parse import path_id, query_int
-from .services import services
+from .services import Services, services
 
 bp = Blueprint("feed", __name__)
 
@@ -48,8 +50,13 @@ def get_feed(user_id: str):
         next_cursor = svc.cursors.next(scroll, [i for i, _, _ in page.items], n_boosted)
     items = [{"item_id": i, "score": round(s, 6), "boosted": b} for i, s, b in page.items]
     svc.metrics.feed(page.source, n_boosted, header.computed_at if header else None)
-    experiment, arm = svc.experiments.label(uid, header.experiment if header else None,
-                                            header.arm if header else None)
+    experiment_id, arm_index, experiment, arm = svc.experiments.place(uid, header.experiment if header else None,
+                                                                      header.arm if header else None)
+    served_at = served_clock(svc)
+    if svc.impressions is not None:
+        svc.impressions.record(uid, experiment_id, arm_index, served_at, scroll.slots if scroll else offset,
+                               [i for i, _, _ in page.items], g.get("request_id") or "")
+    svc.metrics.page(experiment, arm, len(page.items))
     return json_response({
         "user_id": uid,
         "items": items,
@@ -59,7 +66,24 @@ def get_feed(user_id: str):
         "history_version": header.history_version if header else None,
         "experiment": experiment,
         "arm": arm,
+        "served_at": served_at,
         "next_cursor": next_cursor,
         **({"restarted": True} if restarted else {}),
     })
 
+
+
+def served_clock(svc: Services) -> float:
+    """The time a page is served at, on the events' clock (the newest accepted event time: a log replayed with its
+    own times is attributed as live traffic is), as this process read it with the item states. Unset (a Redis that
+    lost it, a log only imported): the database's newest event time, written back so that one read restores it."""
+    clock = svc.pages.states.clock
+    if clock is None:
+        from precompute.data.clock import newest_event
+
+        with svc.engine.connect() as conn:
+            clock = newest_event(conn)
+        clock = time.time() if clock is None else clock
+        svc.item_states.advance_clock(clock)
+        svc.pages.states.clock = clock
+    return clock

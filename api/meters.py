@@ -57,6 +57,11 @@ class ApiMetrics:
         self.age = Histogram("prefeed_feed_age_seconds", "age of each precomputed feed served (now − its "
                              "computed_at)", buckets=AGE_BUCKETS, registry=own)
         self._by_source = {s: self.feeds.labels(source=s) for s in ("precomputed", "fallback")}
+        self.pages = Counter("prefeed_experiment_pages_served", "pages served, by experiment and arm (\"\" outside "
+                             "any)", ["experiment", "arm"], registry=own)
+        self.impressions = Counter("prefeed_experiment_impressions_served", "items on the pages served, by "
+                                   "experiment and arm", ["experiment", "arm"], registry=own)
+        self._by_arm: dict[tuple, tuple] = {}
         self._latency: dict[tuple[str, str, int], object] = {}
         self.registry.register(Backlog(settings, queue_redis))
 
@@ -73,6 +78,17 @@ class ApiMetrics:
             self.boosted.inc(boosted)
         if computed_at is not None:
             self.age.observe(max(0.0, time.time() - computed_at))
+
+
+    def page(self, experiment: str | None, arm: str | None, items: int) -> None:
+        key = (experiment, arm)
+        children = self._by_arm.get(key)
+        if children is None:    # bounded: the experiments' arms
+            labels = dict(experiment=experiment or "", arm=arm or "")
+            children = self._by_arm[key] = (self.pages.labels(**labels), self.impressions.labels(**labels))
+        children[0].inc()
+        if items:
+            children[1].inc(items)
 
 
 class Backlog:

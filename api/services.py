@@ -14,6 +14,7 @@ from precompute.feeds.keys import Keys
 from precompute.feeds.limits import Limiter
 from precompute.feeds.page import PageReader
 from precompute.experiments.directory import Directory
+from precompute.experiments.impressions import ImpressionBuffer
 from precompute.settings import Settings
 
 from .keyring import Keyring
@@ -37,6 +38,7 @@ class Services:
     item_states: ItemStates     # writes inactive items and boosts to Redis
     metrics: ApiMetrics         # what /metrics renders
     experiments: Directory      # which experiment and arm a page belongs to (read from the database every 2 s)
+    impressions: ImpressionBuffer | None    # records every page served (None: PREFEED_IMPRESSIONS=off)
     openapi: dict               # the OpenAPI document, built once (it depends on settings only)
 
 

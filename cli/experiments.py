@@ -1,4 +1,5 @@
-"""Experiments: ``experiments create NAME --arm NAME=SPEC …``, ``experiments list``, ``experiments stop NAME``.
+"""Experiments: ``experiments create NAME --arm NAME=SPEC …``, ``experiments list``, ``experiments report NAME``,
+``experiments stop NAME``.
 
 The rules (specs, shares, slots, the user hashes) are ``precompute/experiments``'s; these commands parse the
 arguments and print. docs/experiments.md says how to run an experiment.
@@ -22,7 +23,7 @@ from .embedded import ensure_redis
 
 @cli.group()
 def experiments() -> None:
-    """Experiments: arms that rank a share of the users each (create, list, stop)."""
+    """Experiments: arms that rank a share of the users each (create, list, report, stop)."""
 
 
 @command(experiments, name="create")
@@ -70,6 +71,77 @@ def list_(obj, as_json: bool) -> None:
     echo_table([("NAME", "STATUS", "USERS", "ARMS (SPEC SHARE)", "CREATED (UTC)", "STOPPED (UTC)", "WINNER")]
                + [(e.name, e.status, f"{e.users:g}", _arms(e), _when(e.created_at), _when(e.stopped_at),
                    e.winner or "—") for e in found])
+
+
+@command(experiments, name="report")
+@click.argument("name")
+@click.option("--metric", default=None, metavar="TYPE",
+              help="The event type the ratios and the verdict are on: its attributed events per exposed user  "
+                   "[default: click when declared, else the type of greatest weight]")
+@click.option("--json", "as_json", is_flag=True, help="The report as one JSON object.")
+@click.pass_obj
+def report(obj, name: str, metric: str | None, as_json: bool) -> None:
+    """Per arm: exposed users, pages, impressions and attributed events (per user, per impression, 95% intervals);
+    each arm's ratio to the control, the verdict and the sample-ratio check. Pages still buffered are taken in
+    first, so the counts are exact as of now."""
+    from precompute.experiments import report as reports
+
+    settings = obj.settings
+    engine = ready_engine(settings)
+    found = {e.name: e for e in registry.all_experiments(engine)}.get(name)
+    if found is None:
+        raise InvalidInput(f"no experiment is called {name!r} (see `manage.py experiments list`)")
+    names = tuple(n for n, _ in settings.event_types)
+    if metric is None:
+        metric = "click" if "click" in names else max(settings.event_types, key=lambda t: t[1])[0]
+    if metric not in names:
+        raise InvalidInput(f"--metric {metric!r}: not an event type ({', '.join(names)})")
+    _take_in(settings, engine)
+    out = reports.build(engine, found, names, metric)
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+        return
+    rows = [("ARM", "SPEC", "SHARE", "USERS", "PAGES", "IMPRESSIONS", metric.upper(), "PER USER (95%)", "PER IMPR.",
+             "RATIO (95%)")]
+    for a in out["arms"]:
+        e = a["events"][metric]
+        rows.append((a["name"], a["spec"], f"{a['share']:g}", a["users"], a["pages"], a["impressions"],
+                     e["attributed"], f"{_num(e['per_user'])} {_iv(e['interval'])}", _num(e["per_impression"]),
+                     f"{_num(a['ratio'])} {_iv(a['ratio_interval'])}"))
+    echo_table(rows)
+    p = out["sample_ratio_p"]
+    click.echo(f"verdict on {out['metric_means']}: {out['verdict'] or 'none (no interval excludes 1)'}")
+    click.echo(f"sample ratio: p = {_num(p)}" + (" — FLAGGED: the split is not the shares; trust no ratio"
+                                                 if out["sample_ratio_flagged"] else " (fine)"))
+
+
+def _take_in(settings, engine) -> None:
+    """Move every page still buffered to the database and attribute every event stored before now: wait until the
+    API processes have sent the pages served before those events, then collect through them."""
+    import redis
+
+    from precompute.experiments.collect import collect, newest_event_id, settle_seconds
+    from precompute.feeds.client import clients
+
+    through = newest_event_id(engine)
+    settings = ensure_redis(settings)
+    try:
+        r = clients(settings)[0]
+        time.sleep(settle_seconds(settings))
+        if collect(engine, r, settings, through=through, lock_wait=120) is None:
+            click.echo("warning: a collection held the lock for 2 minutes; the report may miss the newest pages",
+                       err=True)
+    except redis.RedisError as exc:
+        click.echo(f"warning: the pages buffered in Redis could not be taken in ({type(exc).__name__}); the report "
+                   "counts what the database holds", err=True)
+
+
+def _num(x) -> str:
+    return "—" if x is None else f"{x:.4g}"
+
+
+def _iv(iv) -> str:
+    return "" if iv is None else f"[{iv[0]:.3g}, {iv[1]:.3g}]"
 
 
 @command(experiments, name="stop")

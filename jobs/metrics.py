@@ -45,6 +45,14 @@ MODEL = Gauge("prefeed_model_version", "the model bundle version workers rank wi
               multiprocess_mode="mostrecent", registry=None)
 LOADS = Counter("prefeed_bundle_loads", "loads of a model bundle and item matrices by worker processes (the one "
                 "before the fork counted once)", registry=None)
+PAGES = Counter("prefeed_experiment_pages_collected", "served pages stored in the database, by experiment and arm "
+                "(\"\" outside any)", ["experiment", "arm"], registry=None)
+IMPRESSIONS = Counter("prefeed_experiment_impressions_collected", "items on the served pages stored, by experiment "
+                      "and arm", ["experiment", "arm"], registry=None)
+ATTRIBUTED = Counter("prefeed_attributed_events", "events attributed to the page that served their item, by "
+                     "experiment, arm and event type", ["experiment", "arm", "type"], registry=None)
+LOST = Counter("prefeed_impressions_lost", "served pages that never reached the database (a Redis that restarted "
+               "empty, a buffer over PREFEED_IMPRESSIONS_BUFFER_MAX)", registry=None)
 
 _OUTCOMES = {Result.Type.SUCCESSFUL: "finished", Result.Type.FAILED: "failed", Result.Type.RETRIED: "retried",
              Result.Type.MAX_RETRIES_EXCEEDED: "failed", Result.Type.STOPPED: "stopped"}
@@ -103,6 +111,12 @@ def record_job(job: Job, started: float, seconds: float) -> None:
     ITEMS.inc(summary.get("scored_items", 0))
     WRITTEN.inc(summary.get("written", 0))
     KEPT.inc(summary.get("kept_newer", 0))
+    for experiment, arm, pages, items in summary.get("served", ()):
+        PAGES.labels(experiment=experiment, arm=arm).inc(pages)
+        IMPRESSIONS.labels(experiment=experiment, arm=arm).inc(items)
+    for experiment, arm, kind, n in summary.get("attributed_by", ()):
+        ATTRIBUTED.labels(experiment=experiment, arm=arm, type=kind).inc(n)
+    LOST.inc(summary.get("lost", 0))
     if log.isEnabledFor(logging.INFO):
         log.info("job", extra={"fields": {
             "job_id": job.id, "function": function, "outcome": outcome, "duration_ms": round(seconds * 1000, 3),

@@ -19,6 +19,7 @@ from precompute.settings import Settings
 RECOMPUTE = "jobs.tasks.recompute_users"
 DRAIN = "jobs.tasks.drain_dirty"
 REASSIGN = "jobs.tasks.mark_reassigned"
+COLLECT = "jobs.tasks.collect_impressions"
 
 
 def make_queue(settings: Settings, r: redis.Redis) -> Queue:
@@ -94,6 +95,23 @@ def enqueue_reassign(settings: Settings, r: redis.Redis, experiment_id: int, aft
         queue.enqueue(REASSIGN, **kwargs)
     else:
         queue.enqueue_at(datetime.fromtimestamp(at, tz=timezone.utc), REASSIGN, **kwargs)
+
+
+def schedule_collect(settings: Settings, r: redis.Redis, delay: float | None = None) -> bool:
+    """Make sure a collector job (``collect_impressions``) runs ``delay`` seconds from now (default
+    ``PREFEED_IMPRESSIONS_COLLECT_INTERVAL``), unless one is already scheduled: a flag that lives until then keeps it
+    one at a time. True if this call scheduled it."""
+    delay = settings.impressions_collect_interval if delay is None else delay
+    flag = Keys(settings.key_prefix).impressions_scheduled
+    if not r.set(flag, 1, nx=True, px=max(1, int(delay * 1000))):
+        return False
+    try:
+        make_queue(settings, r).enqueue_at(datetime.fromtimestamp(time.time() + delay, tz=timezone.utc), COLLECT,
+                                           retry=retry(settings), result_ttl=600, failure_ttl=7 * 86400)
+    except BaseException:
+        r.delete(flag)
+        raise
+    return True
 
 
 def backlog(settings: Settings, r: redis.Redis) -> dict:

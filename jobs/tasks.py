@@ -10,6 +10,7 @@ from rq import get_current_job
 
 from precompute.errors import InvalidInput
 from precompute.feeds.dirty import DirtyUsers
+from precompute.feeds.keys import Keys
 from precompute.feeds.refresh import FeedClocks
 from precompute.ranking.pipeline import STAGES
 
@@ -94,6 +95,38 @@ def mark_reassigned(experiment_id: int, after: int = 0) -> dict:
         queues.enqueue_reassign(settings, r, experiment_id, ids[-1], at=time.time() + settings.reassign_interval)
     return {"experiment": experiment_id, "looked_at": len(ids), "marked": len(moved),
             "next_after": ids[-1] if len(ids) == settings.reassign_batch else None}
+
+
+def collect_impressions() -> dict:
+    """Move the served pages buffered in Redis to the database and attribute the events stored since
+    (``precompute/experiments/collect.py``); scheduled by the API when it sends pages or accepts events, and again by
+    itself while events wait for attribution."""
+    from precompute.data.event_types import EventTypes
+    from precompute.experiments.collect import collect, settle_seconds
+    from precompute.experiments.registry import all_experiments
+
+    pipeline = context.get()
+    settings, r = pipeline.settings, context.queue_redis()
+    done = collect(pipeline.engine, r, settings)
+    if done is None:                    # another collection is running: it reschedules itself if needed
+        queues.schedule_collect(settings, r)
+        return {"collected": False}
+    if done.waiting or r.llen(Keys(settings.key_prefix).impressions):
+        queues.schedule_collect(settings, r, max(settings.impressions_collect_interval, settle_seconds(settings)))
+    names = {e.id: e for e in all_experiments(pipeline.engine)} if done.by_type or done.served else {}
+    types = dict(enumerate(EventTypes.of(settings).names, start=1))
+
+    def arm(experiment: int, index: int) -> tuple[str, str]:
+        found = names.get(experiment)
+        if found is None or not 0 <= index < len(found.arms):
+            return "", ""
+        return found.name, found.arms[index].name
+
+    return {"collected": True, "pages": done.pages, "stored": done.stored, "malformed": done.malformed,
+            "lost": done.lost, "events": done.events, "attributed": done.attributed, "pruned": done.pruned,
+            "served": [[*arm(e, a), n, m] for (e, a), (n, m) in sorted(done.served.items())],
+            "attributed_by": [[*arm(e, a), types.get(t, str(t)), n] for (e, a, t), n in sorted(done.by_type.items())],
+            "process": context.stats()}
 
 
 def _drain_later(settings, r, dirty: DirtyUsers) -> None:

@@ -133,3 +133,76 @@ class StoredExperiment(Base):
     created_at: Mapped[float] = mapped_column(Float)            # epoch s
     stopped_at: Mapped[float | None] = mapped_column(Float, default=None)
     winner: Mapped[str | None] = mapped_column(String(32), default=None)
+
+
+class ServedPage(Base):
+    """A page ``GET /feed`` served (``precompute/experiments/impressions.py``): kept ``PREFEED_IMPRESSIONS_KEEP`` on
+    the events' clock, as long as an event may be attributed to it. ``(writer, seq)`` names it: the API process
+    that served it and its sequence number there, so a batch moved twice is stored once."""
+
+    __tablename__ = "served_pages"
+    __table_args__ = (Index("ix_served_pages_user", "user_id", "served_at"),
+                      Index("ix_served_pages_served_at", "served_at"))
+
+    writer: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    seq: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    user_id: Mapped[int] = mapped_column(BigInteger)
+    experiment: Mapped[int] = mapped_column(Integer)          # 0: outside any experiment
+    arm: Mapped[int] = mapped_column(SmallInteger)            # index in the experiment's arms; 0 outside
+    served_at: Mapped[float] = mapped_column(Float)           # the events' clock when it was served
+    position: Mapped[int] = mapped_column(Integer)            # 0-based place of its first item in the user's scroll
+    items: Mapped[bytes] = mapped_column(LargeBinary)         # item ids, int64 little-endian, in page order
+    request_id: Mapped[str] = mapped_column(String(64))
+
+
+class Exposure(Base):
+    """What the report counts of one user in one arm: pages and items served, kept for good (one row per user and
+    arm, however many pages)."""
+
+    __tablename__ = "exposures"
+
+    experiment: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    arm: Mapped[int] = mapped_column(SmallInteger, primary_key=True, autoincrement=False)
+    user_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    pages: Mapped[int] = mapped_column(BigInteger)
+    impressions: Mapped[int] = mapped_column(BigInteger)
+    first_served_at: Mapped[float] = mapped_column(Float)
+
+
+class Attribution(Base):
+    """An event attributed to the newest page that served its item to its user within
+    ``PREFEED_ATTRIBUTION_WINDOW`` before it; events without a row are organic."""
+
+    __tablename__ = "attributions"
+    __table_args__ = (Index("ix_attributions_experiment", "experiment", "arm", "user_id"),)
+
+    event_id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=False)
+    experiment: Mapped[int] = mapped_column(Integer)
+    arm: Mapped[int] = mapped_column(SmallInteger)
+    user_id: Mapped[int] = mapped_column(BigInteger)
+    type: Mapped[int] = mapped_column(SmallInteger)
+    position: Mapped[int] = mapped_column(Integer)
+    served_at: Mapped[float] = mapped_column(Float)
+
+
+class ImpressionWriter(Base):
+    """Per API process that served pages: the newest sequence number stored and the pages found missing (a gap:
+    lost with a Redis that restarted empty, or dropped over ``PREFEED_IMPRESSIONS_BUFFER_MAX``)."""
+
+    __tablename__ = "impression_writers"
+
+    writer: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    last_seq: Mapped[int] = mapped_column(BigInteger)
+    lost: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class CollectorMark(Base):
+    """The collector's marks (``precompute/experiments/collect.py``): ``attributed`` (events up to this id are
+    attributed) and ``settling`` (the newest event id when a collection ran, and when: attributed once the pages
+    served before those events have surely reached the database)."""
+
+    __tablename__ = "collector_marks"
+
+    name: Mapped[str] = mapped_column(String(16), primary_key=True)
+    event_id: Mapped[int] = mapped_column(BigInteger)
+    at: Mapped[float] = mapped_column(Float, default=0.0)

@@ -45,17 +45,19 @@ class Directory:
             self.running = [e for e in every if e.status == RUNNING]
             self.read_at = now
 
-    def label(self, user_id: int, experiment: int | None, arm: int | None) -> tuple[str | None, str | None]:
-        """``(experiment name, arm name)`` of a page: of the feed's ``experiment`` id and ``arm`` index when the page
-        is precomputed (``experiment`` 0: none), of the user's assignment now when it is a fallback (None)."""
+    def place(self, user_id: int, experiment: int | None, arm: int | None) -> tuple[int, int, str | None,
+                                                                               str | None]:
+        """``(experiment id, arm index, experiment name, arm name)`` of a page, ``(0, 0, None, None)`` outside any:
+        of the feed's ``experiment`` id and ``arm`` index when the page is precomputed (``experiment`` 0: none), of
+        the user's assignment now when it is a fallback (None)."""
         self.refresh()
         if experiment is None:
             which, arm = assign_one(self.running, user_id)
             if which < 0:
-                return None, None
+                return 0, 0, None, None
             found = self.running[which]
         else:
             found = self.by_id.get(experiment) if experiment else None
             if found is None or not 0 <= arm < len(found.arms):
-                return None, None
-        return found.name, found.arms[arm].name
+                return 0, 0, None, None
+        return found.id, arm, found.name, found.arms[arm].name

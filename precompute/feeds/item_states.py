@@ -15,6 +15,9 @@ moved it fetches only the (de)activations after the ``seq`` it holds, and the bo
 small).
 It reloads everything when the epoch changed or the reactivations it missed were trimmed. A change is therefore
 visible to every API process within the refresh interval plus one round trip.
+
+The same read brings the events' clock, ``clock``: the newest time of an event ``POST /events`` accepted, which
+served pages are timed on (``served_at``, for attribution: ``precompute/experiments/collect.py``).
 """
 
 from __future__ import annotations
@@ -70,13 +73,26 @@ return {seq, 1}
 """ % dict(keep=REACTIVATED_KEEP)
 
 
+# KEYS: the clock. ARGV[1]: an accepted event's time (epoch s). The clock moves forward only.
+_ADVANCE = """
+local now = redis.call('GET', KEYS[1])
+if not now or tonumber(ARGV[1]) > tonumber(now) then redis.call('SET', KEYS[1], ARGV[1]) end
+"""
+
+
 class ItemStates:
-    """Writes the item states (API admin routes, workers replacing the inactive set)."""
+    """Writes the item states (API admin routes, workers replacing the inactive set) and the events' clock."""
 
     def __init__(self, r: redis.Redis, keys: Keys) -> None:
         self.r = r
         self.keys = keys
         self._change = r.register_script(_CHANGE)
+        self._advance = r.register_script(_ADVANCE)
+
+    def advance_clock(self, ts: float, pipe=None) -> None:
+        """Move the events' clock (the newest accepted event time, which pages are timed on) to ``ts`` if later;
+        in ``pipe`` when given."""
+        self._advance(keys=[self.keys.live_clock], args=[repr(float(ts))], client=pipe)
 
     def _run(self, *args) -> list[int]:
         k = self.keys
@@ -115,6 +131,7 @@ class ItemStatesCopy:
         self.refresh_s = refresh_ms / 1000.0
         self.seq = self.epoch = -1
         self.checked = float("-inf")
+        self.clock: float | None = None                       # the events' clock as last read; None: not set
         self.inactive = np.empty(0, dtype=np.int64)          # sorted: 8 bytes per deactivated item
         self.boosts: dict[int, tuple[float, float]] = {}     # item id -> (weight, expires_at epoch s)
         # The span [start, until) of epoch s over which the boosts in force do not change, and them (id -> weight).
@@ -125,7 +142,9 @@ class ItemStatesCopy:
         if not force and now - self.checked < self.refresh_s:
             return
         k = self.keys
-        seq, epoch = (int(x or 0) for x in self.r.mget(k.live_seq, k.live_epoch))
+        seq, epoch, clock = self.r.mget(k.live_seq, k.live_epoch, k.live_clock)
+        seq, epoch = int(seq or 0), int(epoch or 0)
+        self.clock = None if clock is None else float(clock)
         if seq != self.seq or epoch != self.epoch:
             # A counter that went back (Redis lost data) means the copy cannot be caught up: reload it whole.
             self._load(epoch != self.epoch or seq < self.seq)

@@ -29,11 +29,15 @@ class Keys:
         self.live_inactive = f"{live}inactive"         # zset item id -> seq of its deactivation
         self.live_reactivated = f"{live}reactivated"   # zset item id -> seq of its reactivation
         self.live_boosts = f"{live}boosts"             # hash item id -> "weight expires_at"
+        self.live_clock = f"{live}clock"               # the events' clock: the newest accepted event time
         self.dirty = f"{prefix}dirty"                  # zset user_id -> time it may next be claimed (queue Redis)
         self.recomputed = f"{prefix}recomputed"        # zset user_id -> time of its last claim (queue Redis)
         self.feed_clock = f"{prefix}feed_clock"        # zset user_id -> log clock its feed was computed at (queue Redis)
         self.drain_flag = f"{prefix}drain:pending"
         self.drain_scheduled_flag = f"{prefix}drain:scheduled"
+        self.impressions = f"{prefix}impressions"      # list of served pages' records (queue Redis)
+        self.impressions_lock = f"{prefix}impressions:lock"             # one collector at a time
+        self.impressions_scheduled = f"{prefix}impressions:scheduled"   # a collector job is scheduled
         self.cursor_secret = f"{prefix}cursor:secret"   # signs cursors, unless PREFEED_CURSOR_SECRET (queue Redis)
         # Popular lists hold 64-bit ids, all in one slot so they are replaced in one transaction.
         self.popular_global = f"{prefix}{{popular}}:global"

@@ -2,11 +2,11 @@
 
 Every tunable is a field of ``Settings`` declared with ``setting(...)`` (``environment.py``) in one of the groups
 ``Settings`` inherits: where state lives (``connections.py``), what the pipeline reads and precomputes
-(``pipeline.py``), what the API accepts (``serving.py``), the job side (``workers.py``) and the ranking's candidate
-sources and training (``ranking.py``). Its environment variable, default, unit and meaning live in that one
-declaration. ``from_env`` parses the environment from it, ``as_env`` writes it back for child processes, and
-``markdown_table`` renders the table of ``docs/configuration.md`` (``manage.py docs`` writes the page;
-``tests/test_settings.py`` checks they agree).
+(``pipeline.py``), what the API accepts (``serving.py``), the job side (``workers.py``), the ranking's candidate
+sources and training (``ranking.py``) and experiments' impressions (``experiments.py``). Its environment
+variable, default, unit and meaning live in that one declaration. ``from_env`` parses the environment from it,
+``as_env`` writes it back for child processes, and ``markdown_table`` renders the table of
+``docs/configuration.md`` (``manage.py docs`` writes the page; ``tests/test_settings.py`` checks they agree).
 Code receives a ``Settings`` (or the values it needs) from its caller; nothing reads a module-level default.
 """
 
@@ -22,6 +22,7 @@ from .connections import ConnectionSettings, check_url, normalize_database_url, 
 from ..units import DAY
 from .environment import as_env as _as_env, markdown_table as _markdown_table, public as _public
 from .environment import values_from_env as _values_from_env, without_config as _without_config
+from .experiments import ExperimentSettings
 from .pipeline import PipelineSettings
 from .ranking import TRAIN_LABELS, TRAIN_LOSSES, RankingSettings
 from .serving import ServingSettings
@@ -32,9 +33,10 @@ __all__ = ("DAY", "LOG_LEVELS", "TRAIN_LABELS", "TRAIN_LOSSES", "Settings", "mar
 
 
 @dataclasses.dataclass(frozen=True)
-class Settings(RankingSettings, WorkerSettings, ServingSettings, PipelineSettings, ConnectionSettings):
+class Settings(ExperimentSettings, RankingSettings, WorkerSettings, ServingSettings, PipelineSettings,
+               ConnectionSettings):
     """Every setting. A dataclass takes its bases' fields from the last base to the first, so they run, here and in
-    ``docs/configuration.md``: connections, pipeline, serving, workers, ranking."""
+    ``docs/configuration.md``: connections, pipeline, serving, workers, ranking, experiments."""
 
     def __post_init__(self) -> None:
         # Paths derived from ``var_dir`` unless given (the empty default means "derive").
@@ -51,6 +53,9 @@ class Settings(RankingSettings, WorkerSettings, ServingSettings, PipelineSetting
             object.__setattr__(self, "model_dir", Path(self.var_dir) / "models")
         if self.page_limit_default > self.page_limit_max:
             raise ConfigError("PREFEED_PAGE_LIMIT_DEFAULT must not exceed PREFEED_PAGE_LIMIT_MAX")
+        if self.impressions_keep < self.attribution_window:
+            raise ConfigError("PREFEED_IMPRESSIONS_KEEP must be at least PREFEED_ATTRIBUTION_WINDOW: a page must be "
+                              "kept as long as an event may be attributed to it")
         for name, allowed in (("log_level", LOG_LEVELS), ("train_loss", ("auto", *TRAIN_LOSSES)),
                               ("train_labels", TRAIN_LABELS)):
             if getattr(self, name) not in allowed:

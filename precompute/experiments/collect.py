@@ -1,0 +1,284 @@
+"""The collector: served pages from Redis to the database, and the events stored since attributed to them.
+
+One collection (one at a time, under a Redis lock):
+
+1. **Pages.** The Redis list the API processes append to (``impressions.py``) is read a batch at a time; each batch
+   is stored in one transaction (``served_pages``, and each user's ``exposures`` counts for the report), then
+   trimmed from the list. A batch stored but not trimmed (the job died between) is read again and stores nothing
+   twice: a page is named by ``(writer, seq)``. Gaps in a writer's numbers are counted lost.
+2. **Attribution.** An event is attributed to the newest page that served its item to its user at or before the
+   event's time and at most ``PREFEED_ATTRIBUTION_WINDOW`` before it (its experiment, arm and position); others are
+   organic. Events are attributed in id order, once the pages served before them have surely reached the database:
+   an API process sends its pages every ``PREFEED_IMPRESSIONS_FLUSH_MS``, so the events stored before a collection
+   are attributed by the first collection at least ``settle`` seconds later (the ``settling`` mark). ``experiments
+   report`` waits that long itself and attributes every event stored when it began: its counts are exact then.
+3. **Retention.** Pages served more than ``PREFEED_IMPRESSIONS_KEEP`` before the events' clock are deleted, and
+   such pages still in Redis are dropped unstored (``expired``): read again after their twins were deleted, they
+   would be counted twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+
+import numpy as np
+import redis
+from sqlalchemy import Engine, delete, func, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from ..data.clock import newest_event
+from ..data.tables import Attribution, CollectorMark, Event, Exposure, ImpressionWriter, ServedPage
+from ..errors import as_prefeed_error, database_errors
+from ..feeds.keys import Keys
+from ..settings import Settings
+from .impressions import Impression, unpack
+
+log = logging.getLogger(__name__)
+
+#: Pages read from Redis and stored per transaction; events attributed per transaction.
+PAGE_BATCH = 2000
+EVENT_BATCH = 20_000
+#: Rows per INSERT statement (SQLite allows 32,766 bound values in one).
+ROWS_PER_INSERT = 1000
+
+
+@dataclasses.dataclass
+class Collected:
+    pages: int = 0              # records read from Redis
+    stored: int = 0             # of them stored now (the others were stored before: a batch read again)
+    malformed: int = 0          # records that were not impression records (dropped)
+    expired: int = 0            # records older than PREFEED_IMPRESSIONS_KEEP (dropped: read again after pruning,
+                                # they would be counted twice)
+    lost: int = 0               # pages found missing (gaps in a writer's numbers)
+    attributed: int = 0         # events attributed now
+    events: int = 0             # events looked at
+    pruned: int = 0             # pages deleted past PREFEED_IMPRESSIONS_KEEP
+    #: (experiment, arm) -> [pages, impressions] stored now; (experiment, arm, event type) -> events attributed now
+    served: dict = dataclasses.field(default_factory=dict)
+    by_type: dict = dataclasses.field(default_factory=dict)
+    waiting: bool = False       # events stored, not yet attributed: another collection is needed
+
+
+def settle_seconds(settings: Settings) -> float:
+    """How long after an event is stored every page served before it has reached Redis: two flush intervals and a
+    second for a busy process's thread."""
+    return 2 * settings.impressions_flush_ms / 1000.0 + 1.0
+
+
+def newest_event_id(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(select(func.max(Event.id))).scalar() or 0)
+
+
+def collect(engine: Engine, r: redis.Redis, settings: Settings, through: int | None = None,
+            lock_wait: float = 0.0) -> Collected | None:
+    """One collection (see the module doc). ``through``: attribute every event up to this id now (the report, once
+    it has waited ``settle_seconds``); else the settling rule. None when another collection holds the lock for more
+    than ``lock_wait`` seconds."""
+    keys = Keys(settings.key_prefix)
+    lock = r.lock(keys.impressions_lock, timeout=600, blocking_timeout=lock_wait)
+    if not lock.acquire(blocking=lock_wait > 0):
+        return None
+    try:
+        now, newest = time.time(), newest_event_id(engine)
+        done = Collected()
+        try:
+            with engine.connect() as conn:
+                clock = newest_event(conn)
+            oldest = float("-inf") if clock is None else clock - settings.impressions_keep
+            _move_pages(engine, r, keys.impressions, oldest, done)
+            target = through if through is not None else _settled(engine, settings, newest, now)
+            attributed_to = _attribute(engine, settings, target, done) if target else _mark(engine, "attributed")
+            done.waiting = newest > attributed_to
+            done.pruned = _prune(engine, oldest)
+        except database_errors() as exc:
+            raise as_prefeed_error(exc) from exc
+        return done
+    finally:
+        try:
+            lock.release()
+        except redis.exceptions.LockError:
+            log.warning("impressions: the collector's lock expired before it finished")
+
+
+def _insert(engine: Engine):
+    return pg_insert if engine.dialect.name == "postgresql" else sqlite_insert
+
+
+def _move_pages(engine: Engine, r: redis.Redis, key: str, oldest: float, done: Collected) -> None:
+    insert = _insert(engine)
+    while True:
+        raw = r.lrange(key, 0, PAGE_BATCH - 1)
+        if not raw:
+            return
+        pages = []
+        for record in raw:
+            try:
+                page = unpack(record)
+            except ValueError:
+                done.malformed += 1
+                continue
+            if page.served_at < oldest:
+                done.expired += 1
+            else:
+                pages.append(page)
+        with engine.begin() as conn:
+            stored = set()
+            for i in range(0, len(pages), ROWS_PER_INSERT):
+                rows = [dict(writer=p.writer, seq=p.seq, user_id=p.user_id, experiment=p.experiment, arm=p.arm,
+                             served_at=p.served_at, position=p.position, items=p.items.astype("<i8").tobytes(),
+                             request_id=p.request_id) for p in pages[i:i + ROWS_PER_INSERT]]
+                stored.update(conn.execute(insert(ServedPage).values(rows).on_conflict_do_nothing()
+                                           .returning(ServedPage.writer, ServedPage.seq)).all())
+            new = [p for p in pages if (p.writer, p.seq) in stored]
+            _count_exposures(conn, insert, new, done)
+            done.lost += _count_gaps(conn, insert, new)
+        r.ltrim(key, len(raw), -1)
+        done.pages += len(raw)
+        done.stored += len(new)
+
+
+def _count_exposures(conn, insert, pages: list[Impression], done: Collected) -> None:
+    per_user: dict[tuple[int, int, int], list] = {}
+    for p in pages:
+        row = per_user.setdefault((p.experiment, p.arm, p.user_id), [0, 0, p.served_at])
+        row[0] += 1
+        row[1] += len(p.items)
+        served = done.served.setdefault((p.experiment, p.arm), [0, 0])
+        served[0] += 1
+        served[1] += len(p.items)
+    rows = [dict(experiment=e, arm=a, user_id=u, pages=n, impressions=m, first_served_at=t)
+            for (e, a, u), (n, m, t) in sorted(per_user.items())]
+    for i in range(0, len(rows), ROWS_PER_INSERT):
+        stmt = insert(Exposure).values(rows[i:i + ROWS_PER_INSERT])
+        conn.execute(stmt.on_conflict_do_update(
+            index_elements=["experiment", "arm", "user_id"],
+            set_={"pages": Exposure.pages + stmt.excluded.pages,
+                  "impressions": Exposure.impressions + stmt.excluded.impressions}))
+
+
+def _count_gaps(conn, insert, pages: list[Impression]) -> int:
+    """Pages missing between the ones stored now and the newest stored before, per writer; the writers' newest
+    numbers move on."""
+    seqs: dict[int, list[int]] = {}
+    for p in pages:
+        seqs.setdefault(p.writer, []).append(p.seq)
+    lost = 0
+    for writer in sorted(seqs):
+        before = conn.execute(select(ImpressionWriter.last_seq).where(ImpressionWriter.writer == writer)).scalar()
+        last, missing = int(before or 0), 0
+        for seq in sorted(seqs[writer]):
+            if seq > last + 1:
+                missing += seq - last - 1
+            last = max(last, seq)
+        stmt = insert(ImpressionWriter).values(writer=writer, last_seq=last, lost=missing)
+        conn.execute(stmt.on_conflict_do_update(index_elements=["writer"], set_={
+            "last_seq": stmt.excluded.last_seq, "lost": ImpressionWriter.lost + stmt.excluded.lost}))
+        lost += missing
+    return lost
+
+
+def _mark(engine: Engine, name: str) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(select(CollectorMark.event_id).where(CollectorMark.name == name)).scalar() or 0)
+
+
+def _set_mark(conn, name: str, event_id: int, at: float = 0.0) -> None:
+    insert = _insert(conn.engine)
+    stmt = insert(CollectorMark).values(name=name, event_id=event_id, at=at)
+    conn.execute(stmt.on_conflict_do_update(index_elements=["name"], set_={"event_id": event_id, "at": at}))
+
+
+def _settled(engine: Engine, settings: Settings, newest: int, now: float) -> int | None:
+    """The event id attribution may reach now: the ``settling`` mark once ``settle_seconds`` old (then the newest
+    event id becomes the mark), None while it is younger."""
+    with engine.begin() as conn:
+        row = conn.execute(select(CollectorMark.event_id, CollectorMark.at)
+                           .where(CollectorMark.name == "settling")).first()
+        if row is not None and now - row.at < settle_seconds(settings):
+            return None
+        _set_mark(conn, "settling", newest, now)
+        return None if row is None else int(row.event_id)
+
+
+def _attribute(engine: Engine, settings: Settings, target: int, done: Collected) -> int:
+    """Attribute the events after the ``attributed`` mark up to ``target``; returns the mark reached."""
+    insert, window = _insert(engine), float(settings.attribution_window)
+    mark = _mark(engine, "attributed")
+    while mark < target:
+        with engine.begin() as conn:
+            events = conn.execute(select(Event.id, Event.user_id, Event.item_id, Event.type, Event.ts)
+                                  .where(Event.id > mark, Event.id <= target).order_by(Event.id)
+                                  .limit(EVENT_BATCH)).all()
+            if not events:
+                mark = target
+                _set_mark(conn, "attributed", mark)
+                break
+            pages = _pages_of(conn, events, window)
+            rows = []
+            for e in events:
+                found = _newest_serving(pages.get(e.user_id, ()), e.item_id, e.ts, window)
+                if found is not None:
+                    page, place = found
+                    rows.append(dict(event_id=e.id, experiment=page.experiment, arm=page.arm, user_id=e.user_id,
+                                     type=e.type, position=page.position + place, served_at=page.served_at))
+            for i in range(0, len(rows), ROWS_PER_INSERT):
+                got = conn.execute(insert(Attribution).values(rows[i:i + ROWS_PER_INSERT])
+                                   .on_conflict_do_nothing().returning(Attribution.experiment, Attribution.arm,
+                                                                       Attribution.type)).all()
+                for key in got:
+                    done.by_type[tuple(key)] = done.by_type.get(tuple(key), 0) + 1
+                done.attributed += len(got)
+            mark = int(events[-1].id)
+            _set_mark(conn, "attributed", mark)
+            done.events += len(events)
+    return mark
+
+
+def _pages_of(conn, events, window: float) -> dict[int, list]:
+    """The pages that may have served the events' items: their users', from ``window`` before the oldest event to
+    the newest, newest first (ties: by writer and number, a fixed order)."""
+    users = sorted({e.user_id for e in events})
+    lo, hi = min(e.ts for e in events) - window, max(e.ts for e in events)
+    found: dict[int, list] = {}
+    for i in range(0, len(users), 500):
+        rows = conn.execute(select(ServedPage.user_id, ServedPage.experiment, ServedPage.arm, ServedPage.served_at,
+                                   ServedPage.position, ServedPage.items, ServedPage.writer, ServedPage.seq)
+                            .where(ServedPage.user_id.in_(users[i:i + 500]), ServedPage.served_at >= lo,
+                                   ServedPage.served_at <= hi)).all()
+        for row in rows:
+            found.setdefault(row.user_id, []).append(row)
+    for pages in found.values():
+        pages.sort(key=lambda p: (p.served_at, p.writer, p.seq), reverse=True)
+    return found
+
+
+def _newest_serving(pages, item_id: int, ts: float, window: float):
+    """``(page, index of the item in it)`` of the newest page served at or before ``ts``, at most ``window``
+    before, that holds ``item_id``; None when none does."""
+    for page in pages:
+        if page.served_at > ts:
+            continue
+        if page.served_at < ts - window:
+            return None                         # newest first: every later one is older still
+        items = np.frombuffer(page.items, dtype="<i8")
+        hit = np.flatnonzero(items == item_id)
+        if len(hit):
+            return page, int(hit[0])
+    return None
+
+
+def _prune(engine: Engine, oldest: float) -> int:
+    with engine.begin() as conn:
+        return conn.execute(delete(ServedPage).where(ServedPage.served_at < oldest)).rowcount or 0
+
+
+def lost_total(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(select(func.coalesce(func.sum(ImpressionWriter.lost), 0))).scalar())
+
+
+
