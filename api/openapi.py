@@ -133,6 +133,9 @@ def spec(settings: Settings) -> dict:
                                    "description": "the experiment the page belongs to; null outside any"},
                     "arm": {"type": ["string", "null"], "description": "its arm: the one that ranked the feed, or "
                             "for a fallback page the user's arm now"},
+                    "served_at": {"type": "number", "description": "when the page was served, on the events' clock "
+                                  "(the newest accepted event time, epoch s): events on its items up to "
+                                  "`PREFEED_ATTRIBUTION_WINDOW` later are attributed to it"},
                     "next_cursor": {"type": ["string", "null"],
                                     "description": "continues this scroll (`?cursor=`); null at the feed's end"},
                     "restarted": {"type": "boolean", "description": "the cursor had expired: the page is the top"},
