@@ -24,10 +24,12 @@ EXPECTED = {
     "protocols": ["log", "cuts", "runs"],
     "ablation": ["log", "cut", "runs"],
     "served": ["served", "evaluated", "served_vs_evaluated", "same_score_share", "late_reads"],
+    "experiment": ["exact", "reports", "simulated", "verdict", "ratio_interval", "aa", "late_reads"],
 }   # hosts needs root and network namespaces: tests/test_hosts.py runs it, or says why it cannot
 #: Counts of things that went wrong, which a quick run must leave at zero: a soak request answered with an error
 #: (or not at all), a freshness event whose feed never carried its version within the deadline, a failed job.
-ZERO = {"soak": ["errors"], "freshness": ["timed_out", "failed_jobs"], "served": ["late_reads"]}
+ZERO = {"soak": ["errors"], "freshness": ["timed_out", "failed_jobs"], "served": ["late_reads"],
+        "experiment": ["late_reads"]}
 
 
 @pytest.mark.timeout(300)
@@ -58,6 +60,9 @@ def test_benchmark_runs_in_quick_mode(name, tmp_path):
                                       for r in result["runs"])
     if name == "served":        # the feeds read over HTTP are the lists the replay protocol judged
         assert result["steps"] > 0 and result["same_score_share"] >= 0.8, result
+    if name == "experiment":    # the report's counts are the simulation's, arm by arm, and it saw clicks
+        assert result["exact"] is True, result["simulated"]
+        assert sum(v["clicks"] for v in result["simulated"].values()) > 0 and result["aa"]["sample_ratio_flagged"] == 0
     if name == "freshness":
         assert result["events"] > 0 and result["measured"] == result["events"]
 

@@ -12,9 +12,9 @@ One collection (one at a time, under a Redis lock):
    an API process sends its pages every ``PREFEED_IMPRESSIONS_FLUSH_MS``, so the events stored before a collection
    are attributed by the first collection at least ``settle`` seconds later (the ``settling`` mark). ``experiments
    report`` waits that long itself and attributes every event stored when it began: its counts are exact then.
-3. **Retention.** Pages served more than ``PREFEED_IMPRESSIONS_KEEP`` before the events' clock are deleted, and
-   such pages still in Redis are dropped unstored (``expired``): read again after their twins were deleted, they
-   would be counted twice.
+3. **Retention.** Pages served more than ``PREFEED_IMPRESSIONS_KEEP`` before the events' clock (or before the newest
+   attributed event, when attribution is behind) are deleted, and such pages still in Redis are dropped unstored
+   (``expired``): read again after their twins were deleted, they would be counted twice.
 """
 
 from __future__ import annotations
@@ -86,9 +86,7 @@ def collect(engine: Engine, r: redis.Redis, settings: Settings, through: int | N
         now, newest = time.time(), newest_event_id(engine)
         done = Collected()
         try:
-            with engine.connect() as conn:
-                clock = newest_event(conn)
-            oldest = float("-inf") if clock is None else clock - settings.impressions_keep
+            oldest = _horizon(engine, settings)
             _move_pages(engine, r, keys.impressions, oldest, done)
             target = through if through is not None else _settled(engine, settings, newest, now)
             attributed_to = _attribute(engine, settings, target, done) if target else _mark(engine, "attributed")
@@ -269,6 +267,19 @@ def _newest_serving(pages, item_id: int, ts: float, window: float):
         if len(hit):
             return page, int(hit[0])
     return None
+
+
+def _horizon(engine: Engine, settings: Settings) -> float:
+    """Pages served before this are past keeping: ``PREFEED_IMPRESSIONS_KEEP`` before the events' clock, or before
+    the newest attributed event when attribution is behind (a log replayed faster than it happened moves the clock
+    days ahead between two collections; the events still waiting must find their pages)."""
+    mark = _mark(engine, "attributed")
+    with engine.connect() as conn:
+        clock = newest_event(conn)
+        reached = conn.execute(select(Event.ts).where(Event.id == mark)).scalar() if mark else None
+    if clock is None or reached is None:
+        return float("-inf")
+    return min(clock, float(reached)) - settings.impressions_keep
 
 
 def _prune(engine: Engine, oldest: float) -> int:
