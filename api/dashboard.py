@@ -1,8 +1,8 @@
 """GET /dashboard: the operator's page, behind the admin token (``auth.check_dashboard``). Server-rendered (Jinja,
 ``templates/dashboard.html``): the status snapshot (``jobs.status``, as ``manage.py status`` prints it), a chart of
-feed age over time, and a user lookup (``?user=ID``): the page that user is served now, with scores, boosts, the
-items the live rules dropped and why, the feed's stamps, and their newest events. GET /dashboard/status.json: the
-snapshot as JSON."""
+feed age over time, the experiments' reports with a chart each (``experiments_panel``), and a user lookup
+(``?user=ID``): the page that user is served now, with scores, boosts, the items the live rules dropped and why, the
+feed's stamps, and their newest events. GET /dashboard/status.json: the snapshot as JSON."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from jobs.status import age_text, snapshot, utc_text
 from precompute.data import users
 from precompute.errors import InvalidInput
 
-from . import chart
+from . import chart, experiments_panel
 from .auth import dashboard_required
 from .errors import json_response
 from .fallback import fallback
@@ -43,6 +43,7 @@ def dashboard():
     limit = query_int("limit", settings.page_limit_default, 1, settings.page_limit_max)
     status = snapshot(settings, svc.engine, svc.queue_redis, svc.feed_redis)
     html = render_template("dashboard.html", s=status, chart=chart.freshness(status["freshness"]),
+                           experiments=experiments_panel.panel(settings, svc.engine),
                            lookup=None if uid is None else lookup(svc, uid, limit), user=raw, limit=limit,
                            rq_prefix="/dashboard/rq/", when=utc_text, age=age_text)
     return current_app.response_class(html, mimetype="text/html", headers={"Cache-Control": "no-store"})
