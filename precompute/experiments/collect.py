@@ -41,8 +41,6 @@ log = logging.getLogger(__name__)
 #: Pages read from Redis and stored per transaction; events attributed per transaction.
 PAGE_BATCH = 2000
 EVENT_BATCH = 20_000
-#: Rows per INSERT statement (SQLite allows 32,766 bound values in one).
-ROWS_PER_INSERT = 1000
 
 
 @dataclasses.dataclass
@@ -124,13 +122,12 @@ def _move_pages(engine: Engine, r: redis.Redis, key: str, oldest: float, done: C
             else:
                 pages.append(page)
         with engine.begin() as conn:
-            stored = set()
-            for i in range(0, len(pages), ROWS_PER_INSERT):
-                rows = [dict(writer=p.writer, seq=p.seq, user_id=p.user_id, experiment=p.experiment, arm=p.arm,
-                             served_at=p.served_at, position=p.position, items=p.items.astype("<i8").tobytes(),
-                             request_id=p.request_id) for p in pages[i:i + ROWS_PER_INSERT]]
-                stored.update(conn.execute(insert(ServedPage).values(rows).on_conflict_do_nothing()
-                                           .returning(ServedPage.writer, ServedPage.seq)).all())
+            rows = [dict(writer=p.writer, seq=p.seq, user_id=p.user_id, experiment=p.experiment, arm=p.arm,
+                         served_at=p.served_at, position=p.position, items=p.items.astype("<i8").tobytes(),
+                         request_id=p.request_id) for p in pages]
+            # executemany: SQLAlchemy batches the rows into multi-row INSERTs itself, compiled once
+            stored = set(conn.execute(insert(ServedPage).on_conflict_do_nothing()
+                                      .returning(ServedPage.writer, ServedPage.seq), rows).all()) if rows else set()
             new = [p for p in pages if (p.writer, p.seq) in stored]
             _count_exposures(conn, insert, new, done)
             done.lost += _count_gaps(conn, insert, new)
@@ -150,12 +147,12 @@ def _count_exposures(conn, insert, pages: list[Impression], done: Collected) -> 
         served[1] += len(p.items)
     rows = [dict(experiment=e, arm=a, user_id=u, pages=n, impressions=m, first_served_at=t)
             for (e, a, u), (n, m, t) in sorted(per_user.items())]
-    for i in range(0, len(rows), ROWS_PER_INSERT):
-        stmt = insert(Exposure).values(rows[i:i + ROWS_PER_INSERT])
+    if rows:
+        stmt = insert(Exposure)
         conn.execute(stmt.on_conflict_do_update(
             index_elements=["experiment", "arm", "user_id"],
             set_={"pages": Exposure.pages + stmt.excluded.pages,
-                  "impressions": Exposure.impressions + stmt.excluded.impressions}))
+                  "impressions": Exposure.impressions + stmt.excluded.impressions}), rows)
 
 
 def _count_gaps(conn, insert, pages: list[Impression]) -> int:
@@ -223,13 +220,11 @@ def _attribute(engine: Engine, settings: Settings, target: int, done: Collected)
                     page, place = found
                     rows.append(dict(event_id=e.id, experiment=page.experiment, arm=page.arm, user_id=e.user_id,
                                      type=e.type, position=page.position + place, served_at=page.served_at))
-            for i in range(0, len(rows), ROWS_PER_INSERT):
-                got = conn.execute(insert(Attribution).values(rows[i:i + ROWS_PER_INSERT])
-                                   .on_conflict_do_nothing().returning(Attribution.experiment, Attribution.arm,
-                                                                       Attribution.type)).all()
-                for key in got:
-                    done.by_type[tuple(key)] = done.by_type.get(tuple(key), 0) + 1
-                done.attributed += len(got)
+            got = conn.execute(insert(Attribution).on_conflict_do_nothing().returning(
+                Attribution.experiment, Attribution.arm, Attribution.type), rows).all() if rows else []
+            for key in got:
+                done.by_type[tuple(key)] = done.by_type.get(tuple(key), 0) + 1
+            done.attributed += len(got)
             mark = int(events[-1].id)
             _set_mark(conn, "attributed", mark)
             done.events += len(events)
