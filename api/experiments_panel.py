@@ -31,7 +31,7 @@ STOPPED_SHOWN = 1
 def panel(settings: Settings, engine) -> dict:
     """``{"experiments": [...], "metric", "collect_interval", "error"}``: each shown experiment's report with its
     table rows as text and its chart (None: nothing to draw); ``error`` a line for people, or None."""
-    metric = default_metric(settings.event_types)
+    metric = reports.default_metric(settings.event_types)
     out = {"experiments": [], "metric": metric, "collect_interval": settings.impressions_collect_interval,
            "error": None}
     try:
@@ -45,14 +45,6 @@ def panel(settings: Settings, engine) -> dict:
         log.warning("dashboard: experiments not read: %s: %s", type(exc).__name__, exc)
         out["error"] = f"the experiments could not be read: the database answered {type(exc).__name__}"
     return out
-
-
-def default_metric(event_types: tuple[tuple[str, float], ...]) -> str:
-    """The metric the report is on when none is asked: ``click`` when it is a declared event type, else the type of
-    greatest weight. The same rule as ``manage.py experiments report`` (``cli/experiments.py``), which keeps its
-    own copy."""
-    names = [n for n, _ in event_types]
-    return "click" if "click" in names else max(event_types, key=lambda t: t[1])[0]
 
 
 def _laid_out(experiment, report: dict) -> dict:

@@ -92,8 +92,7 @@ def report(obj, name: str, metric: str | None, as_json: bool) -> None:
     if found is None:
         raise InvalidInput(f"no experiment is called {name!r} (see `manage.py experiments list`)")
     names = tuple(n for n, _ in settings.event_types)
-    if metric is None:
-        metric = "click" if "click" in names else max(settings.event_types, key=lambda t: t[1])[0]
+    metric = metric or reports.default_metric(settings.event_types)
     if metric not in names:
         raise InvalidInput(f"--metric {metric!r}: not an event type ({', '.join(names)})")
     _take_in(settings, engine)

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import delete, insert, text
 
 from api import chart
-from api.experiments_panel import default_metric
+from precompute.experiments.report import default_metric
 from precompute.data import engine as db
 from precompute.data.tables import Attribution, Exposure
 from precompute.errors import InvalidInput

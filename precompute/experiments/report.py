@@ -35,6 +35,13 @@ LEVEL = 0.95
 SAMPLE_RATIO_ALPHA = 0.001
 
 
+def default_metric(event_types: tuple[tuple[str, float], ...]) -> str:
+    """The metric a report is on when none is asked: ``click`` when it is a declared event type, else the type of
+    greatest weight (``PREFEED_EVENT_TYPES``)."""
+    names = [n for n, _ in event_types]
+    return "click" if "click" in names else max(event_types, key=lambda t: t[1])[0]
+
+
 @dataclasses.dataclass
 class ArmUsers:
     """One arm's exposed users and what each was served and did: arrays aligned by user."""
@@ -54,18 +61,24 @@ def read(engine: Engine, experiment: Experiment, type_codes: list[int]) -> list[
         counted = conn.execute(select(Attribution.arm, Attribution.user_id, Attribution.type, func.count())
                                .where(Attribution.experiment == experiment.id)
                                .group_by(Attribution.arm, Attribution.user_id, Attribution.type)).all()
+    arm = np.array([r.arm for r in exposed], dtype=np.int64)
+    user = np.array([r.user_id for r in exposed], dtype=np.int64)
+    pages = np.array([r.pages for r in exposed], dtype=np.int64)
+    impressions = np.array([r.impressions for r in exposed], dtype=np.int64)
+    c_arm, c_user, c_type, c_n = (np.array(col, dtype=np.int64).reshape(-1) for col in zip(*counted)) \
+        if counted else (np.zeros(0, dtype=np.int64),) * 4
     arms = []
     for index in range(len(experiment.arms)):
-        rows = [r for r in exposed if r.arm == index]
-        users = np.array([r.user_id for r in rows], dtype=np.int64)
-        events = {code: np.zeros(len(users), dtype=np.int64) for code in type_codes}
-        for r in counted:
-            if r.arm == index and r.type in events:
-                at = np.searchsorted(users, r.user_id)
-                if at < len(users) and users[at] == r.user_id:
-                    events[r.type][at] += r[3]
-        arms.append(ArmUsers(users, np.array([r.pages for r in rows], dtype=np.int64),
-                             np.array([r.impressions for r in rows], dtype=np.int64), events))
+        mine = arm == index                             # rows come sorted by (arm, user)
+        users = user[mine]
+        events = {}
+        for code in type_codes:
+            take = (c_arm == index) & (c_type == code)
+            at = np.searchsorted(users, c_user[take])
+            ok = at < len(users)
+            ok[ok] = users[at[ok]] == c_user[take][ok]
+            events[code] = np.bincount(at[ok], weights=c_n[take][ok], minlength=len(users)).astype(np.int64)
+        arms.append(ArmUsers(users, pages[mine], impressions[mine], events))
     return arms
 
 
