@@ -224,6 +224,28 @@ def _served(res: dict) -> list[str]:
             f"{res['late_reads']}."]
 
 
+def _experiment(res: dict) -> list[str]:
+    rows = []
+    for name, got in res["reports"].items():
+        for arm in got["arms"]:
+            click = arm["events"]["click"]
+            mine = res["simulated"].get(f"{name}/{arm['name']}", {})
+            rows.append([name, arm["name"], arm["spec"].split(":")[0] if arm["spec"].startswith("model:")
+                         else arm["spec"], f"{arm['users']:,}", f"{arm['pages']:,}", f"{click['attributed']:,}",
+                         f"{mine.get('clicks', 0):,}", figure(click["per_user"] or 0.0, 3),
+                         f"**{times(arm['ratio'])}**" if arm["ratio"] is not None else "-",
+                         interval(arm["ratio_interval"]) if arm["ratio_interval"] else ""])
+    aa = res["aa"]
+    return [f"Cut {res['cut_quantile']:g}: {res['steps']:,} steps of {res['users']:,} users replayed through HTTP in "
+            f"{figure(res['replay_seconds'], 0)} s; each experiment holds half of the users.", "",
+            *table(["experiment", "arm", "spec", "exposed users", "pages", "clicks (report)", "clicks (simulation)",
+                    "clicks per user", "ratio to control", "95% interval"], rows),
+            "", f"The report's counts equal the simulation's: **{'yes' if res['exact'] else 'NO'}**. Verdict: "
+            f"{res['verdict'] or 'none'}; A/A verdict: {res['aa_verdict'] or 'none'}. The A/A users split again "
+            f"under {aa['seeds']} other hashes: {aa['false_verdicts']} false verdicts, {aa['sample_ratio_flagged']} "
+            "sample-ratio flags."]
+
+
 #: The page's sections in order: a benchmark's name, what it measures (from its module's docstring) and how its
 #: figures are shown.
 SECTIONS = {
@@ -258,4 +280,7 @@ SECTIONS = {
     "served": ("The replay protocol through the running product (events posted over HTTP, feeds read with "
                "`GET /feed`) against what `evaluate --protocol replay` reports for the same model, users and "
                "steps.", _served),
+    "experiment": ("An experiment run live: the log after a cut replayed through the API and workers, the simulated "
+                   "users clicking what they chose on the pages they read; the ranker against `recent:1d`, and an "
+                   "A/A. The report's counts are checked against the simulation's own.", _experiment),
 }
