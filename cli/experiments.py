@@ -104,8 +104,8 @@ def report(obj, name: str, metric: str | None, as_json: bool) -> None:
              "RATIO (95%)")]
     for a in out["arms"]:
         e = a["events"][metric]
-        rows.append((a["name"], a["spec"], f"{a['share']:g}", a["users"], a["pages"], a["impressions"],
-                     e["attributed"], f"{_num(e['per_user'])} {_iv(e['interval'])}", _num(e["per_impression"]),
+        rows.append((a["name"], a["spec"], f"{a['share']:g}", str(a["users"]), str(a["pages"]), str(a["impressions"]),
+                     str(e["attributed"]), f"{_num(e['per_user'])} {_iv(e['interval'])}", _num(e["per_impression"]),
                      f"{_num(a['ratio'])} {_iv(a['ratio_interval'])}"))
     echo_table(rows)
     p = out["sample_ratio_p"]

@@ -152,7 +152,7 @@ class ServedPage(Base):
     served_at: Mapped[float] = mapped_column(Float)           # the events' clock when it was served
     position: Mapped[int] = mapped_column(Integer)            # 0-based place of its first item in the user's scroll
     items: Mapped[bytes] = mapped_column(LargeBinary)         # item ids, int64 little-endian, in page order
-    request_id: Mapped[str] = mapped_column(String(64))
+    request_id: Mapped[str] = mapped_column(String(128))     # ``impressions.REQUEST_ID_MAX``: X-Request-ID's longest
 
 
 class Exposure(Base):
@@ -206,3 +206,26 @@ class CollectorMark(Base):
     name: Mapped[str] = mapped_column(String(16), primary_key=True)
     event_id: Mapped[int] = mapped_column(BigInteger)
     at: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class Boost(Base):
+    """A paid listing's boost (``PUT /boosts/<item_id>``): the record the Redis hash serving reads
+    (``feeds/item_states.py``) is rebuilt from after Redis lost its data. Written before Redis in the same request;
+    expired rows are pruned at the next write."""
+
+    __tablename__ = "boosts"
+
+    item_id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=False)
+    weight: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float] = mapped_column(Float)          # epoch s
+
+
+class RedisEpoch(Base):
+    """The token the Redis markers of one key prefix hold (``feeds/recovery.py``): a marker missing, or holding
+    another token, tells a worker that Redis lost its data since the token was written."""
+
+    __tablename__ = "redis_epochs"
+
+    key_prefix: Mapped[str] = mapped_column(String(200), primary_key=True)
+    token: Mapped[str] = mapped_column(String(32))
+    written_at: Mapped[float] = mapped_column(Float)          # epoch s

@@ -31,6 +31,8 @@ import redis
 log = logging.getLogger(__name__)
 
 HEAD = struct.Struct("<QQqIHdIHB")
+#: The longest request id recorded: the API keeps a client's ``X-Request-ID`` up to 128 characters (``api/logs.py``).
+REQUEST_ID_MAX = 128
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +52,7 @@ class Impression:
 
 def pack(writer: int, seq: int, user_id: int, experiment: int, arm: int, served_at: float, position: int,
          items: list[int], request_id: str) -> bytes:
-    rid = request_id.encode("ascii", "replace")[:255]
+    rid = request_id.encode("ascii", "replace")[:REQUEST_ID_MAX]
     return HEAD.pack(writer, seq, user_id, experiment, arm, served_at, position, len(items), len(rid)) + rid + \
         struct.pack(f"<{len(items)}q", *items)
 
