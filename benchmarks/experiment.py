@@ -22,10 +22,12 @@ one, and the sample-ratio check must flag none.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import click
 import numpy as np
 from sqlalchemy import text
 
@@ -113,11 +115,13 @@ class Simulation:
 
     def replay(self, steps) -> None:
         """Post the log after the cut in order; the steps in batches that may be read at once (see ``batches``)."""
-        with ThreadPoolExecutor(self.cfg["concurrency"]) as pool:
+        with ThreadPoolExecutor(self.cfg["concurrency"]) as pool, \
+                click.progressbar(length=len(steps), label="replaying steps", file=sys.stderr) as bar:
             for batch in batches(steps, self.product.events, self.cfg["concurrency"]):
                 self.product.post_until(self.names, int(steps.posted[batch[0]]))
                 for s, got in zip(batch, pool.map(lambda s: self.read(steps, s), batch)):
                     self.act(steps, s, *got)
+                bar.update(len(batch))
 
     def read(self, steps, s: int):
         """Step ``s``'s page, once the user's feed has caught up with their events and carries their arm."""
