@@ -121,7 +121,7 @@ def test_the_feed_answers_the_experiment_and_arm_of_the_page(s, market, r):
     assert (last["source"], last["experiment"], last["arm"]) == ("fallback", None, None)
 
 
-def test_creating_an_experiment_marks_exactly_its_users_a_bounded_step_at_a_time(s, market, r, monkeypatch):
+def test_creating_and_stopping_an_experiment_mark_exactly_its_users_a_bounded_step_at_a_time(s, market, r, monkeypatch):
     from jobs import context, queues, tasks
     from precompute.feeds.dirty import DirtyUsers
 
@@ -145,6 +145,13 @@ def test_creating_an_experiment_marks_exactly_its_users_a_bounded_step_at_a_time
     assert len(scheduled.get_job_ids()) == 1
     # and the steps that follow mark the rest of its users, and no one else
     after = done["next_after"]
+    while after is not None:
+        after = tasks.mark_reassigned(experiment.id, after)["next_after"]
+    assert sorted(int(u) for u in r.zrange(dirty.keys.dirty, 0, -1)) == inside
+    # and stopping it marks exactly the same users again: they go back to the current bundle
+    r.delete(dirty.keys.dirty)
+    registry.stop(engine, "third", None)
+    after = 0
     while after is not None:
         after = tasks.mark_reassigned(experiment.id, after)["next_after"]
     assert sorted(int(u) for u in r.zrange(dirty.keys.dirty, 0, -1)) == inside
