@@ -3,7 +3,9 @@
 Reports per-user time split into history / candidates / features / model / store, item-scores per second per core
 for the whole pipeline (in one process, one thread) and for CatBoost predict alone on the very same feature
 matrices (same process, one thread), and their ratio. Then the same rebuild through 2 forking RQ workers, with the
-queue overhead (worker wall time not spent in any stage).
+queue overhead (worker wall time not spent in any stage). Last, the cost per user in an experiment's arms, side by
+side with no experiment on the same users (``lab/arm_costs.py``): a model arm of a second bundle, ``recent:1d`` and
+``popular``; and the memory a worker parent holds after its pre-fork init with 0, 1 and 2 extra model-arm bundles.
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ from precompute.ranking import features, scoring
 from precompute.settings import Settings
 from precompute.ranking.pipeline import STAGES
 
+from .lab.arm_costs import bundle_memory, per_arm_cost
 from .lab.results import median, table, write_result
 from .lab.world import make_world
 
 FULL = dict(users=3000, items=45_000, events=600_000, iterations=Settings().train_iterations, rebuild_users=2000,
-            repeats=3)
-QUICK = dict(users=200, items=3000, events=20_000, iterations=30, rebuild_users=100, repeats=1)
+            repeats=3, arm_rounds=5)
+QUICK = dict(users=200, items=3000, events=20_000, iterations=30, rebuild_users=100, repeats=1, arm_rounds=1)
 
 
 def run(quick: bool = False) -> dict:
@@ -96,6 +99,10 @@ def _run(quick: bool) -> dict:
         in_job_ms = {k: 1000 * median([x["seconds"][k] for x in runs]) / len(users) for k in STAGES}
         span, wall = median([x["span"] for x in runs]), median([x["wall"] for x in runs])
 
+        # 4. The arms of an experiment, after the workers ran (they would have loaded its second bundle).
+        by_arm = per_arm_cost(world, pipeline, users, cfg["iterations"], cfg["arm_rounds"])
+        memory = bundle_memory(world, rounds=cfg["repeats"])
+
         per_user_ms = {k: 1000 * v / len(users) for k, v in stage.items()}
         out = dict(
             config=cfg, users=len(users), candidates_per_user=scored / len(users), features=len(pipeline.items.layout),
@@ -117,6 +124,8 @@ def _run(quick: bool) -> dict:
                          queue_overhead_share=median([x["queue_overhead_share"] for x in runs]),
                          idle_tail_share=median([x["idle_tail_share"] for x in runs]),
                          failed=queue.failed_job_registry.count),
+            per_user_ms_by_arm=by_arm["per_user_ms_by_arm"], ratio_by_arm=by_arm["ratio_by_arm"], by_arm=by_arm,
+            worker_mib_per_extra_bundle=memory["uss_mib_per_extra_bundle"], bundle_memory=memory,
         )
         print(table(f"precompute: {len(users)} users x {out['candidates_per_user']:.0f} candidates, "
                     f"{out['features']} features, {out['trees']} trees (per user, ms)",
@@ -137,6 +146,23 @@ def _run(quick: bool) -> dict:
         print(f"workers: {runs[0]['jobs']} jobs, rebuild {span:.2f}s (+{wall - span:.2f}s worker start-up), "
               f"queue/fork overhead {100 * out['workers']['queue_overhead_share']:.1f}% of busy worker time, "
               f"idle end {100 * out['workers']['idle_tail_share']:.1f}%; medians of {len(runs)} runs")
+        print()
+        arms = by_arm["arms"]
+        print(table(f"per user in an experiment's arms, in one process (ms; medians of {by_arm['rounds']} interleaved "
+                    f"rounds; ratio: to no experiment on the same users)",
+                    ["arm", "users", "ms per user", "no experiment, same users", "ratio", *STAGES],
+                    [["no experiment (promoted bundle)", len(users), by_arm["per_user_ms_by_arm"]["none"], "-", 1.0,
+                      *by_arm["none_per_user_ms_by_stage"].values()]] +
+                    [[f"{label} ({a['spec']})", a["users"], a["per_user_ms"], a["none_per_user_ms"],
+                      by_arm["ratio_by_arm"][label], *a["per_user_ms_by_stage"].values()]
+                     for label, a in arms.items()]))
+        print()
+        print(table(f"a worker parent after its pre-fork init (MiB, medians of {memory['rounds']} rounds; each extra "
+                    f"bundle {memory['bundle_disk_mib']:.1f} MiB on disk, {memory['trees']} trees)",
+                    ["extra model-arm bundles", "RSS", "PSS", "USS"],
+                    [[n, x["rss_mib"], x["pss_mib"], x["uss_mib"]] for n, x in memory["by_extra_bundles"].items()] +
+                    [["per extra bundle (slope)", memory["rss_mib_per_extra_bundle"],
+                      memory["pss_mib_per_extra_bundle"], memory["uss_mib_per_extra_bundle"]]]))
         print(f"wrote {write_result('precompute', out, quick)}")
         return out
     finally:

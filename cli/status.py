@@ -1,5 +1,6 @@
-"""``manage.py status``: queues, workers, failed and scheduled jobs, the current model, feed coverage and age, the
-dirty set, as a readable block or JSON (``jobs.status.snapshot``, which the dashboard shows too). No secret is
+"""``manage.py status``: queues, workers (with their RSS when on this host), failed and scheduled jobs, the current
+model, the bundles every worker holds (promoted and experiment arms', size on disk), feed coverage and age, the dirty
+set, as a readable block or JSON (``jobs.status.snapshot``, which the dashboard shows too). No secret is
 printed: URLs have their passwords masked and the admin token is never read."""
 
 from __future__ import annotations
@@ -48,8 +49,9 @@ def text_lines(s: dict) -> list[str]:
     lines.append(f"  workers        {len(alive)} alive" + (": " if alive else ""))
     for w in alive:
         job = f", job {w['current_job']}" if w["current_job"] else ""
+        rss = "" if w.get("rss_mib") is None else f", RSS {w['rss_mib']:.0f} MiB"
         lines.append(f"    {w['name']}  {w['state']}{job}, heartbeat {age_text(w['last_heartbeat_age_s'])} ago, "
-                     f"{w['successful_jobs']} done, {w['failed_jobs']} failed")
+                     f"{w['successful_jobs']} done, {w['failed_jobs']} failed{rss}")
     if m.get("error"):
         lines.append(f"  model          {m['error']}")
     else:
@@ -57,6 +59,7 @@ def text_lines(s: dict) -> list[str]:
                      f"{_num(m['ndcg10'])} vs best baseline ({m['baseline'] or '?'}) {_num(m['baseline_ndcg10'])}"
                      + ("" if m["beats_baseline"] is None else (" (beats it)" if m["beats_baseline"]
                                                                  else " (does not beat it)")))
+    lines += bundle_lines(s["bundles"])
     how = "all" if f["sampled_all"] else f"a random sample of {f['sampled']}"
     cov = "—" if f["coverage"] is None else f"{f['coverage']:.1%}"
     lines += [f"  feeds          {f['users_with_history']} users with history; {how} read: {f['current']} with a "
@@ -66,6 +69,20 @@ def text_lines(s: dict) -> list[str]:
               f"max {age_text(f['age_max_s'])}",
               f"  dirty users    {d['users']} ({d['due']} due, {d['leased_or_waiting']} leased or waiting); "
               f"oldest due {age_text(d['oldest_due_age_s'])}"]
+    return lines
+
+
+def bundle_lines(b: dict) -> list[str]:
+    """The bundles every worker loads before fork and holds: each with what uses it and its size on disk."""
+    if not b["loaded"]:
+        return []
+    lines = [f"  bundles        {len(b['loaded'])} loaded by every worker before fork "
+             f"({b['extra']} extra for experiments, {b['extra_disk_mib']:.1f} MiB on disk); size on disk is "
+             f"model.cbm + covisit.npz"]
+    for x in b["loaded"]:
+        use = ", ".join((["promoted"] if x["promoted"] else []) + [f"arm {a}" for a in x["arms"]])
+        size = "missing" if x["disk_mib"] is None else f"{x['disk_mib']:.1f} MiB on disk"
+        lines.append(f"    {x['version']}  {use}; {size}")
     return lines
 
 

@@ -1,6 +1,7 @@
 """One snapshot of prefeed's state, for ``manage.py status`` and the dashboard: the queue and its registries, the
-workers alive, the current model, feed coverage and age over a sample of users, the dirty set's oldest user, and
-the feed-age history.
+workers alive (with their resident memory, for those on this host), the current model, the bundles every worker
+loads (the promoted one and the running experiments' model arms', with their size on disk), feed coverage and age
+over a sample of users, the dirty set's oldest user, and the feed-age history.
 
 It lives on the job side because it reads RQ's own records (queue, registries, workers) through RQ's classes; the
 API imports it, and ``jobs.queues``, and nothing else of ``jobs/`` (``tests/test_settings.py``). Every value is a plain
@@ -10,6 +11,7 @@ number, string or None, so the snapshot is its own JSON; no URL is shown with it
 from __future__ import annotations
 
 import json
+import socket
 import time
 from pathlib import Path
 
@@ -18,6 +20,8 @@ from rq import Worker
 
 from precompute.data import users
 from precompute.errors import BundleError
+from precompute.experiments import method_of, registry
+from precompute.experiments.experiment import RUNNING
 from precompute.feeds import freshness
 from precompute.feeds.keys import Keys
 from precompute.ranking import bundle
@@ -46,6 +50,7 @@ def snapshot(settings: Settings, engine, queue_redis: redis.Redis, feed_redis: r
         **queue_status(settings, queue_redis, now),
         "dirty": dirty_status(queue_redis, keys, now),
         "model": model,
+        "bundles": bundles_status(engine, settings.model_dir, model.get("version")),
         "feeds": feeds,
     }
     if record and feeds["age_p50_s"] is not None:
@@ -67,7 +72,8 @@ def queue_status(settings: Settings, r: redis.Redis, now: float) -> dict:
         workers.append({"name": w.name, "hostname": w.hostname, "pid": w.pid, "state": str(w.get_state()),
                         "current_job": w.get_current_job_id(),
                         "last_heartbeat_age_s": None if beat is None else round(max(0.0, now - beat), 1),
-                        "successful_jobs": w.successful_job_count, "failed_jobs": w.failed_job_count})
+                        "successful_jobs": w.successful_job_count, "failed_jobs": w.failed_job_count,
+                        "rss_mib": local_rss_mib(w.hostname, w.pid)})
     return {
         "queues": [{"name": queue.name, "queued": queue.count, "started": queue.started_job_registry.count,
                     "scheduled": scheduled.count, "deferred": queue.deferred_job_registry.count,
@@ -75,6 +81,45 @@ def queue_status(settings: Settings, r: redis.Redis, now: float) -> dict:
                     "next_scheduled_in_s": round(first[0][1] - now, 1) if first else None}],
         "workers": workers,
     }
+
+
+def local_rss_mib(hostname: str | None, pid: int | None) -> float | None:
+    """A process's resident memory (``VmRSS`` of ``/proc/<pid>/status``, MiB) when it runs on this host (Linux);
+    None for a worker elsewhere or a process gone. Shared pages count in full: a worker's RSS includes the bundles
+    and item matrices it shares with the processes forked beside it."""
+    if not pid or hostname != socket.gethostname():
+        return None
+    try:
+        with open(f"/proc/{int(pid)}/status") as f:
+            kib = next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), None)
+    except (OSError, ValueError):
+        return None
+    return None if kib is None else round(kib / 1024, 1)
+
+
+def bundles_status(engine, model_dir: Path, promoted: int | None) -> dict:
+    """The bundles a worker loads before fork and holds for its lifetime (``ranking/arms.py``): the promoted one,
+    and every other one a running experiment's model arm names, each once, with the arms that use it and its size
+    on disk (``model.cbm`` and ``covisit.npz``; the memory it takes in a worker is measured by ``python -m benchmarks
+    precompute``, not here). ``extra``: the bundles beyond the promoted one."""
+    used: dict[int, list[str]] = {} if promoted is None else {int(promoted): []}
+    for e in registry.all_experiments(engine):
+        for arm in e.arms if e.status == RUNNING else ():
+            kind, version = method_of(arm.spec)
+            if kind == "model":
+                used.setdefault(int(version), []).append(f"{e.name}/{arm.name}")
+    loaded = [{"version": v, "promoted": v == promoted, "arms": arms, "disk_mib": _disk_mib(Path(model_dir) / str(v))}
+              for v, arms in sorted(used.items(), key=lambda kv: (kv[0] != promoted, kv[0]))]
+    extra = [b for b in loaded if not b["promoted"]]
+    return {"loaded": loaded, "extra": len(extra),
+            "extra_disk_mib": round(sum(b["disk_mib"] or 0.0 for b in extra), 1)}
+
+
+def _disk_mib(path: Path) -> float | None:
+    try:
+        return round(sum((path / name).stat().st_size for name in bundle.FILES) / (1 << 20), 1)
+    except OSError:
+        return None
 
 
 def dirty_status(r: redis.Redis, keys: Keys, now: float) -> dict:

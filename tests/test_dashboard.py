@@ -215,3 +215,65 @@ def test_status_prints_state_and_no_secret(settings, tmp_path):
     for out in (text.stdout + text.stderr, as_json.stdout + as_json.stderr):
         assert "redis-pa55" not in out and "s3cret-token" not in out
         assert ":***@127.0.0.1" in out
+
+
+def test_status_shows_the_bundles_every_worker_holds_and_the_workers_memory(settings, tmp_path_factory):
+    # given a marketplace of its own (experiments live in its database), its promoted bundle and a copy of it under
+    # another version, an experiment with a model arm of the copy, and a worker running on this host
+    import psutil
+    from rq import Worker
+
+    from precompute.data import bulk, engine as db, synthetic
+    from precompute.experiments import registry
+    from precompute.feeds.client import clients
+    from precompute.learning.fit import fit_ranker
+    from precompute.ranking import bundle
+    from tests.conftest import own_database
+    from tests.faults import spawn_worker, stop_worker
+
+    url_gen = own_database(tmp_path_factory, "status")
+    s = dataclasses.replace(settings, database_url=next(url_gen), model_dir=tmp_path_factory.mktemp("status-models"))
+    engine = db.make_engine(s.database_url)
+    worker = None
+    try:
+        db.init_db(engine, s)
+        bulk.load(engine, synthetic.generate(200, 300, 10_000, seed=3, now=time.time()), s)
+        fitted = fit_ranker(engine, s, iterations=10, users=200)
+        promoted = bundle.write(s.model_dir, fitted.model, fitted.pairs, {"metrics": fitted.metrics})
+        bundle.promote(s.model_dir, promoted)
+        copy = bundle.write(s.model_dir, fitted.model, fitted.pairs, {"metrics": fitted.metrics})
+        registry.create(engine, "next", [("control", "model:current"), ("copy", f"model:{copy}"),
+                                         ("pop", "popular")], None, 1.0, s.model_dir)
+        worker = spawn_worker(s)
+        deadline = time.time() + 60
+        queue = make_queue(s, clients(s)[0])
+        while not Worker.all(queue=queue) and time.time() < deadline:
+            time.sleep(0.2)
+        # when status runs, as JSON and as text
+        as_json = manage(s, "status", "--json", "--sample", "20")
+        text = manage(s, "status", "--sample", "20")
+        assert as_json.returncode == 0 and text.returncode == 0, as_json.stderr + text.stderr
+        snap = json.loads(as_json.stdout)
+        # then it lists the bundles every worker holds: the promoted one, and the copy with the arm that uses it
+        # (the control arm is the promoted bundle: no extra one), each with its size on disk
+        size = round(sum((s.model_dir / str(copy) / f).stat().st_size for f in bundle.FILES) / (1 << 20), 1)
+        assert snap["bundles"] == {
+            "loaded": [{"version": promoted, "promoted": True, "arms": ["next/control"], "disk_mib": size},
+                       {"version": copy, "promoted": False, "arms": ["next/copy"], "disk_mib": size}],
+            "extra": 1, "extra_disk_mib": size}
+        assert "bundles        2 loaded by every worker before fork (1 extra for experiments, " in text.stdout
+        assert f"    {copy}  arm next/copy; {size:.1f} MiB on disk" in text.stdout
+        # and the worker's resident memory, read on this host, is the process's own
+        (w,) = snap["workers"]
+        rss = psutil.Process(w["pid"]).memory_info().rss / (1 << 20)
+        assert w["rss_mib"] is not None and abs(w["rss_mib"] - rss) < 0.2 * rss, (w, rss)
+        assert f"RSS {w['rss_mib']:.0f} MiB" in text.stdout
+        # and once the experiment stops, the copy is no longer among them
+        registry.stop(engine, "next", None)
+        after = json.loads(manage(s, "status", "--json", "--sample", "20").stdout)["bundles"]
+        assert [b["version"] for b in after["loaded"]] == [promoted] and after["extra"] == 0
+    finally:
+        if worker is not None:
+            stop_worker(worker)
+        engine.dispose()
+        next(url_gen, None)

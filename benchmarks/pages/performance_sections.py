@@ -12,7 +12,7 @@ def _precompute(res: dict) -> list[str]:
     w, stages = res["workers"], res["per_user_ms"]
     predict = res["catboost_predict_rows_per_s_per_core"]
     predict_2 = w["catboost_predict_rows_per_s_per_core_2_processes"]
-    return [f"{res['users']:,} users × {res['candidates_per_user']:,.0f} candidates, {res['features']} features, "
+    out = [f"{res['users']:,} users × {res['candidates_per_user']:,.0f} candidates, {res['features']} features, "
             f"{res['trees']:,} trees; medians of {res['config']['repeats']} passes.", "",
             *table(["per user, ms", *stages, "total"], [
                 ["in one process, one thread", *(figure(v) for v in stages.values()), figure(res["per_user_ms_total"])],
@@ -35,6 +35,31 @@ def _precompute(res: dict) -> list[str]:
             f"start-up), queue and fork overhead {percent(w['queue_overhead_share'])} of busy worker time, "
             f"{w['failed']} failed jobs. The 1-process ratio is the median of the passes' ratios "
             f"({', '.join(times(r) for r in res['ratios_per_repeat'])})."]
+    arms, memory = res.get("by_arm"), res.get("bundle_memory")
+    if arms:
+        none = arms["none_per_user_ms_by_stage"]
+        out += ["", f"In an experiment's arms: the {arms['users']:,} users split by an experiment over all of them "
+                f"(a model arm of a second bundle of {arms['second_bundle']['trees']:,} trees, `recent:1d`, "
+                f"`popular`), each arm's users rebuilt in one process with no experiment and in their arm, in turn; "
+                f"medians of {arms['rounds']} interleaved rounds, ms per user. The ratio is to no experiment on the "
+                "same users.", "",
+                *table(["per user, ms", "users", "total", "ratio", *none], [
+                    ["no experiment (the promoted bundle)", figure(arms["users"]),
+                     figure(arms["per_user_ms_by_arm"]["none"]), times(1.0), *(figure(v) for v in none.values())],
+                    *([f"`{label}`", figure(a["users"]), figure(a["per_user_ms"]),
+                       f"**{times(arms['ratio_by_arm'][label])}**", *(figure(v) for v in a["per_user_ms_by_stage"].values())]
+                      for label, a in arms["arms"].items())])]
+    if memory:
+        out += ["", f"A worker parent's memory after its pre-fork init (`jobs.context.init`, in a fresh process) with "
+                f"0, 1 and 2 extra model-arm bundles running, each a copy of the promoted one ({memory['trees']:,} "
+                f"trees, {figure(memory['bundle_disk_mib'])} MiB on disk); medians of {memory['rounds']} rounds, MiB. "
+                "Per extra bundle: the slope over every sample.", "",
+                *table(["extra bundles", "RSS", "PSS", "USS"],
+                       [[n, *(figure(x[f"{k}_mib"], 0) for k in ("rss", "pss", "uss"))]
+                        for n, x in memory["by_extra_bundles"].items()] +
+                       [["**per extra bundle**", *(f"**{figure(memory[f'{k}_mib_per_extra_bundle'])}**"
+                                                   for k in ("rss", "pss", "uss"))]])]
+    return out
 
 
 def _fork(res: dict) -> list[str]:
