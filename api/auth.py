@@ -11,6 +11,11 @@ an unknown key is then a 503. ``PREFEED_ADMIN_TOKEN``, when set, is one more key
 
 401: no key, or one that is unknown or revoked; 403: a key without the scope; 429: over the key's rate, with
 ``Retry-After``. No answer, log line or metric names a key or its hash: a key is known by its name.
+
+A request costs its key one token on arrival, before its body is read. ``POST /events`` costs one per event: the
+view charges the batch's other events itself, with its other limits (``api/events.py``); for it the first token is
+taken from the bucket in Redis rather than from the process's share (``Limiter.take_one``), which would hold back
+tokens the same request then needs.
 """
 
 from __future__ import annotations
@@ -36,13 +41,14 @@ DATA_SCOPES = ("feed:read", "events:write", "items:write")
 #: Who a request is when ``PREFEED_AUTH=off`` lets it through without a key: no rate of its own.
 OPEN = Key("(auth off)", frozenset(DATA_SCOPES))
 
-def require(scope: str | None):
-    """The view needs a key with ``scope`` (an ``admin`` key has every scope; None: any key), within its rate."""
+def require(scope: str | None, charged_in_view: bool = False):
+    """The view needs a key with ``scope`` (an ``admin`` key has every scope; None: any key), within its rate.
+    ``charged_in_view``: the view charges the key more tokens itself (``authorize``)."""
 
     def decorate(view):
         @functools.wraps(view)
         def wrapper(*args, **kwargs):
-            authorize(scope)
+            authorize(scope, charged_in_view=charged_in_view)
             return view(*args, **kwargs)
 
         return wrapper
@@ -50,8 +56,9 @@ def require(scope: str | None):
     return decorate
 
 
-def authorize(scope: str | None, presented: str | None = None) -> Key:
-    """The request's key (``g.key``) if it may use ``scope``; raises 401/403/429 otherwise."""
+def authorize(scope: str | None, presented: str | None = None, charged_in_view: bool = False) -> Key:
+    """The request's key (``g.key``) if it may use ``scope``; raises 401/403/429 otherwise. ``charged_in_view``: the
+    first token is taken exactly (one round trip), so the view's own charge finds the rest of the budget."""
     svc = services()
     settings = svc.settings
     if presented is None:
@@ -71,15 +78,32 @@ def authorize(scope: str | None, presented: str | None = None) -> Key:
     if scope is not None and not key.allows(scope):
         raise Forbidden(f"this key lacks the scope {scope}")
     g.key = key
-    wait = svc.limiter.take_one(key_bucket(svc, key))
+    bucket = key_bucket(svc, key)
+    wait = svc.limiter.take([bucket]) if charged_in_view else svc.limiter.take_one(bucket)
     if wait > 0:
-        raise TooManyRequests(f"over this key's rate of {_rate(key, settings):g} requests/s", retry_after=wait)
+        raise TooManyRequests(rate_refusal(key, settings), retry_after=wait)
     return key
 
 
-def key_bucket(svc: Services, key: Key) -> Bucket:
+def key_bucket(svc: Services, key: Key, cost: int = 1) -> Bucket:
+    """The key's token bucket: one token per feed page, one per event posted."""
     settings = svc.settings
-    return Bucket(svc.keys.rate_key(key.name), _rate(key, settings), key.burst or settings.rate_burst)
+    return Bucket(svc.keys.rate_key(key.name), _rate(key, settings), key.burst or settings.rate_burst, cost)
+
+
+def rate_refusal(key: Key, settings) -> str:
+    return f"over this key's rate of {_rate(key, settings):g} tokens/s (one per feed page, one per event posted)"
+
+
+def new_users_bucket(svc: Services, key: Key, cost: int) -> Bucket:
+    """The key's budget of user ids new to the database: ``PREFEED_KEY_NEW_USERS_PER_MINUTE`` (or the key's own
+    ``--new-users``) a minute, as many at once."""
+    per_minute = new_users_per_minute(key, svc.settings)
+    return Bucket(svc.keys.rate_new_users(key.name), per_minute / 60.0, per_minute, cost)
+
+
+def new_users_per_minute(key: Key, settings) -> int:
+    return key.new_users or settings.key_new_users_per_minute
 
 
 def check_dashboard() -> None:

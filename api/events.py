@@ -6,8 +6,16 @@ events carrying an ``event_id`` are stored once however often they are posted, a
 recompute. An ``event_id`` is the user's own key: the same id posted for another user is another event. (Without ``event_id`` a retry stores the event again; ``manage.py precompute --stale`` finds users whose
 feed fell behind.) An event naming an item the catalogue does not have creates it bare, in the same transaction
 (``items_created`` in the answer) when the key has the ``items:write`` scope; without it, or with
-``PREFEED_EVENTS_CREATE_ITEMS=false``, the whole batch is refused (404 naming the ids). Each user id may have at most
-``PREFEED_USER_EVENTS_PER_MINUTE`` events accepted per minute: a batch that would pass it is refused whole (429).
+``PREFEED_EVENTS_CREATE_ITEMS=false``, the whole batch is refused (404 naming the ids).
+
+Limits, all charged in one round trip and all or none, before anything is written: the key's token bucket one token
+per event (the first taken on arrival, ``auth.py``); each user id at most ``PREFEED_USER_EVENTS_PER_MINUTE`` events a
+minute; each key at most ``PREFEED_KEY_NEW_USERS_PER_MINUTE`` user ids the database does not have yet (or its own
+``--new-users``), counted with one query before recording. Over one: 429 with ``Retry-After`` (when a retry fits,
+absent other traffic), nothing written. A batch that could never fit (more events than the key's burst, more for one
+user id than its per-minute limit, more new user ids than the key's) is a 400 naming the limit: retrying it as it is
+would only be refused again. New user ids are marked dirty in the new tier (``precompute/feeds/dirty.py``), so a
+flood of made-up ids never holds back the recompute of a user who had a history.
 """
 
 from __future__ import annotations
@@ -17,13 +25,15 @@ import time
 from flask import Blueprint, g
 
 from jobs.queues import notify_changed, schedule_collect
+from precompute.data import users
 from precompute.data.event_types import EventTypes
 from precompute.data.recording import NewEvent, record
 from precompute.errors import InvalidInput, TooManyRequests
 from precompute.feeds.client import ping_redis
+from precompute.feeds.dirty import DirtyUsers
 from precompute.feeds.limits import Bucket
 
-from .auth import require
+from .auth import OPEN, key_bucket, new_users_bucket, new_users_per_minute, rate_refusal, require
 from .errors import json_response
 from .parse import body_object, field_id, field_number, field_optional_number, json_body, refuse_unknown
 from .services import Services, services
@@ -32,7 +42,7 @@ bp = Blueprint("events", __name__)
 
 
 @bp.post("/events")
-@require("events:write")
+@require("events:write", charged_in_view=True)
 def post_events():
     body = json_body()
     batch = body if isinstance(body, list) else [body]
@@ -50,7 +60,9 @@ def post_events():
               for k, e in enumerate(batch)]
     ping_redis(svc.feed_redis)
     ping_redis(svc.queue_redis)
-    _per_user_limit(svc, events)
+    batch_users = sorted({e.user_id for e in events})
+    new_users = sorted(set(batch_users) - users.existing(svc.engine, batch_users))
+    _charge(svc, events, new_users)
     result = record(svc.engine, events, settings, create_items=settings.events_create_items and
                     g.key.allows("items:write"))
     if result.versions:
@@ -64,24 +76,53 @@ def post_events():
         svc.item_states.advance_clock(max(e.ts for e in events), pipe)     # the clock pages are timed on
         pipe.execute()
     # Every user of the request, not only those with newly stored events: a client retrying after a 503 that
-    # came after the commit gets "duplicates" back, and its users must still be recomputed.
-    notify_changed(settings, svc.queue_redis, {e.user_id for e in events})
+    # came after the commit gets "duplicates" back, and its users must still be recomputed. New users are marked
+    # in the new tier, claimed after every known user due (``dirty.py``).
+    DirtyUsers(svc.queue_redis, settings).mark_new(new_users)
+    notify_changed(settings, svc.queue_redis, sorted(set(batch_users) - set(new_users)))
     if svc.impressions is not None and result.accepted:
         schedule_collect(settings, svc.queue_redis)           # the new events are attributed to served pages
     return json_response({"accepted": result.accepted, "duplicates": result.duplicates,
                           "items_created": result.items_created}, 202)
 
 
-def _per_user_limit(svc: Services, events: list[NewEvent]) -> None:
-    """Charge each user id of the batch its events against ``PREFEED_USER_EVENTS_PER_MINUTE``; all or none."""
-    per_minute = svc.settings.user_events_per_minute
+def _charge(svc: Services, events: list[NewEvent], new_users: list[int]) -> None:
+    """Charge the batch to the key (one token per event past the first, its new user ids) and to each user id (its
+    events): all or none. ``InvalidInput`` for a batch that could never fit, ``TooManyRequests`` when it does not
+    fit now."""
+    settings, key = svc.settings, g.key
+    per_minute = settings.user_events_per_minute
     counts: dict[int, int] = {}
     for e in events:
         counts[e.user_id] = counts.get(e.user_id, 0) + 1
-    wait = svc.limiter.take([Bucket(svc.keys.rate_user(uid), per_minute / 60.0, per_minute, n)
-                                for uid, n in sorted(counts.items())])
-    if wait > 0:
-        raise TooManyRequests(f"over {per_minute} events per minute for one user id", retry_after=wait)
+    if max(counts.values()) > per_minute:
+        uid = max(counts, key=counts.__getitem__)
+        raise InvalidInput(f"{counts[uid]} events for user id {uid}: more than PREFEED_USER_EVENTS_PER_MINUTE "
+                           f"({per_minute}) allows a user id at once; send them in smaller batches")
+    limits: list[tuple[Bucket, str]] = [
+        (Bucket(svc.keys.rate_user(uid), per_minute / 60.0, per_minute, n),
+         f"over {per_minute} events per minute for one user id") for uid, n in sorted(counts.items())]
+    if key is not OPEN:                                 # PREFEED_AUTH=off: no key, no key's budgets
+        rate = key_bucket(svc, key, len(events) - 1)    # the first token was taken on arrival
+        if len(events) > rate.burst:
+            raise InvalidInput(f"{len(events)} events in one request: more than this key's burst of {rate.burst} "
+                               f"tokens (one per event) allows at once; send at most {rate.burst} per request")
+        capped = new_users_per_minute(key, settings)
+        if len(new_users) > capped:
+            raise InvalidInput(f"{len(new_users)} user ids new to the database in one request: more than this key's "
+                               f"{capped} new user ids per minute allows at once")
+        if rate.cost:
+            limits.append((rate, rate_refusal(key, settings)))
+        if new_users:
+            limits.append((new_users_bucket(svc, key, len(new_users)),
+                           f"over this key's {capped} new user ids per minute"))
+    waits = svc.limiter.take_each([bucket for bucket, _ in limits])
+    if waits:
+        # A retry pays its first token again on arrival: the key's bucket must then hold one more.
+        waits = [w + 1.0 / b.rate if w > 0 and b.key == svc.keys.rate_key(key.name) else w
+                 for w, (b, _) in zip(waits, limits)]
+        worst = max(range(len(waits)), key=waits.__getitem__)
+        raise TooManyRequests(limits[worst][1], retry_after=waits[worst])
 
 
 def _parse(obj: dict, types: dict[str, int], now: float, window: tuple[float, float], index: int | None) -> NewEvent:

@@ -7,7 +7,7 @@ share its users half and half: ``ranker-vs-recent`` (the model against ``recent:
 judges (``learning/steps.py``): before each of a user's next steps the user reads a page of their feed (once it has
 caught up with their own events and carries their arm), and clicks (``POST /events``, type ``click``) the page's
 items they chose in that step, at the step's time (or the page's ``served_at``, when later); the log's own events
-follow as the replay reaches them. Steps of different users whose histories do not overlap are read concurrently.
+follow as the replay reaches them. Steps of different users are read concurrently, a batch at a time (``batches``).
 
 Then ``experiments report NAME --json`` runs for both experiments. The simulation counts for itself what attribution
 must find, with the rule written out here again: every click event it posted or replayed goes to the newest page it
@@ -117,7 +117,7 @@ class Simulation:
         """Post the log after the cut in order; the steps in batches that may be read at once (see ``batches``)."""
         with ThreadPoolExecutor(self.cfg["concurrency"]) as pool, \
                 click.progressbar(length=len(steps), label="replaying steps", file=sys.stderr) as bar:
-            for batch in batches(steps, self.product.events, self.cfg["concurrency"]):
+            for batch in batches(steps, self.cfg["concurrency"]):
                 self.product.post_until(self.names, int(steps.posted[batch[0]]))
                 for s, got in zip(batch, pool.map(lambda s: self.read(steps, s), batch)):
                     self.act(steps, s, *got)
@@ -185,20 +185,20 @@ class Simulation:
                 if k[0] is not None}
 
 
-def batches(steps, events, most: int):
-    """Runs of consecutive steps, of distinct users, that may be read together after posting the log up to the
-    first one's events: none of their users has an event between the first step's posting point and their own
-    (their history is the same either way)."""
+def batches(steps, most: int):
+    """Runs of up to ``most`` consecutive steps of distinct users, read together after posting the log up to the
+    first one's events. A later step's user may then read a page that lacks their own newest events (still to be
+    posted), as a live user whose last events have not arrived yet does; their step's own events, its truth, are
+    never posted before the page is read."""
     batch: list[int] = []
+    users: set[int] = set()
     for s in range(len(steps)):
-        if batch:
-            lo, hi = int(steps.posted[batch[0]]), int(steps.posted[s])
-            uid = steps.user[s]
-            if len(batch) >= most or uid in {int(steps.user[b]) for b in batch} or \
-                    np.any(events.user[lo:hi] == uid):
-                yield batch
-                batch = []
+        uid = int(steps.user[s])
+        if len(batch) >= most or uid in users:
+            yield batch
+            batch, users = [], set()
         batch.append(s)
+        users.add(uid)
     if batch:
         yield batch
 

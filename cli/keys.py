@@ -26,14 +26,19 @@ def keys() -> None:
 @click.argument("name")
 @click.option("--scopes", required=True, metavar="SCOPE[,SCOPE…]",
               help=f"What the key may do: {', '.join(api_keys.SCOPES)} (admin: everything).")
-@click.option("--rate", type=float, default=None, help="Requests per second  [default: PREFEED_RATE_LIMIT]")
-@click.option("--burst", type=int, default=None, help="Requests at once after a pause  [default: PREFEED_RATE_BURST]")
+@click.option("--rate", type=float, default=None,
+              help="Tokens per second: one per feed page, one per event posted  [default: PREFEED_RATE_LIMIT]")
+@click.option("--burst", type=int, default=None,
+              help="Tokens at once after a pause; the most events per request  [default: PREFEED_RATE_BURST]")
+@click.option("--new-users", type=int, default=None,
+              help="User ids new to the database per minute  [default: PREFEED_KEY_NEW_USERS_PER_MINUTE]")
 @click.pass_obj
-def create(obj, name: str, scopes: str, rate: float | None, burst: int | None) -> None:
+def create(obj, name: str, scopes: str, rate: float | None, burst: int | None, new_users: int | None) -> None:
     """Create the key NAME and print it: the only time it is shown."""
     api_keys.check_name(name)                       # a bad name or scope is refused before the database is touched
     wanted = api_keys.parse_scopes(scopes)
-    key = api_keys.create(ready_engine(obj.settings), name, wanted, rate=rate, burst=burst)
+    key = api_keys.create(ready_engine(obj.settings), name, wanted, rate=rate, burst=burst,
+                          new_users=new_users)
     click.echo(key)
     click.echo(f"key {name!r} created with {scopes}; it is not stored and cannot be shown again", err=True)
 
@@ -50,9 +55,10 @@ def list_(obj, as_json: bool) -> None:
     if not rows:
         click.echo("no API keys; create one with `manage.py keys create NAME --scopes feed:read,events:write`")
         return
-    echo_table([("NAME", "SCOPES", "RATE/S", "BURST", "CREATED (UTC)", "LAST USED (UTC)", "REVOKED (UTC)")]
-               + [(r["name"], r["scopes"], _or(r["rate"]), _or(r["burst"]), _when(r["created_at"]),
-                   _when(r["last_used_at"]), _when(r["revoked_at"])) for r in rows])
+    echo_table([("NAME", "SCOPES", "RATE/S", "BURST", "NEW USERS/MIN", "CREATED (UTC)", "LAST USED (UTC)",
+                 "REVOKED (UTC)")]
+               + [(r["name"], r["scopes"], _or(r["rate"]), _or(r["burst"]), _or(r["new_users"]),
+                   _when(r["created_at"]), _when(r["last_used_at"]), _when(r["revoked_at"])) for r in rows])
 
 
 @command(keys, name="revoke")

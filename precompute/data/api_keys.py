@@ -49,6 +49,7 @@ class Key:
     scopes: frozenset[str]
     rate: float | None = None
     burst: int | None = None
+    new_users: int | None = None        # new user ids per minute
 
     def allows(self, scope: str) -> bool:
         return scope in self.scopes or "admin" in self.scopes
@@ -83,19 +84,22 @@ def parse_scopes(text: str) -> frozenset[str]:
 
 
 def create(engine: Engine, name: str, scopes: frozenset[str], *, rate: float | None = None,
-           burst: int | None = None) -> str:
+           burst: int | None = None, new_users: int | None = None) -> str:
     """Store a new key named ``name`` and return it (the only time it exists outside the client). ``InvalidInput``
     for a malformed, reserved (``ADMIN_NAME``) or taken name (a revoked key's name stays taken: its history keeps
-    its meaning)."""
+    its meaning). ``rate``/``burst``: the key's token bucket; ``new_users``: user ids new to the database its events
+    may bring in per minute; None: the settings' defaults."""
     check_name(name)
     if rate is not None and not (math.isfinite(rate) and rate > 0) or burst is not None and burst < 1:
         raise InvalidInput("--rate must be a finite number above 0 and --burst an integer of at least 1")
+    if new_users is not None and new_users < 1:
+        raise InvalidInput("--new-users must be an integer of at least 1")
     key = PREFIX + secrets.token_urlsafe(32)
     try:
         with engine.begin() as conn:
             conn.execute(ApiKey.__table__.insert().values(
                 name=name, key_hash=digest(key), scopes=",".join(sorted(scopes)), created_at=time.time(),
-                rate=rate, burst=burst))
+                rate=rate, burst=burst, new_users=new_users))
     except IntegrityError:
         raise InvalidInput(f"a key named {name!r} exists already (revoked names stay taken)") from None
     return key
@@ -105,7 +109,7 @@ def listing(engine: Engine) -> list[dict]:
     """Every key's name, scopes, limits and times (created, last used, revoked), oldest first; never a key or hash."""
     with engine.connect() as conn:
         rows = conn.execute(select(ApiKey.name, ApiKey.scopes, ApiKey.created_at, ApiKey.last_used_at,
-                                   ApiKey.revoked_at, ApiKey.rate, ApiKey.burst)
+                                   ApiKey.revoked_at, ApiKey.rate, ApiKey.burst, ApiKey.new_users)
                             .order_by(ApiKey.created_at, ApiKey.name)).all()
     return [dict(r._mapping) for r in rows]
 
@@ -124,11 +128,11 @@ def find(engine: Engine, key: str) -> tuple[Key | None, float | None]:
     h = digest(key)
     with engine.connect() as conn:
         row = conn.execute(select(ApiKey.name, ApiKey.key_hash, ApiKey.scopes, ApiKey.rate, ApiKey.burst,
-                                  ApiKey.last_used_at)
+                                  ApiKey.new_users, ApiKey.last_used_at)
                            .where(ApiKey.key_hash == h, ApiKey.revoked_at.is_(None))).first()
     if row is None or not hmac.compare_digest(row.key_hash, h):
         return None, None
-    return Key(row.name, frozenset(row.scopes.split(",")), row.rate, row.burst), row.last_used_at
+    return Key(row.name, frozenset(row.scopes.split(",")), row.rate, row.burst, row.new_users), row.last_used_at
 
 
 def touch(engine: Engine, name: str, when: float) -> None:

@@ -114,6 +114,8 @@ class ApiKey(Base):
     #: Requests per second and burst of this key's token bucket; NULL: the settings' defaults.
     rate: Mapped[float | None] = mapped_column(Float, default=None)
     burst: Mapped[int | None] = mapped_column(Integer, default=None)
+    #: User ids new to the database this key's events may bring in per minute; NULL: the settings' default.
+    new_users: Mapped[int | None] = mapped_column(Integer, default=None)
 
 
 class StoredExperiment(Base):

@@ -44,3 +44,11 @@ def recent_events(engine: Engine, user_id: int, n: int, settings: Settings) -> l
                             .order_by(Event.ts.desc(), Event.id.desc()).limit(n)).all()
     return [{"ts": float(ts), "item_id": int(item), "value": value,
              "type": names[code - 1] if 1 <= code <= len(names) else str(code)} for ts, item, code, value in rows]
+
+
+def existing(engine: Engine, user_ids: list[int]) -> set[int]:
+    """Which of ``user_ids`` the database has a row for (one query; ``POST /events`` counts the others as new)."""
+    if not user_ids:
+        return set()
+    with engine.connect() as conn:
+        return {int(u) for u in conn.execute(select(User.id).where(User.id.in_(sorted(set(user_ids))))).scalars()}

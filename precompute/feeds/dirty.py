@@ -9,7 +9,19 @@ loses nothing: its users become claimable again when the lease ends.
 Recomputes per user are capped: a claim stamps the user's claim time in a second sorted set, and an event for a
 user claimed less than ``PREFEED_RECOMPUTE_INTERVAL_MS`` ago makes the user due only when that interval has passed.
 A user posting thousands of events a minute (a bot) costs at most one recompute per interval; every event is still
-stored, and the recompute at the interval's end sees them all. Both sets live on the queue Redis (``QUEUE_REDIS_URL``).
+stored, and the recompute at the interval's end sees them all.
+
+Known users go first. A user id the database did not have before its events (``mark_new``: the API counts them) is
+marked in the dirty set only; every other user (``mark``) is marked in a second sorted set as well, ``dirty_known``,
+with the same time. A claim takes the due users of ``dirty_known`` first, and only when there are fewer than it wants
+the oldest due of the whole set, who are then all new users. So a flood of made-up user ids (each a new user, which
+``PREFEED_KEY_NEW_USERS_PER_MINUTE`` caps per key) never holds back the recompute of a user who had a history: it
+waits behind the known users due, never behind the new ones, however many were marked before it. New users are
+still claimed oldest first among themselves, whenever the known ones due leave a batch room. A user stays in the
+tier it was marked in until its recompute completes (a new user posting again while it waits keeps its place among
+the new); one claimed from the new tier and marked while leased becomes known. The dirty set alone still holds
+every dirty user with its time (``pending``, ``next_due``, the status page and ``/metrics`` read it).
+All three sets live on the queue Redis (``QUEUE_REDIS_URL``).
 """
 
 from __future__ import annotations
@@ -21,45 +33,67 @@ import redis
 from ..settings import Settings
 from .keys import Keys
 
-# KEYS: dirty, recomputed. ARGV: now (ms), lease end (ms), how many, the interval (ms).
+# KEYS: dirty, known, recomputed. ARGV: now (ms), lease end (ms), how many, the interval (ms). Known users due first,
+# then, if the batch has room, whoever is due in the whole set: new users (the known ones due were all taken).
 _CLAIM = """
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
+local now, lease, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, n)
 for _, uid in ipairs(due) do
-  redis.call('ZADD', KEYS[1], ARGV[2], uid)
-  redis.call('ZADD', KEYS[2], ARGV[1], uid)
+  redis.call('ZADD', KEYS[1], lease, uid)
+  redis.call('ZADD', KEYS[2], lease, uid)
+  redis.call('ZADD', KEYS[3], now, uid)
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. (tonumber(ARGV[1]) - tonumber(ARGV[4])))
+if #due < n then
+  for _, uid in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, n - #due)) do
+    redis.call('ZADD', KEYS[1], lease, uid)
+    if redis.call('ZSCORE', KEYS[2], uid) then redis.call('ZADD', KEYS[2], lease, uid) end
+    redis.call('ZADD', KEYS[3], now, uid)
+    due[#due + 1] = uid
+  end
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. (tonumber(now) - tonumber(ARGV[4])))
 return due
 """
 
-# KEYS: dirty, recomputed. ARGV: now (ms), the interval (ms), then user ids. Due now, or when the interval since the
-# user's last claim ends.
+# KEYS: dirty, known, recomputed. ARGV: now (ms), the interval (ms), "1" for new users (else "0"), then user ids.
+# A known user is due now, or when the interval since its last claim ends. A new user (not in the set) joins the new
+# tier, due now; a user waiting in the new tier (due, not known) keeps its place there whatever it is marked as.
 _MARK = """
-local now, interval = tonumber(ARGV[1]), tonumber(ARGV[2])
-for i = 3, #ARGV do
-  local due = now
-  local last = redis.call('ZSCORE', KEYS[2], ARGV[i])
-  if last and tonumber(last) + interval > due then due = tonumber(last) + interval end
-  redis.call('ZADD', KEYS[1], due, ARGV[i])
+local now, interval, new = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'
+for i = 4, #ARGV do
+  local uid = ARGV[i]
+  local current = redis.call('ZSCORE', KEYS[1], uid)
+  if not current and new then
+    redis.call('ZADD', KEYS[1], now, uid)
+  elseif not (current and tonumber(current) <= now and not redis.call('ZSCORE', KEYS[2], uid)) then
+    local due = now
+    local last = redis.call('ZSCORE', KEYS[3], uid)
+    if last and tonumber(last) + interval > due then due = tonumber(last) + interval end
+    redis.call('ZADD', KEYS[1], due, uid)
+    redis.call('ZADD', KEYS[2], due, uid)
+  end
 end
-return #ARGV - 2
+return #ARGV - 3
 """
 
+# KEYS: dirty, known. ARGV: the lease stamp, now (ms), then user ids.
 _RELEASE = """
 local released = 0
 for i = 3, #ARGV do
   if redis.call('ZSCORE', KEYS[1], ARGV[i]) == ARGV[1] then
     redis.call('ZADD', KEYS[1], ARGV[2], ARGV[i]); released = released + 1
+    if redis.call('ZSCORE', KEYS[2], ARGV[i]) then redis.call('ZADD', KEYS[2], ARGV[2], ARGV[i]) end
   end
 end
 return released
 """
 
+# KEYS: dirty, known. ARGV: the lease stamp, then user ids.
 _COMPLETE = """
 local removed = 0
 for i = 2, #ARGV do
   if redis.call('ZSCORE', KEYS[1], ARGV[i]) == ARGV[1] then
-    redis.call('ZREM', KEYS[1], ARGV[i]); removed = removed + 1
+    redis.call('ZREM', KEYS[1], ARGV[i]); redis.call('ZREM', KEYS[2], ARGV[i]); removed = removed + 1
   end
 end
 return removed
@@ -93,6 +127,7 @@ class DirtyUsers:
     def __init__(self, r: redis.Redis, settings: Settings) -> None:
         self.r = r
         self.keys = Keys(settings.key_prefix)
+        self.known = self.keys.dirty_known
         self.lease_ms = settings.dirty_lease * 1000
         self.flag_ttl = settings.drain_flag_ttl
         self.interval_ms = settings.recompute_interval_ms
@@ -104,28 +139,39 @@ class DirtyUsers:
         self._clear_flag = r.register_script(_CLEAR_FLAG)
 
     def mark(self, user_ids) -> None:
-        """Make users due: now, or at the end of the recompute interval since their last claim."""
+        """Make known users due: now, or at the end of the recompute interval since their last claim. They are
+        claimed before every new user (``mark_new``); one waiting in the new tier stays there."""
+        self._marked(user_ids, new=False)
+
+    def mark_new(self, user_ids) -> None:
+        """Make users the database did not have before their events due now, in the new tier: claimed after every
+        known user due. A user already dirty is marked as by ``mark``."""
+        self._marked(user_ids, new=True)
+
+    def _marked(self, user_ids, new: bool) -> None:
         if user_ids:
-            self._mark(keys=[self.keys.dirty, self.keys.recomputed],
-                       args=[_ms(), self.interval_ms, *[str(int(u)) for u in user_ids]])
+            self._mark(keys=[self.keys.dirty, self.known, self.keys.recomputed],
+                       args=[_ms(), self.interval_ms, "1" if new else "0", *[str(int(u)) for u in user_ids]])
 
     def claim(self, n: int) -> tuple[list[int], int]:
-        """Up to ``n`` due users and the lease stamp to hand back to ``complete``."""
+        """Up to ``n`` due users, known ones first, and the lease stamp to hand back to ``complete``."""
         now = _ms()
         stamp = now + self.lease_ms
-        due = self._claim(keys=[self.keys.dirty, self.keys.recomputed], args=[now, stamp, n, self.interval_ms])
+        due = self._claim(keys=[self.keys.dirty, self.known, self.keys.recomputed],
+                          args=[now, stamp, n, self.interval_ms])
         return [int(u) for u in due], stamp
 
     def complete(self, user_ids: list[int], stamp: int) -> int:
         if not user_ids:
             return 0
-        return int(self._complete(keys=[self.keys.dirty], args=[str(stamp), *[str(u) for u in user_ids]]))
+        return int(self._complete(keys=[self.keys.dirty, self.known], args=[str(stamp), *[str(u) for u in user_ids]]))
 
     def release(self, user_ids: list[int], stamp: int) -> int:
         """Make claimed users due again now (the claimer failed), unless a new event already did."""
         if not user_ids:
             return 0
-        return int(self._release(keys=[self.keys.dirty], args=[str(stamp), _ms(), *[str(u) for u in user_ids]]))
+        return int(self._release(keys=[self.keys.dirty, self.known],
+                                 args=[str(stamp), _ms(), *[str(u) for u in user_ids]]))
 
     def next_due(self) -> int | None:
         """Earliest time (ms) any dirty user may be claimed, or None when none is dirty."""

@@ -31,6 +31,7 @@ class Keys:
         self.live_boosts = f"{live}boosts"             # hash item id -> "weight expires_at"
         self.live_clock = f"{live}clock"               # the events' clock: the newest accepted event time
         self.dirty = f"{prefix}dirty"                  # zset user_id -> time it may next be claimed (queue Redis)
+        self.dirty_known = f"{prefix}dirty:known"      # zset: the users of dirty who had a history, same times
         self.recomputed = f"{prefix}recomputed"        # zset user_id -> time of its last claim (queue Redis)
         self.feed_clock = f"{prefix}feed_clock"        # zset user_id -> log clock its feed was computed at (queue Redis)
         self.drain_flag = f"{prefix}drain:pending"
@@ -50,6 +51,9 @@ class Keys:
 
     def rate_key(self, name: str) -> str:
         return f"{self.prefix}rate:key:{name}"          # an API key's request budget (queue Redis)
+
+    def rate_new_users(self, name: str) -> str:
+        return f"{self.prefix}rate:new_users:{name}"    # an API key's budget of new user ids (queue Redis)
 
     def rate_user(self, user_id: int) -> str:
         return f"{self.prefix}rate:user:{user_id}"      # a user id's event budget (queue Redis)

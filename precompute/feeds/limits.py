@@ -9,7 +9,7 @@ requests, which is what keeps the page cost of the check small.
 
 Why not ``limits`` / Flask-Limiter: their strategies are fixed and moving windows (a moving window keeps one entry
 per request), not a bucket with a burst, and they take one round trip per limit where a request here may need
-several (a key's rate and each user's events).
+several (``POST /events``: the key's rate at one token per event, the key's new user ids and each user's events).
 """
 
 from __future__ import annotations
@@ -21,25 +21,26 @@ from dataclasses import dataclass
 
 import redis
 
-# KEYS: the buckets; ARGV: per bucket, its rate (1/s), burst and cost, flattened. Returns "0" when every bucket had
-# room (all charged), else the longest wait in seconds (none charged).
+# KEYS: the buckets; ARGV: per bucket, its rate (1/s), burst and cost, flattened. Returns an empty list when every
+# bucket had room (all charged), else each bucket's wait in seconds, 0 for those with room (none charged).
 _SCRIPT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local wait, new = 0, {}
+local refused, waits, new = false, {}, {}
 for i, key in ipairs(KEYS) do
   local rate, burst, cost = tonumber(ARGV[3*i-2]), tonumber(ARGV[3*i-1]), tonumber(ARGV[3*i])
   local tat = math.max(tonumber(redis.call('GET', key) or '0'), now)
   local next_tat = tat + cost / rate
   local allow_at = next_tat - burst / rate
-  if allow_at > now then wait = math.max(wait, allow_at - now) end
+  waits[i] = '0'
+  if allow_at > now then waits[i] = tostring(allow_at - now); refused = true end
   new[i] = next_tat
 end
-if wait > 0 then return tostring(wait) end
+if refused then return waits end
 for i, key in ipairs(KEYS) do
   redis.call('SET', key, string.format('%.6f', new[i]), 'PX', math.ceil((new[i] - now) * 1000) + 1)
 end
-return '0'
+return {}
 """
 
 # KEYS[1]: one bucket; ARGV: rate, burst, most tokens wanted. Takes as many as it holds, up to that many: returns
@@ -103,9 +104,15 @@ class Limiter:
     def take(self, buckets: list[Bucket]) -> float:
         """Charge every bucket its cost if all have room and return 0; else charge none and return the seconds
         until they would (a cost above a bucket's burst never fits: ``inf``)."""
+        return max(self.take_each(buckets), default=0.0)
+
+    def take_each(self, buckets: list[Bucket]) -> list[float]:
+        """Like ``take``, with each bucket's own wait: an empty list when all were charged, else one wait (s) per
+        bucket, 0 for a bucket that had room (none charged), so a refusal can name the limit that holds it."""
         if not buckets:
-            return 0.0
+            return []
         if any(b.cost > b.burst for b in buckets):
-            return math.inf
+            return [math.inf if b.cost > b.burst else 0.0 for b in buckets]
         args = [x for b in buckets for x in (repr(float(b.rate)), b.burst, b.cost)]
-        return float(self._script(keys=[b.key for b in buckets], args=args))
+        waits = self._script(keys=[b.key for b in buckets], args=args)
+        return [float(w) for w in waits]

@@ -38,13 +38,23 @@ class ServingSettings:
     request_body_max: int = setting(1 << 20, "PREFEED_REQUEST_BODY_MAX", "largest request body", unit="bytes")
     auth: bool = setting(True, "PREFEED_AUTH", "`off`: the data routes (feed, events, items) answer without a key, "
                          "for a trusted network (a warning at start); admin and metrics routes still need one")
-    rate_limit: float = setting(500.0, "PREFEED_RATE_LIMIT", "requests per second a key may make, shared by every API "
-                                "process (a key's own `--rate` overrides)", unit="1/s")
-    rate_burst: int = setting(1000, "PREFEED_RATE_BURST", "requests a key may make at once after a pause (a key's "
-                              "own `--burst` overrides)", unit="requests")
+    rate_limit: float = setting(500.0, "PREFEED_RATE_LIMIT", "tokens per second a key earns, shared by every API "
+                                "process: a feed page costs one, a `POST /events` one per event (a key's own `--rate` "
+                                "overrides)", unit="1/s")
+    rate_burst: int = setting(1000, "PREFEED_RATE_BURST", "tokens a key may spend at once after a pause, and so the "
+                              "most events one `POST /events` of the key may carry (a key's own `--burst` overrides)",
+                              unit="tokens")
+    key_new_users_per_minute: int = setting(
+        3000, "PREFEED_KEY_NEW_USERS_PER_MINUTE", "user ids the database does not have yet that one key's events may "
+        "bring in per minute (the burst is the same number); over it: 429, a batch with more than it: 400 (a key's own "
+        "`--new-users` overrides). Sized for a busy shop: 1 million new visitors a day (anonymous ids included), "
+        "three times the day's mean minute at peak, is ~2,100 a minute. At the cap a key's made-up ids cost at most "
+        "3,000 recomputes a minute (~1/6 of a worker core) and ~36 MB of feeds a minute, each kept "
+        "`PREFEED_FEED_TTL`", unit="users")
     cursor_ttl: int = setting(3600, "PREFEED_CURSOR_TTL", "a feed's `next_cursor` is honoured this long; an older one "
                               "starts the scroll over, flagged `restarted`", unit="s")
     cursor_secret: str | None = setting(None, "PREFEED_CURSOR_SECRET", "key that signs cursors; unset: a random one "
                                         "kept in the queue Redis, shared by every API process", secret=True)
     user_events_per_minute: int = setting(600, "PREFEED_USER_EVENTS_PER_MINUTE", "events accepted per user id per "
-                                          "minute; more are refused with 429", unit="events", minimum=1)
+                                          "minute (the burst is the same number); more are refused with 429, a batch "
+                                          "with more for one user id with 400", unit="events", minimum=1)
