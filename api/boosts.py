@@ -1,4 +1,7 @@
-"""PUT/DELETE /boosts/<item_id> (admin): lift a paid listing in the feeds that already rank it."""
+"""PUT/DELETE /boosts/<item_id> (admin): lift a paid listing in the feeds that already rank it.
+
+The database is the record (``precompute/data/durable.py``), written first: a boost answered 200 comes back after
+Redis lost its data (``jobs/recovery.py``). Redis, which serving reads, follows in the same request."""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ import time
 
 from flask import Blueprint
 
-from precompute.data import catalog
+from precompute.data import catalog, durable
 from precompute.errors import InvalidInput
 
 from .auth import require
@@ -29,7 +32,9 @@ def put_boost(item_id: str):
     if ttl > settings.boost_max_ttl:
         raise InvalidInput(f"ttl_seconds must be at most {settings.boost_max_ttl}")
     catalog.require_item(svc.engine, iid)
-    expires = time.time() + ttl
+    now = time.time()
+    expires = now + ttl
+    durable.put_boost(svc.engine, iid, weight, expires, now)
     svc.item_states.boost(iid, weight, expires)
     svc.pages.states.refresh(force=True)        # this process serves it at once; the others within the bound
     return json_response({"item_id": iid, "weight": weight, "expires_at": expires})
@@ -40,6 +45,7 @@ def put_boost(item_id: str):
 def delete_boost(item_id: str):
     iid = path_id(item_id, "item_id")
     svc = services()
-    removed = svc.item_states.unboost(iid)
+    removed = durable.delete_boost(svc.engine, iid)
+    removed = svc.item_states.unboost(iid) or removed
     svc.pages.states.refresh(force=True)
     return json_response({"item_id": iid, "removed": bool(removed)})

@@ -69,6 +69,12 @@ def text_lines(s: dict) -> list[str]:
               f"max {age_text(f['age_max_s'])}",
               f"  dirty users    {d['users']} ({d['due']} due, {d['leased_or_waiting']} leased or waiting); "
               f"oldest due {age_text(d['oldest_due_age_s'])}"]
+    if s.get("recovery"):
+        rb = s["recovery"]
+        lines.append(f"  redis rebuild  began {utc_text(rb['began'])}: {rb['looked_at']} of "
+                     f"{'?' if rb['total'] is None else rb['total']} active users looked at, {rb['marked']} marked "
+                     f"for a recompute, {rb['sampled_written_since']} sampled feeds written since; "
+                     + (f"finished {utc_text(rb['finished_at'])}" if rb["finished_at"] else "running"))
     return lines
 
 

@@ -20,6 +20,7 @@ RECOMPUTE = "jobs.tasks.recompute_users"
 DRAIN = "jobs.tasks.drain_dirty"
 REASSIGN = "jobs.tasks.mark_reassigned"
 COLLECT = "jobs.tasks.collect_impressions"
+RECOVER = "jobs.tasks.rebuild_lost"
 
 
 def make_queue(settings: Settings, r: redis.Redis) -> Queue:
@@ -95,6 +96,17 @@ def enqueue_reassign(settings: Settings, r: redis.Redis, experiment_id: int, aft
         queue.enqueue(REASSIGN, **kwargs)
     else:
         queue.enqueue_at(datetime.fromtimestamp(at, tz=timezone.utc), REASSIGN, **kwargs)
+
+
+def enqueue_recovery(settings: Settings, r: redis.Redis, token: str, offset: int, at: float | None = None) -> None:
+    """The step of rebuild ``token`` (``jobs/recovery.py``) that looks at its users from position ``offset``: now, or
+    at epoch second ``at``."""
+    queue = make_queue(settings, r)
+    kwargs = dict(args=(str(token), int(offset)), retry=retry(settings), result_ttl=600, failure_ttl=7 * 86400)
+    if at is None:
+        queue.enqueue(RECOVER, **kwargs)
+    else:
+        queue.enqueue_at(datetime.fromtimestamp(at, tz=timezone.utc), RECOVER, **kwargs)
 
 
 def schedule_collect(settings: Settings, r: redis.Redis, delay: float | None = None) -> bool:

@@ -22,7 +22,7 @@ from precompute.data import users
 from precompute.errors import BundleError
 from precompute.experiments import method_of, registry
 from precompute.experiments.experiment import RUNNING
-from precompute.feeds import freshness
+from precompute.feeds import freshness, recovery
 from precompute.feeds.keys import Keys
 from precompute.ranking import bundle
 from precompute.settings import Settings
@@ -52,6 +52,7 @@ def snapshot(settings: Settings, engine, queue_redis: redis.Redis, feed_redis: r
         "model": model,
         "bundles": bundles_status(engine, settings.model_dir, model.get("version")),
         "feeds": feeds,
+        "recovery": recovery.progress(queue_redis, keys, headers),     # after Redis lost its data
     }
     if record and feeds["age_p50_s"] is not None:
         freshness.record(queue_redis, keys, {"p50": feeds["age_p50_s"], "p99": feeds["age_p99_s"],

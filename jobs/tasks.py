@@ -97,6 +97,36 @@ def mark_reassigned(experiment_id: int, after: int = 0) -> dict:
             "next_after": ids[-1] if len(ids) == settings.reassign_batch else None}
 
 
+def rebuild_lost(token: str, offset: int = 0) -> dict:
+    """One step of the rebuild that follows a Redis which lost its data (``jobs/recovery.py``): the next
+    ``PREFEED_RECOVERY_BATCH`` of the users active within ``PREFEED_FEED_TTL`` (most recently active first; listed by
+    the first step) from position ``offset``; those whose feed is missing or behind their history are marked dirty
+    (the drain rebuilds them), and the next step is scheduled ``PREFEED_RECOVERY_INTERVAL`` later. A step of a
+    rebuild that a newer one replaced does nothing."""
+    from precompute.data import durable
+    from precompute.feeds import recovery
+
+    if not isinstance(token, str) or not isinstance(offset, int) or offset < 0:
+        raise InvalidInput("rebuild_lost takes a rebuild's token and a position")
+    pipeline = context.get()
+    settings, r, keys = pipeline.settings, context.queue_redis(), Keys(pipeline.settings.key_prefix)
+    if recovery.current_token(r, keys) != token:
+        return {"rebuild": token, "superseded": True}
+    ids = None if offset == 0 else recovery.users_at(r, keys, offset, settings.recovery_batch)
+    if ids is None:             # the first step (or a list gone since, a day on): list the users now
+        offset = 0
+        recovery.set_users(r, keys, durable.active_users(pipeline.engine, settings))
+        ids = recovery.users_at(r, keys, 0, settings.recovery_batch) or []
+    stale = pipeline.store.stale_users(durable.history_versions(pipeline.engine, ids)) if ids else []
+    if stale:
+        queues.notify_changed(settings, r, stale)
+    looked_at, more = offset + len(ids), len(ids) == settings.recovery_batch
+    recovery.advance(r, keys, looked_at, len(stale), finished=not more)
+    if more:
+        queues.enqueue_recovery(settings, r, token, looked_at, at=time.time() + settings.recovery_interval)
+    return {"rebuild": token, "looked_at": len(ids), "marked": len(stale), "next": looked_at if more else None}
+
+
 def collect_impressions() -> dict:
     """Move the served pages buffered in Redis to the database and attribute the events stored since
     (``precompute/experiments/collect.py``); scheduled by the API when it sends pages or accepts events, and again by

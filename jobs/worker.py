@@ -10,6 +10,10 @@ Recovery after SIGKILLs is bounded by ``recovery_delay``: RQ finds a dead worker
 scheduler only in its maintenance pass, every 10 minutes by default, and blocks up to ``worker_ttl`` − 15 s waiting
 for a job before it looks; prefeed workers do both every ``PREFEED_WORKER_INTERVAL`` seconds.
 
+A Redis that lost its data (restarted empty) is noticed here too, between jobs: ``jobs/recovery.py``'s check runs
+before each job, at each heartbeat (idle, or watching a horse; at most every ``PREFEED_REDIS_CHECK_INTERVAL``) and at each
+maintenance pass; when the queue Redis lost it, the worker also registers itself again (``status`` lists it).
+
 ``children_die_with_parent`` covers what RQ cannot: a worker killed with SIGKILL (the OOM killer, ``kill -9``)
 runs no code, so the scheduler process it forked (and, under ``WorkerPool``, the pool's worker processes) would
 run on as orphans. On Linux the kernel sends them SIGTERM instead, and they shut down as RQ does on SIGTERM.
@@ -24,12 +28,14 @@ import sys
 import time
 
 import redis
-from rq import Queue, Worker
+from rq import Queue, Worker, worker_registration
 from rq.exceptions import AbandonedJobError
+from sqlalchemy.exc import SQLAlchemyError
 
+from precompute.errors import PrefeedError
 from precompute.settings import Settings
 
-from . import context, metrics
+from . import context, metrics, recovery
 
 _PR_SET_PDEATHSIG = 1      # linux/prctl.h
 
@@ -63,6 +69,9 @@ class PrefeedWorker(Worker):
         # A worker process forked by WorkerPool inherits the pool parent's pipeline: give it its own sockets.
         context.after_fork()
         self._loads = context.get().loads       # loads before this worker existed are counted where they ran
+        self._check_every = settings.redis_check_interval
+        self._checked = float("-inf")
+        self._token: str | None = None          # the markers' token as this process last saw it
         # Ignored here, and so in a horse until it sets its handler: a stop signal in between changes nothing.
         signal.signal(STOP_SIGNAL, signal.SIG_IGN)
 
@@ -70,6 +79,7 @@ class PrefeedWorker(Worker):
         """Here in the worker process, around the horse's whole life: pick up a new bundle before the fork, and
         record the job's metrics after the horse exited, from its result (``jobs/metrics.py`` says why not in the
         horse)."""
+        self.check_redis()
         context.refresh()
         self._loads = metrics.loaded(context.get(), self._loads)
         started, t0 = time.time(), time.perf_counter()
@@ -82,6 +92,31 @@ class PrefeedWorker(Worker):
             self._reap_horse()
         finally:
             metrics.record_job(job, started, time.perf_counter() - t0)
+
+    def check_redis(self, force: bool = False) -> None:
+        """Notice a Redis that lost its data and start the rebuild (``jobs/recovery.py``); at most every
+        ``PREFEED_REDIS_CHECK_INTERVAL`` unless ``force``. Never ends the worker: a Redis or database that does not
+        answer is asked again at the next check."""
+        now = time.monotonic()
+        if not force and now - self._checked < self._check_every:
+            return
+        self._checked = now
+        try:
+            found, token = recovery.check(context.get(), self.connection, self._token)
+            if self._token is not None and token != self._token:
+                self._register_again()
+            self._token = token
+        except (redis.RedisError, SQLAlchemyError, PrefeedError) as exc:
+            self.log.warning("Could not check Redis for lost data (%s): checking again shortly", exc)
+
+    def _register_again(self) -> None:
+        """The markers changed since this worker last looked: the queue Redis may have lost this worker's record
+        (the rebuild changes the markers whichever Redis lost its data). Written again, as at its birth."""
+        with self.connection.pipeline() as pipe:
+            pipe.hset(self.key, mapping=self.serialize())
+            worker_registration.register(self, pipe)
+            pipe.expire(self.key, self.worker_ttl + 60)
+            pipe.execute()
 
     def _reap_horse(self) -> None:
         if self._horse_pid:
@@ -162,6 +197,7 @@ class PrefeedWorker(Worker):
             super().run_maintenance_tasks()
         except REDIS_DOWN as exc:
             self.log.warning("Redis unavailable during maintenance (%s): waiting for it in the dequeue", exc)
+        self.check_redis(force=True)
 
     def heartbeat(self, timeout=None, pipeline=None):
         if pipeline is not None:            # queued on a pipeline: its caller executes it
@@ -170,6 +206,8 @@ class PrefeedWorker(Worker):
             super().heartbeat(timeout)
         except REDIS_DOWN as exc:
             self.log.warning("Redis unavailable for a heartbeat (%s)", exc)
+        else:
+            self.check_redis()
 
     def maintain_heartbeats(self, job):
         # while a horse runs: keep watching it whatever Redis does
@@ -177,6 +215,8 @@ class PrefeedWorker(Worker):
             super().maintain_heartbeats(job)
         except REDIS_DOWN as exc:
             self.log.warning("Redis unavailable for job %s's heartbeat (%s)", job.id, exc)
+        else:
+            self.check_redis()
 
     def clean_registries(self):
         # RQ's cleaning lock lasts 899 s: a worker killed while holding it (a pass takes milliseconds) would keep

@@ -40,6 +40,12 @@ class Keys:
         self.impressions_lock = f"{prefix}impressions:lock"             # one collector at a time
         self.impressions_scheduled = f"{prefix}impressions:scheduled"   # a collector job is scheduled
         self.cursor_secret = f"{prefix}cursor:secret"   # signs cursors, unless PREFEED_CURSOR_SECRET (queue Redis)
+        # Lost-data detection and the rebuild that follows (``recovery.py``): a marker per Redis (per cluster node:
+        # ``marker``), and on the queue Redis the rebuild's progress, its users in order, and its lock.
+        self.redis_marker = f"{prefix}redis:marker"
+        self.recovery = f"{prefix}recovery"            # hash: began, token, total, looked_at, marked, finished_at
+        self.recovery_users = f"{prefix}recovery:users"   # int64 user ids, most recently active first
+        self.recovery_lock = f"{prefix}recovery:lock"
         # Popular lists hold 64-bit ids, all in one slot so they are replaced in one transaction.
         self.popular_global = f"{prefix}{{popular}}:global"
 
@@ -48,6 +54,9 @@ class Keys:
 
     def seen(self, user_id: int) -> str:
         return f"{self.prefix}{{u:{user_id}}}:seen"    # zset item_id -> history version of the interaction
+
+    def marker(self, tag: int) -> str:
+        return f"{self.prefix}{{marker:{tag}}}"      # a cluster node's marker: a tag whose slot that node serves
 
     def rate_key(self, name: str) -> str:
         return f"{self.prefix}rate:key:{name}"          # an API key's request budget (queue Redis)

@@ -39,6 +39,17 @@ class WorkerSettings:
                                   "serve meanwhile)", unit="users")
     reassign_interval: float = setting(1.0, "PREFEED_REASSIGN_INTERVAL", "pause between two steps of marking the "
                                        "users whose arm changed", unit="s", minimum=0)
+    recovery_batch: int = setting(500, "PREFEED_RECOVERY_BATCH", "users looked at per step of the rebuild that "
+                                  "follows a Redis which lost its data (`docs/operating.md`): those active within "
+                                  "`PREFEED_FEED_TTL` whose feed is missing or behind their history are marked for a "
+                                  "recompute, most recently active first, and the next step runs "
+                                  "`PREFEED_RECOVERY_INTERVAL` later (a bounded rate)", unit="users")
+    recovery_interval: float = setting(1.0, "PREFEED_RECOVERY_INTERVAL", "pause between two steps of that rebuild",
+                                       unit="s", minimum=0)
+    redis_check_interval: float = setting(2.0, "PREFEED_REDIS_CHECK_INTERVAL", "how often, between jobs, a worker "
+                                          "reads the markers that tell a Redis which lost its data (restarted empty, "
+                                          "a cluster node included) from one that kept it; also at every RQ "
+                                          "maintenance pass", unit="s", minimum=0)
     worker_metrics_port: int = setting(0, "PREFEED_WORKER_METRICS_PORT", "`manage.py worker` serves Prometheus "
                                        "metrics on this port, all interfaces (`--workers N`: the pool's parent, for "
                                        "every worker process); 0: off", unit="port", minimum=0, maximum=65535)
