@@ -41,7 +41,7 @@ def create_app(settings: Settings | None = None, test_config: dict | None = None
         impressions = ImpressionBuffer(queue_redis, keys.impressions, settings.impressions_flush_ms,
                                        settings.impressions_buffer_max,
                                        on_sent=lambda n: schedule_collect(settings, queue_redis))
-    from . import (boosts, dashboard, errors, events, feed, health, items, metrics, observe, openapi,
+    from . import (addresses, boosts, dashboard, errors, events, feed, health, items, metrics, observe, openapi,
                    rq_panel)
 
     app.extensions[EXTENSION] = Services(
@@ -49,8 +49,7 @@ def create_app(settings: Settings | None = None, test_config: dict | None = None
         engine=engine,
         keyring=Keyring(engine, settings),
         limiter=Limiter(queue_redis),
-        cursors=cursor.Cursors(settings.cursor_secret.encode() if settings.cursor_secret else
-                               cursor.shared_secret(queue_redis, keys.cursor_secret), settings.cursor_ttl),
+        cursors=cursor.from_settings(settings, queue_redis, keys.cursor_secret),
         feed_redis=r,
         queue_redis=queue_redis,
         keys=keys,
@@ -67,6 +66,7 @@ def create_app(settings: Settings | None = None, test_config: dict | None = None
                                             "an API key; only for a trusted network")
     observe.register(app)
     errors.register(app)
+    addresses.register(app)
     for module in (feed, events, boosts, items, health, openapi, metrics, dashboard):
         app.register_blueprint(module.bp)
     rq_panel.mount(app, settings)

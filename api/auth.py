@@ -12,6 +12,9 @@ an unknown key is then a 503. ``PREFEED_ADMIN_TOKEN``, when set, is one more key
 401: no key, or one that is unknown or revoked; 403: a key without the scope; 429: over the key's rate, with
 ``Retry-After``. No answer, log line or metric names a key or its hash: a key is known by its name.
 
+Keys that fail are counted against the client's address (``addresses.py``): past ``PREFEED_AUTH_FAILURES_PER_MINUTE``
+the address is answered 429 before its key is looked up. A request whose key is good costs nothing more for it.
+
 A request costs its key one token on arrival, before its body is read. ``POST /events`` costs one per event: the
 view charges the batch's other events itself, with its other limits (``api/events.py``); for it the first token is
 taken from the bucket in Redis rather than from the process's share (``Limiter.take_one``), which would hold back
@@ -31,6 +34,7 @@ from precompute.data.api_keys import Key
 from precompute.errors import Forbidden, TooManyRequests, Unauthorized
 from precompute.feeds.limits import Bucket
 
+from . import addresses
 from .services import Services, services
 
 log = logging.getLogger(__name__)
@@ -61,6 +65,7 @@ def authorize(scope: str | None, presented: str | None = None, charged_in_view: 
     first token is taken exactly (one round trip), so the view's own charge finds the rest of the budget."""
     svc = services()
     settings = svc.settings
+    addresses.guard().check(request.environ)
     if presented is None:
         scheme, _, presented = request.headers.get("Authorization", "").strip().partition(" ")
         if scheme.lower() != "bearer":
@@ -74,6 +79,7 @@ def authorize(scope: str | None, presented: str | None = None, charged_in_view: 
         raise Unauthorized(f"this route needs {need}: Authorization: Bearer <key>")
     key = svc.keyring.find(presented)
     if key is None:
+        addresses.guard().failed(request.environ)
         raise Unauthorized("unknown or revoked API key")
     if scope is not None and not key.allows(scope):
         raise Forbidden(f"this key lacks the scope {scope}")
@@ -116,6 +122,7 @@ def check_dashboard() -> None:
         try:
             decoded = base64.b64decode(given.strip(), validate=True).decode("utf-8")
         except (binascii.Error, UnicodeDecodeError, ValueError):
+            addresses.guard().failed(request.environ)
             raise Forbidden("malformed basic credentials") from None
         given = decoded.partition(":")[2]
     elif scheme != "bearer" or not given.strip():

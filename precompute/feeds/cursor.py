@@ -6,14 +6,23 @@ the boost density holds on the pages put together). The next page is the served 
 (live rules and boosts applied) without the ids served, from the scroll's next slot (``boosts.lift_boosts``):
 every still-eligible item ranked above the deepest one served is either served already or on that page.
 
-Encoding: a small header (layout version, user, slots and boosted items served, the time it was issued), then the
-served ids sorted and delta-coded: the smallest id, then each gap in the fewest bytes (1, 2, 4 or 8) that hold the
-largest, zlib-compressed only past ``_RAW_MAX`` bytes (a deep scroll: 2,000 ids scattered over 20,000 items take
-~1.7k characters, well inside a request line). Signed with a 128-bit keyed BLAKE2b MAC over all of it (BLAKE2's own
-keyed mode, which needs no HMAC around it), under a key derived from the shared secret; URL-safe base64. A tampered
-cursor, or one issued for another user, is refused (``InvalidInput``); an expired one (older than
+Encoding: a small header (layout version, key id, user, slots and boosted items served, the time it was issued),
+then the served ids sorted and delta-coded: the smallest id, then each gap in the fewest bytes (1, 2, 4 or 8) that
+hold the largest, zlib-compressed only past ``_RAW_MAX`` bytes (a deep scroll: 2,000 ids scattered over 20,000
+items take ~1.7k characters, well inside a request line). Signed with a 128-bit keyed BLAKE2b MAC over all of it
+(BLAKE2's own keyed mode, which needs no HMAC around it), under a key derived from the shared secret; URL-safe
+base64. A tampered cursor, or one issued for another user, is refused (``InvalidInput``); an expired one (older than
 ``PREFEED_CURSOR_TTL``), or one of a layout this version does not write, is reported as expired, and the scroll
 starts over.
+
+Key ids and rotation: the key id is a 32-bit fingerprint of the secret that signed the cursor (``key_id``), so a
+reader knows which of its secrets to check the MAC with before it checks it. ``Cursors`` holds the current secret
+and, after a rotation, the previous one, read until ``PREFEED_CURSOR_TTL`` after it was replaced (``retired_at``).
+A cursor whose key id names neither was signed with a secret this API no longer has (Redis lost the one it kept
+and a new one was made, or the rotation is over): it is read as expired, and the scroll starts over, where a MAC
+check under the wrong secret would have been a 400. So are cursors of the layout before key ids (version 2). Only a
+cursor whose secret is known can be told to be tampered with; one whose key id was altered restarts the scroll,
+which any client may do anyway.
 
 Every page of a scroll decodes one cursor and encodes the next, inside a request where caches are cold: there a
 numpy call costs ~5-15 us, zlib's set-up ~25 us and an HMAC through OpenSSL ~25 us, against ~6 us for BLAKE2b (built
@@ -35,10 +44,14 @@ from typing import NamedTuple
 
 from ..errors import InvalidInput
 
-#: layout version, user id, slots served, boosted items served, issued at (epoch s), smallest id served, body form
-#: (the width in bytes of each gap, plus ``_PACKED`` when the gaps are zlib-compressed)
-_HEAD = struct.Struct("<BqIIIqB")
-_VERSION = 2
+#: layout version, key id, user id, slots served, boosted items served, issued at (epoch s), smallest id served,
+#: body form (the width in bytes of each gap, plus ``_PACKED`` when the gaps are zlib-compressed)
+_HEAD = struct.Struct("<BIqIIIqB")
+_VERSION = 3
+#: Layouts before key ids: signed with a secret that cannot be named, so they start the scroll over.
+_UNNAMED = (1, 2)
+#: Every layout from 3 on starts with its version and key id.
+_NAMED = struct.Struct("<BI")
 _PACKED = 0x80
 #: Gaps of at most this many bytes go as they are (~1.4k characters): zlib's set-up costs more than they would
 #: shrink; past it (more than ~500 scattered ids) they are compressed, to about half.
@@ -75,17 +88,49 @@ def shared_secret(r, key: str) -> bytes:
     return r.get(key)
 
 
+def key_id(secret: bytes) -> int:
+    """The 32-bit name of ``secret`` that its cursors carry (a fingerprint: it tells nothing a MAC does not)."""
+    return int.from_bytes(hashlib.blake2b(secret, digest_size=4, person=b"prefeed.key-id").digest(), "little")
+
+
+def retired_at(r, key: str, previous: bytes) -> float:
+    """When ``previous`` was first seen replaced (epoch s): stamped in Redis (under ``key`` and the secret's key id)
+    by the first API process that starts with it as the previous secret, and read by every other."""
+    stamp = f"{key}:retired:{key_id(previous):08x}"
+    r.set(stamp, repr(time.time()), nx=True)
+    return float(r.get(stamp))
+
+
+def from_settings(settings, r, key: str) -> Cursors:
+    """The ``Cursors`` of ``settings``: ``PREFEED_CURSOR_SECRET`` or the secret kept in Redis (``key``), and
+    ``PREFEED_CURSOR_SECRET_PREVIOUS`` read for ``PREFEED_CURSOR_TTL`` after its rotation."""
+    secret = settings.cursor_secret.encode() if settings.cursor_secret else shared_secret(r, key)
+    previous = settings.cursor_secret_previous
+    if not previous:
+        return Cursors(secret, settings.cursor_ttl)
+    return Cursors(secret, settings.cursor_ttl, previous.encode(), retired_at(r, key, previous.encode()))
+
+
 def start(user_id: int) -> Scroll:
     return Scroll(user_id, (), 0, 0)
 
 
 class Cursors:
-    def __init__(self, secret: bytes, ttl: int) -> None:
-        # the cursors' own key, whatever else the secret signs; the keyed state is set up once and copied per MAC
-        # (keying a BLAKE2b state compresses a block of its own)
-        key = hashlib.blake2b(secret, digest_size=32, person=b"prefeed.cursor").digest()
-        self._mac = hashlib.blake2b(key=key, digest_size=_TAG)
+    """Signs cursors with ``secret``; reads those of ``secret`` and, until ``ttl`` seconds after ``retired_at``
+    (epoch s), those of ``previous``."""
+
+    def __init__(self, secret: bytes, ttl: int, previous: bytes | None = None,
+                 retired_at: float | None = None) -> None:
         self.ttl = ttl
+        self.key_id = key_id(secret)                #: the key id of the cursors this signs
+        self._mac = _keyed(secret)
+        #: epoch s until which cursors of the previous secret are read (None: no previous secret)
+        self.previous_until: float | None = None
+        #: key id -> (keyed MAC state, epoch s until which its cursors are read)
+        self._known = {self.key_id: (self._mac, float("inf"))}
+        if previous is not None and key_id(previous) != self.key_id:
+            self.previous_until = (time.time() if retired_at is None else retired_at) + ttl
+            self._known[key_id(previous)] = (_keyed(previous), self.previous_until)
 
     def encode(self, scroll: Scroll) -> str | None:
         """The cursor of ``scroll``; None once it has served ``MAX_SERVED`` items (the scroll ends there), or
@@ -99,8 +144,8 @@ class Cursors:
         form = width
         if len(body) > _RAW_MAX:
             body, form = zlib.compress(body, 1), width | _PACKED
-        payload = _HEAD.pack(_VERSION, scroll.user_id, scroll.slots, scroll.boosted, int(time.time()), ids[0],
-                             form) + body
+        payload = _HEAD.pack(_VERSION, self.key_id, scroll.user_id, scroll.slots, scroll.boosted, int(time.time()),
+                             ids[0], form) + body
         signed = binascii.b2a_base64(payload + self._sign(payload), newline=False)
         return signed.translate(_URLSAFE).rstrip(b"=").decode("ascii")
 
@@ -110,17 +155,26 @@ class Cursors:
 
     def decode(self, cursor: str, user_id: int) -> Scroll | None:
         """The scroll ``cursor`` continues, or None when it has expired (or has a layout this version does not
-        write); ``InvalidInput`` when it was not issued here, was altered, or belongs to another user."""
+        write, or was signed with a secret this API no longer holds); ``InvalidInput`` when it is not a cursor, was
+        altered, or belongs to another user."""
         try:
             raw = binascii.a2b_base64(cursor.encode("ascii").translate(_STANDARD) + _PAD[len(cursor) & 3])
         except (binascii.Error, UnicodeEncodeError):        # not base64, or not ASCII
             raw = b""
         payload = raw[:-_TAG]
-        if not payload or not hmac.compare_digest(raw[-_TAG:], self._sign(payload)):
+        if payload and payload[0] in _UNNAMED and len(payload) >= _HEAD.size - _NAMED.size + 1:
+            return None                 # before key ids: its secret cannot be told, start over
+        if len(payload) < _NAMED.size:
             raise InvalidInput("cursor is not one this API issued (or it was altered)")
-        if payload[0] != _VERSION or len(payload) < _HEAD.size:
-            return None                 # signed here, by a version that wrote another layout: start over
-        _, owner, slots, boosted, issued, first, form = _HEAD.unpack_from(payload)
+        version, kid = _NAMED.unpack_from(payload)
+        known = self._known.get(kid)
+        if known is None and version == _VERSION:
+            return None                 # signed with a secret this API no longer has: start over
+        if known is None or not hmac.compare_digest(raw[-_TAG:], self._sign(payload, known[0])):
+            raise InvalidInput("cursor is not one this API issued (or it was altered)")
+        if version != _VERSION or len(payload) < _HEAD.size or time.time() > known[1]:
+            return None                 # another layout, or a retired secret's: start over
+        _, _, owner, slots, boosted, issued, first, form = _HEAD.unpack_from(payload)
         if not 0 <= int(time.time()) - issued <= self.ttl:
             return None                 # expired, or dated ahead of this host's clock
         if owner != user_id:
@@ -132,10 +186,17 @@ class Cursors:
         gaps = body if width == 1 else struct.unpack(f"<{len(body) // width}{_CODES[width]}", body)
         return Scroll(user_id, tuple(accumulate(gaps, initial=first)), slots, boosted)
 
-    def _sign(self, payload: bytes) -> bytes:
-        mac = self._mac.copy()
+    def _sign(self, payload: bytes, keyed=None) -> bytes:
+        mac = (self._mac if keyed is None else keyed).copy()
         mac.update(payload)
         return mac.digest()
+
+
+def _keyed(secret: bytes):
+    """The cursors' own key, whatever else the secret signs, as a keyed MAC state: set up once and copied per MAC
+    (keying a BLAKE2b state compresses a block of its own)."""
+    key = hashlib.blake2b(secret, digest_size=32, person=b"prefeed.cursor").digest()
+    return hashlib.blake2b(key=key, digest_size=_TAG)
 
 
 def _width(largest: int) -> int:

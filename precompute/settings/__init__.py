@@ -3,10 +3,11 @@
 Every tunable is a field of ``Settings`` declared with ``setting(...)`` (``environment.py``) in one of the groups
 ``Settings`` inherits: where state lives (``connections.py``), what the pipeline reads and precomputes
 (``pipeline.py``), what the API accepts (``serving.py``), the job side (``workers.py``), the ranking's candidate
-sources and training (``ranking.py``) and experiments' impressions (``experiments.py``). Its environment
-variable, default, unit and meaning live in that one declaration. ``from_env`` parses the environment from it,
-``as_env`` writes it back for child processes, and ``markdown_table`` renders the table of
-``docs/configuration.md`` (``manage.py docs`` writes the page; ``tests/test_settings.py`` checks they agree).
+sources and training (``ranking.py``), experiments' impressions (``experiments.py``) and abuse limits and cursor
+rotation (``security.py``). Its environment variable, default, unit and meaning live in that one declaration.
+``from_env`` parses the environment from it, ``as_env`` writes it back for child processes, and ``markdown_table``
+renders the table of ``docs/configuration.md`` (``manage.py docs`` writes the page; ``tests/test_settings.py``
+checks they agree).
 Code receives a ``Settings`` (or the values it needs) from its caller; nothing reads a module-level default.
 """
 
@@ -25,6 +26,7 @@ from .environment import values_from_env as _values_from_env, without_config as 
 from .experiments import ExperimentSettings
 from .pipeline import PipelineSettings
 from .ranking import TRAIN_LABELS, TRAIN_LOSSES, RankingSettings
+from .security import SecuritySettings
 from .serving import ServingSettings
 from .workers import LOG_LEVELS, WorkerSettings
 
@@ -33,10 +35,10 @@ __all__ = ("DAY", "LOG_LEVELS", "TRAIN_LABELS", "TRAIN_LOSSES", "Settings", "mar
 
 
 @dataclasses.dataclass(frozen=True)
-class Settings(ExperimentSettings, RankingSettings, WorkerSettings, ServingSettings, PipelineSettings,
-               ConnectionSettings):
+class Settings(SecuritySettings, ExperimentSettings, RankingSettings, WorkerSettings, ServingSettings,
+               PipelineSettings, ConnectionSettings):
     """Every setting. A dataclass takes its bases' fields from the last base to the first, so they run, here and in
-    ``docs/configuration.md``: connections, pipeline, serving, workers, ranking, experiments."""
+    ``docs/configuration.md``: connections, pipeline, serving, workers, ranking, experiments, security."""
 
     def __post_init__(self) -> None:
         # Paths derived from ``var_dir`` unless given (the empty default means "derive").
