@@ -1,8 +1,8 @@
 """GET /feed/<user_id>: the precomputed feed with live rules applied, or a fallback for users without one.
 
 A first page (no ``offset``) answers a ``next_cursor``; ``?cursor=`` continues that scroll with no item served twice
-and none skipped while the feed changes (``precompute/feeds/cursor.py``). An expired cursor starts over from the top
-(``"restarted": true``). ``offset`` pages are cut from the feed as it is at each read, for clients that do not
+and none skipped while the feed changes (``precompute/feeds/cursor.py``). An expired cursor, or one signed with a
+secret this API no longer holds, starts over from the top (``"restarted": true``). ``offset`` pages are cut from the feed as it is at each read, for clients that do not
 scroll."""
 
 from __future__ import annotations

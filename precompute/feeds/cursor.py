@@ -162,21 +162,17 @@ class Cursors:
         except (binascii.Error, UnicodeEncodeError):        # not base64, or not ASCII
             raw = b""
         payload = raw[:-_TAG]
-        if payload and payload[0] in _UNNAMED and len(payload) >= _HEAD.size - _NAMED.size + 1:
-            return None                 # before key ids: its secret cannot be told, start over
-        if len(payload) < _NAMED.size:
-            raise InvalidInput("cursor is not one this API issued (or it was altered)")
-        version, kid = _NAMED.unpack_from(payload)
+        if len(payload) < _HEAD.size or payload[0] != _VERSION:
+            return self._other_layout(payload, raw[-_TAG:])
+        _, kid, owner, slots, boosted, issued, first, form = _HEAD.unpack_from(payload)
         known = self._known.get(kid)
-        if known is None and version == _VERSION:
+        if known is None:
             return None                 # signed with a secret this API no longer has: start over
-        if known is None or not hmac.compare_digest(raw[-_TAG:], self._sign(payload, known[0])):
+        if not hmac.compare_digest(raw[-_TAG:], self._sign(payload, known[0])):
             raise InvalidInput("cursor is not one this API issued (or it was altered)")
-        if version != _VERSION or len(payload) < _HEAD.size or time.time() > known[1]:
-            return None                 # another layout, or a retired secret's: start over
-        _, _, owner, slots, boosted, issued, first, form = _HEAD.unpack_from(payload)
-        if not 0 <= int(time.time()) - issued <= self.ttl:
-            return None                 # expired, or dated ahead of this host's clock
+        now = time.time()
+        if not 0 <= int(now) - issued <= self.ttl or now > known[1]:
+            return None                 # expired, dated ahead of this host's clock, or of a retired secret
         if owner != user_id:
             raise InvalidInput("cursor belongs to another user's scroll")
         body = payload[_HEAD.size:]
@@ -185,6 +181,16 @@ class Cursors:
         width = form & ~_PACKED
         gaps = body if width == 1 else struct.unpack(f"<{len(body) // width}{_CODES[width]}", body)
         return Scroll(user_id, tuple(accumulate(gaps, initial=first)), slots, boosted)
+
+    def _other_layout(self, payload: bytes, tag: bytes) -> None:
+        """A cursor not of this layout: None (start over) if it is of the layout before key ids, or of another
+        layout signed with a secret held here; ``InvalidInput`` otherwise."""
+        if payload and payload[0] in _UNNAMED and len(payload) >= _HEAD.size - _NAMED.size + 1:
+            return None                 # before key ids: its secret cannot be told
+        known = self._known.get(_NAMED.unpack_from(payload)[1]) if len(payload) >= _NAMED.size else None
+        if known is None or not hmac.compare_digest(tag, self._sign(payload, known[0])):
+            raise InvalidInput("cursor is not one this API issued (or it was altered)")
+        return None
 
     def _sign(self, payload: bytes, keyed=None) -> bytes:
         mac = (self._mac if keyed is None else keyed).copy()
