@@ -2,7 +2,8 @@
 
 The log (the environment's database, else the synthetic marketplace) is cut at a quantile. A fresh prefeed gets the
 catalogue and the events before the cut and a model trained on them (``lab/product.py``), and two experiments that
-share its users half and half: ``ranker-vs-recent`` (the model against ``recent:1d``, "popular yesterday") and ``a-a``
+share its users half and half: ``ranker-vs-recent`` (the model against ``recent:1d``, "popular yesterday", the
+control) and ``a-a``
 (the model twice). The log after the cut is then replayed through the running API and workers, as the replay protocol
 judges (``learning/steps.py``): before each of a user's next steps the user reads a page of their feed (once it has
 caught up with their own events and carries their arm), and clicks (``POST /events``, type ``click``) the page's
@@ -47,7 +48,8 @@ from .lab.results import table, write_result
 
 FULL = dict(cut=0.8, users=None, steps=10, workers=2, iterations=None, k=10, concurrency=16, seeds=100)
 QUICK = dict(cut=0.8, users=40, steps=2, workers=1, iterations=30, k=10, concurrency=8, seeds=20)
-EXPERIMENTS = {"ranker-vs-recent": ("ranker=model:current", "recent=recent:1d"),
+#: The control first: what a shop has ("popular yesterday"), then the ranker that would replace it.
+EXPERIMENTS = {"ranker-vs-recent": ("recent=recent:1d", "ranker=model:current"),
                "a-a": ("a=model:current", "b=model:current")}
 
 
