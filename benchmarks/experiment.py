@@ -3,8 +3,7 @@
 The log (the environment's database, else the synthetic marketplace) is cut at a quantile. A fresh prefeed gets the
 catalogue and the events before the cut and a model trained on them (``lab/product.py``), and two experiments that
 share its users half and half: ``ranker-vs-recent`` (the model against ``recent:1d``, "popular yesterday", the
-control) and ``a-a``
-(the model twice). The log after the cut is then replayed through the running API and workers, as the replay protocol
+control) and ``a-a`` (the model twice). The log after the cut is then replayed through the running API and workers, as the replay protocol
 judges (``learning/steps.py``): before each of a user's next steps the user reads a page of their feed (once it has
 caught up with their own events and carries their arm), and clicks (``POST /events``, type ``click``) the page's
 items they chose in that step, at the step's time (or the page's ``served_at``, when later); the log's own events
