@@ -107,6 +107,15 @@ def client_address(environ: dict, trusted: tuple[Network, ...]) -> str:
     return address
 
 
+def forwarded_proto(environ: dict, trusted: tuple[Network, ...]) -> str | None:
+    """The scheme the client used (``X-Forwarded-Proto``: TLS ended at the proxy) when the request comes from a
+    trusted proxy and says ``http`` or ``https``; else None (the request's own scheme holds)."""
+    proto = environ.get("HTTP_X_FORWARDED_PROTO", "").strip().lower()
+    if proto in ("http", "https") and _within(environ.get("REMOTE_ADDR", ""), trusted):
+        return proto
+    return None
+
+
 def trusted_networks(spec: str) -> tuple[Network, ...]:
     """``PREFEED_TRUSTED_PROXIES`` parsed: comma-separated addresses or CIDRs; ``ConfigError`` naming a bad one."""
     networks = []

@@ -17,6 +17,7 @@ from rq.exceptions import NoSuchJobError
 from precompute.errors import Forbidden, InvalidInput, NotFound
 from precompute.settings import Settings
 
+from .addresses import forwarded_proto, guard
 from .auth import check_dashboard
 from .errors import error, prefeed_response
 
@@ -75,5 +76,8 @@ def _guard() -> None:
         raise NotFound("this dashboard shows one RQ instance: 0")
     if request.method not in ("GET", "HEAD") or request.endpoint == "rq_dashboard.requeue_all":   # GET requeues too
         origin = request.headers.get("Origin") or request.headers.get("Referer") or ""
-        if not same_origin(origin, request.host_url):
+        # behind the shipped nginx: Host carries the port the browser used ($http_host), and a TLS-ending proxy
+        # that is trusted (PREFEED_TRUSTED_PROXIES) says the scheme the browser used
+        proto = forwarded_proto(request.environ, guard().trusted)
+        if not same_origin(origin, f"{proto}://{request.host}/" if proto else request.host_url):
             raise Forbidden("state changes are accepted only from the dashboard's own pages")

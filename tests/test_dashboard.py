@@ -277,3 +277,28 @@ def test_status_shows_the_bundles_every_worker_holds_and_the_workers_memory(sett
             stop_worker(worker)
         engine.dispose()
         next(url_gen, None)
+
+
+def test_rq_panel_actions_work_behind_a_trusted_tls_proxy_and_refuse_a_foreign_origin(settings, r):
+    from api import create_app
+    from api.services import services
+
+    # given an app behind the shipped nginx (a trusted proxy at 10.0.0.2) that ends TLS on port 8443
+    app = create_app(dataclasses.replace(settings, trusted_proxies="10.0.0.2"), {"TESTING": True})
+    client = app.test_client()
+    behind = {"REMOTE_ADDR": "10.0.0.2"}
+    proxied = {**basic("a", TOKEN), "Host": "feeds.example:8443", "X-Forwarded-Proto": "https"}
+    job = make_queue(settings, r).enqueue("jobs.tasks.drain_dirty")
+    # when the dashboard's own page (https://feeds.example:8443) posts through the proxy, it goes through
+    resp = client.post(f"/dashboard/rq/job/{job.id}/delete", environ_base=behind,
+                       headers={**proxied, "Origin": "https://feeds.example:8443"})
+    assert resp.status_code == 200
+    # and another site, or the right origin from a client that only claims the proxy's header, is refused
+    job = make_queue(settings, r).enqueue("jobs.tasks.drain_dirty")
+    for origin, remote in (("https://evil.example", "10.0.0.2"), ("https://feeds.example", "10.0.0.2"),
+                           ("https://feeds.example:8443", "203.0.113.9")):
+        resp = client.post(f"/dashboard/rq/job/{job.id}/delete", environ_base={"REMOTE_ADDR": remote},
+                           headers={**proxied, "Origin": origin})
+        assert resp.status_code == 403, (origin, remote)
+    assert r.exists(f"rq:job:{job.id}")
+    services(app).engine.dispose()
