@@ -77,7 +77,9 @@ def _items_paths(settings: Settings) -> dict:
 #: What a route behind a key may also answer.
 _KEYED = {"401": {**_ERROR, "description": "no key, or an unknown or revoked one"},
           "403": {**_ERROR, "description": "a key without the route's scope"},
-          "429": {**_ERROR, "description": "over the key's rate (or a user id's events per minute): see Retry-After"}}
+          "429": {**_ERROR, "description": "over the key's rate (a token per page, per event), its new user ids per "
+                  "minute, a user id's events per minute, or too many failed keys from this address: see "
+                  "Retry-After"}}
 
 
 def _dashboard_paths(settings: Settings) -> dict:
