@@ -8,13 +8,15 @@
 - the feed again under gunicorn's sync workers (before threaded ones, which ``manage.py serve`` runs so that slow
   clients hold a thread, not a process): what the threads cost the page.
 
+What each request costs the app itself, with no HTTP server (the feed against the floor, the key check, the cursor,
+recording impressions on against off), is measured in process first (``benchmarks/lab/in_process.py``).
+
 The load generator is wrk when it is installed (``apt-get install wrk``), otherwise a bounded Python client.
 Every run is bounded in time and sends traffic only to 127.0.0.1.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import shutil
 import subprocess
@@ -30,11 +32,12 @@ import numpy as np
 
 from cli.net import free_port, wait_for_http
 from cli.server import THREADS
-from precompute.feeds.client import redis_client
 from precompute.feeds.keys import Keys
 from precompute.feeds.item_states import ItemStates
 from precompute.settings import Settings
 
+from .lab import in_process
+from .lab.in_process import DEEP_PAGE, FEED, FLOOR
 from .lab.results import median, table, write_result
 from .lab.world import ROOT, make_world
 
@@ -42,8 +45,6 @@ FULL = dict(users=2000, items=20_000, events=300_000, iterations=None, seconds=1
             repeats=5, calls=3000, deep_users=200)
 QUICK = dict(users=150, items=2000, events=15_000, iterations=30, seconds=2, connections=4, http_workers=1,
              repeats=1, calls=300, deep_users=20)
-
-FEED, FLOOR = "/feed/{user}?limit=20", "/floor/{user}?limit=20"
 
 
 def run(quick: bool = False) -> dict:
@@ -63,8 +64,9 @@ def run(quick: bool = False) -> dict:
         for i in boosted:
             live.boost(int(i), float(rng.uniform(0.5, 3)), time.time() + 3600)
 
-        floor = _in_process(world, cfg["users"], cfg["calls"], cfg["deep_users"])    # before any server runs
+        floor = in_process.measure(world, cfg["users"], cfg["calls"], cfg["deep_users"])    # before any server runs
         cursor_chars = floor.pop("cursor_chars")    # sizes, not microseconds
+        per_send, on_over_off = floor.pop("impressions_per_send"), floor.pop("impressions_on_over_off")
         api_port, rt_port, sync_port = free_port(), free_port(), free_port()
         servers.append(_gunicorn(world, "benchmarks.lab.floor:create_app()", api_port, cfg["http_workers"]))
         servers.append(_gunicorn(world, "benchmarks.lab.realtime:create_app()", rt_port, cfg["http_workers"]))
@@ -99,7 +101,9 @@ def run(quick: bool = False) -> dict:
                    ratio_feed_over_floor_per_pair=[f["rps"] / g["rps"] for f, g in pairs],
                    ratio_feed_over_bare=runs["feed"]["rps"] / runs["bare"]["rps"],
                    ratio_feed_over_realtime=runs["feed"]["rps"] / runs["realtime"]["rps"],
-                   ratio_threaded_over_sync=median([t["rps"] / s_["rps"] for t, s_ in classes]))
+                   ratio_threaded_over_sync=median([t["rps"] / s_["rps"] for t, s_ in classes]),
+                   ratio_impressions_on_over_off=on_over_off,
+                   impressions_per_send=per_send)
         print(table(f"serve: {cfg['connections']} connections, {cfg['seconds']}s each, gunicorn x"
                     f"{cfg['http_workers']}, load by {out['generator']}", ["endpoint", "rps", "p50 ms", "p99 ms",
                                                                           "errors"],
@@ -119,6 +123,11 @@ def run(quick: bool = False) -> dict:
         print(table("", ["page (with the key)", "by cursor", "by offset", "cursor / offset", "cursor characters"],
                     [[k, floor[f"feed_cursor{s}_us"], floor[f"feed_offset{s}_us"], floor[f"cursor_over_offset{s}"],
                       cursor_chars[f"page_{k}"]] for k, s in ((2, ""), (DEEP_PAGE, "_deep"))]))
+        print(table(f"\nwhat recording impressions costs a page (interleaved), median microseconds, and the median "
+                    f"of the rounds' ratios; a send of the {per_send} pages of one flush interval, per page",
+                    ["impressions on", "impressions off", "on / off", "send per page"],
+                    [[floor["feed_impressions_on_us"], floor["feed_impressions_off_us"],
+                      out["ratio_impressions_on_over_off"], floor["impressions_send_per_page_us"]]]))
         print(f"wrote {write_result('serve', out, quick)}")
         return out
     finally:
@@ -126,71 +135,6 @@ def run(quick: bool = False) -> dict:
             proc.terminate()
             proc.wait(timeout=30)
         world.close()
-
-
-def _in_process(world, n_users: int, n: int, deep_users: int) -> dict:
-    """What one request costs the app itself, measured through Flask's test client, next to a bare Redis round
-    trip: the part of /feed no server choice can remove. Floor and feed requests alternate in one loop, so the
-    machine's noise moves both alike. ``n`` requests per endpoint and loop."""
-    from .lab.floor import create_app
-
-    settings = world.settings
-    client = create_app(settings).test_client()
-    client.environ_base["HTTP_AUTHORIZATION"] = world.auth["Authorization"]
-    r = redis_client(settings.feed_url)
-    paths = {name: path.replace("{user}", "{}") for name, path in (("floor_us", FLOOR), ("feed_us", FEED))}
-
-    def per_call(calls: dict) -> dict:
-        for k in range(50):
-            for fn in calls.values():
-                fn(k)
-        times: dict[str, list[float]] = {name: [] for name in calls}
-        order = list(calls.items())
-        for k in range(n):
-            for name, fn in order[k % len(order):] + order[:k % len(order)]:     # each call first in turn
-                t0 = time.perf_counter()
-                fn(k)
-                times[name].append(time.perf_counter() - t0)
-        return {name: median(x) * 1e6 for name, x in times.items()}
-
-    out = per_call(dict(redis_ping_us=lambda k: r.ping(), livez_us=lambda k: client.get("/livez")))
-    out.update(per_call({name: lambda k, p=p: client.get(p.format(k % n_users + 1)) for name, p in paths.items()}))
-    # What the key check (with its rate) and the cursor cost a page, each pair alternating in a loop of its own (in
-    # one loop of all six, the request after the open app's paid to warm the keyed app again, ~5 % of a page): the same
-    # first page without a key (PREFEED_AUTH=off, no rate); pages 2 and DEEP_PAGE by cursor and by offset, with the key
-    # and no cookie jar (the API sets none; the test client's jar reads every URL back twice, ~2 us per 100 characters).
-    open_client = create_app(dataclasses.replace(settings, auth=False)).test_client()
-    plain = client.application.test_client(use_cookies=False)
-    plain.environ_base.update(client.environ_base)
-    feed = paths["feed_us"]
-    first = [feed.format(u + 1) for u in range(n_users)]
-    second = [client.get(path).get_json()["next_cursor"] for path in first]
-    deep, deep_at = [(feed.format(u), c) for u in range(1, min(n_users, deep_users) + 1)
-                     if (c := _scroll(client, feed.format(u), DEEP_PAGE))], 20 * (DEEP_PAGE - 1)
-    for pair in ({"feed_keyed_us": lambda k: client.get(first[k % n_users]),
-                  "feed_open_us": lambda k: open_client.get(first[k % n_users])},
-                 {"feed_cursor_us": lambda k: plain.get(f"{first[k % n_users]}&cursor={second[k % n_users]}"),
-                  "feed_offset_us": lambda k: plain.get(f"{first[k % n_users]}&offset=20")},
-                 {"feed_cursor_deep_us": lambda k: plain.get("{}&cursor={}".format(*deep[k % len(deep)])),
-                  "feed_offset_deep_us": lambda k: plain.get("{}&offset={}".format(deep[k % len(deep)][0], deep_at))}):
-        out.update(per_call(pair))
-    return {**out, "floor_over_feed": out["floor_us"] / out["feed_us"],
-            "keyed_over_open": out["feed_keyed_us"] / out["feed_open_us"],
-            "cursor_over_offset": out["feed_cursor_us"] / out["feed_offset_us"],
-            "cursor_over_offset_deep": out["feed_cursor_deep_us"] / out["feed_offset_deep_us"],
-            "cursor_chars": {"page_2": int(np.median([len(c) for c in second])),
-                             f"page_{DEEP_PAGE}": int(np.median([len(c) for _, c in deep]))}}
-
-
-DEEP_PAGE = 20     # the deep page measured, for up to ``deep_users`` users (those whose feed reaches it)
-
-
-def _scroll(client, path: str, page: int) -> str | None:
-    """The cursor of page ``page`` of a scroll from the top; None when the feed ends before."""
-    cursor = client.get(path).get_json()["next_cursor"]
-    for _ in range(page - 2):
-        cursor = cursor and client.get(f"{path}&cursor={cursor}").get_json()["next_cursor"]
-    return cursor
 
 
 def _gunicorn(world, target: str, port: int, workers: int, threads: int | None = THREADS) -> subprocess.Popen:

@@ -15,7 +15,7 @@ EXPECTED = {
                    "worker_mib_per_extra_bundle"],
     "fork": ["jobs_per_s", "ratio_b_over_a", "ratio_b_over_c"],
     "serve": ["runs", "ratio_feed_over_floor", "ratio_feed_over_bare", "ratio_feed_over_realtime",
-              "ratio_threaded_over_sync"],
+              "ratio_threaded_over_sync", "ratio_impressions_on_over_off"],
     "freshness": ["p50_ms", "p99_ms", "timed_out"],
     "memory": ["processes", "feed_value_bytes_mean"],
     "scaling": ["by_users", "by_candidates", "by_trees", "plot"],

@@ -96,8 +96,10 @@ def _serve(res: dict) -> list[str]:
             label += f" (median of {len(x['all_rps'])} runs)"
         rows.append([label, figure(x.get("rps"), 0), figure(x.get("p50_ms")), figure(x.get("p99_ms")), figure(x.get("errors"))])
     ratios = [f"{SERVE_RATIOS.get(k, k.removeprefix('ratio_'))} = **{figure(v, 2)}**" for k, v in res.items()
-              if k.startswith("ratio_") and isinstance(v, (int, float))]
-    inner = res.get("in_process_us", {})
+              if k.startswith("ratio_") and k != "ratio_impressions_on_over_off" and isinstance(v, (int, float))]
+    inner = dict(res.get("in_process_us", {}))
+    on, off, send = (inner.pop(k, None) for k in ("feed_impressions_on_us", "feed_impressions_off_us",
+                                                  "impressions_send_per_page_us"))
     out = [f"{cfg.get('connections', '?')} connections, {cfg.get('seconds', '?')} s per run, gunicorn × "
            f"{cfg.get('http_workers', '?')}, load by {res.get('generator', '?')}.", "",
            *table(["endpoint", "requests/s", "p50 ms", "p99 ms", "errors"], rows), ""]
@@ -107,6 +109,12 @@ def _serve(res: dict) -> list[str]:
         out += table(["in process (Flask's test client, no HTTP server)", "median"],
                       [[k.removesuffix("_us").replace("_", " "), f"{figure(v)} µs" if k.endswith("_us") else times(v)]
                        for k, v in inner.items()])
+    if on is not None:
+        out += ["", f"Recording every page as an impression (`PREFEED_IMPRESSIONS`), the same first pages from two "
+                f"apps alternating in process: {figure(on)} µs per page on, {figure(off)} µs off (medians), on / off = "
+                f"**{times(res['ratio_impressions_on_over_off'])}** (the median of the rounds' ratios); the thread's "
+                f"send to Redis of the {figure(res.get('impressions_per_send'))} pages of one flush interval: "
+                f"{figure(send)} µs per page."]
     return out
 
 

@@ -1,0 +1,121 @@
+"""The serve benchmark's in-process part: what one request costs the app itself, measured through Flask's test
+client with no HTTP server, next to a bare Redis round trip (the part of ``/feed`` no server choice can remove).
+
+Every comparison is interleaved: the requests compared alternate in one loop, each first in turn, so the machine's
+noise moves them alike, and each figure is a median of per-request times in microseconds."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from precompute.feeds.client import redis_client
+
+from .floor import create_app
+from .results import median
+
+FEED, FLOOR = "/feed/{user}?limit=20", "/floor/{user}?limit=20"
+DEEP_PAGE = 20     # the deep page measured, for up to ``deep_users`` users (those whose feed reaches it)
+WARM = 50          # calls of each before timing
+
+
+def per_call(calls: dict[str, Callable[[int], object]], n: int) -> dict[str, float]:
+    """The median µs of each call, ``n`` calls of each alternating in one loop (``fn(k)`` at round ``k``)."""
+    return {name: median(x) * 1e6 for name, x in timed(calls, n).items()}
+
+
+def timed(calls: dict[str, Callable[[int], object]], n: int) -> dict[str, list[float]]:
+    """Each call's ``n`` times in seconds, in round order (the calls of round ``k`` ran side by side)."""
+    for k in range(WARM):
+        for fn in calls.values():
+            fn(k)
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    order = list(calls.items())
+    for k in range(n):
+        for name, fn in order[k % len(order):] + order[:k % len(order)]:     # each call first in turn
+            t0 = time.perf_counter()
+            fn(k)
+            times[name].append(time.perf_counter() - t0)
+    return times
+
+
+def measure(world, n_users: int, n: int, deep_users: int) -> dict:
+    """Floor against feed, the key check, the cursor, and recording impressions; ``n`` requests per endpoint and
+    loop."""
+    settings = world.settings
+    client = create_app(settings).test_client()
+    client.environ_base["HTTP_AUTHORIZATION"] = world.auth["Authorization"]
+    r = redis_client(settings.feed_url)
+    paths = {name: path.replace("{user}", "{}") for name, path in (("floor_us", FLOOR), ("feed_us", FEED))}
+
+    out = per_call(dict(redis_ping_us=lambda k: r.ping(), livez_us=lambda k: client.get("/livez")), n)
+    out.update(per_call({name: lambda k, p=p: client.get(p.format(k % n_users + 1)) for name, p in paths.items()}, n))
+    # What the key check (with its rate) and the cursor cost a page, each pair alternating in a loop of its own (in
+    # one loop of all six, the request after the open app's paid to warm the keyed app again, ~5 % of a page): the same
+    # first page without a key (PREFEED_AUTH=off, no rate); pages 2 and DEEP_PAGE by cursor and by offset, with the key
+    # and no cookie jar (the API sets none; the test client's jar reads every URL back twice, ~2 us per 100 characters).
+    open_client = create_app(dataclasses.replace(settings, auth=False)).test_client()
+    plain = client.application.test_client(use_cookies=False)
+    plain.environ_base.update(client.environ_base)
+    feed = paths["feed_us"]
+    first = [feed.format(u + 1) for u in range(n_users)]
+    second = [client.get(path).get_json()["next_cursor"] for path in first]
+    deep, deep_at = [(feed.format(u), c) for u in range(1, min(n_users, deep_users) + 1)
+                     if (c := _scroll(client, feed.format(u), DEEP_PAGE))], 20 * (DEEP_PAGE - 1)
+    for pair in ({"feed_keyed_us": lambda k: client.get(first[k % n_users]),
+                  "feed_open_us": lambda k: open_client.get(first[k % n_users])},
+                 {"feed_cursor_us": lambda k: plain.get(f"{first[k % n_users]}&cursor={second[k % n_users]}"),
+                  "feed_offset_us": lambda k: plain.get(f"{first[k % n_users]}&offset=20")},
+                 {"feed_cursor_deep_us": lambda k: plain.get("{}&cursor={}".format(*deep[k % len(deep)])),
+                  "feed_offset_deep_us": lambda k: plain.get("{}&offset={}".format(deep[k % len(deep)][0], deep_at))}):
+        out.update(per_call(pair, n))
+    out.update(impressions(world, first, n))
+    return {**out, "floor_over_feed": out["floor_us"] / out["feed_us"],
+            "keyed_over_open": out["feed_keyed_us"] / out["feed_open_us"],
+            "cursor_over_offset": out["feed_cursor_us"] / out["feed_offset_us"],
+            "cursor_over_offset_deep": out["feed_cursor_deep_us"] / out["feed_offset_deep_us"],
+            "cursor_chars": {"page_2": int(np.median([len(c) for c in second])),
+                             f"page_{DEEP_PAGE}": int(np.median([len(c) for _, c in deep]))}}
+
+
+def impressions(world, first: list[str], n: int, sends: int = 5) -> dict:
+    """What recording a page as an impression costs it: the same first pages (with the key, no cookie jar) from two
+    apps, ``PREFEED_IMPRESSIONS`` on and off, alternating in one loop; the median of each, and of the ``n`` rounds'
+    on/off ratios (``impressions_on_over_off``: paired, so a slow spell of this shared machine that spans a round
+    moves both of its pages and not the ratio). The on app's thread sends to Redis every
+    ``PREFEED_IMPRESSIONS_FLUSH_MS`` as in production; a send runs beside whichever request is running, so its cost
+    is measured apart: the median of ``sends`` sends of the pages one flush interval holds at the page rate just
+    measured, per page (``impressions_send_per_page_us``)."""
+    clients = {}
+    for name, on in (("feed_impressions_on_us", True), ("feed_impressions_off_us", False)):
+        clients[name] = create_app(dataclasses.replace(world.settings, impressions=on)).test_client(use_cookies=False)
+        clients[name].environ_base["HTTP_AUTHORIZATION"] = world.auth["Authorization"]
+    times = timed({name: lambda k, c=c: c.get(first[k % len(first)]) for name, c in clients.items()}, n)
+    out = {name: median(x) * 1e6 for name, x in times.items()}
+    out["impressions_on_over_off"] = median([a / b for a, b in zip(*times.values())])
+    from api.services import services
+
+    buffer = services(clients["feed_impressions_on_us"].application).impressions
+    buffer.stopped.set()            # its thread ends: the sends below are the only ones
+    buffer.flush()
+    per_send = max(1, int(buffer.flush_s / (out["feed_impressions_on_us"] * 1e-6)))
+    items = list(range(1, 21))
+    took = []
+    for _ in range(sends):
+        for k in range(per_send):
+            buffer.record(k + 1, 0, 0, time.time(), 0, items, "0123456789abcdef0123456789abcdef")
+        t0 = time.perf_counter()
+        buffer.flush()
+        took.append((time.perf_counter() - t0) / per_send)
+    return {**out, "impressions_send_per_page_us": median(took) * 1e6, "impressions_per_send": per_send}
+
+
+def _scroll(client, path: str, page: int) -> str | None:
+    """The cursor of page ``page`` of a scroll from the top; None when the feed ends before."""
+    cursor = client.get(path).get_json()["next_cursor"]
+    for _ in range(page - 2):
+        cursor = cursor and client.get(f"{path}&cursor={cursor}").get_json()["next_cursor"]
+    return cursor
