@@ -1,0 +1,62 @@
+"""The performance page's sections of the benchmarks that judge quality through the product (``protocols``,
+``ablation``, ``served``, ``experiment``): how their results files' figures are shown."""
+
+from __future__ import annotations
+
+from .figures import figure, interval, percent, table, times
+
+
+def protocols(results: list[dict]) -> list[str]:
+    # Which logs have run is quality.md's to say: this page does not change when one more does.
+    return ["Its figures are on [quality.md](quality.md), every log with its command, date and machine."]
+
+
+def ablation(res: dict) -> list[str]:
+    rows = [[r["variant"], figure(r["static_ndcg"], 4), times(r["static_ratio"]), figure(r["replay_ndcg"], 4),
+             times(r["replay_ratio"]), figure(r["candidate_recall"], 3)] for r in res["runs"]]
+    return [f"Cut {res['cut']:g}; the ratios are the ranker's to the best baseline of the same run. One training "
+            "seed per variant: a difference no larger than the spread between training seeds (the quality "
+            "benchmark's runs, [quality.md](quality.md)) is noise.", "",
+            *table(["variant", "static NDCG@10", "static ratio", "replay NDCG@10", "replay ratio",
+                     "replay candidate recall"], rows),
+            "", "Every method under both protocols, per log and cut: [quality.md](quality.md)."]
+
+
+def served(res: dict) -> list[str]:
+    s, e = res["served"], res["evaluated"]
+    best = res["best_baseline"]
+    return [f"Cut {res['cut_quantile']:g}: {res['steps']:,} steps of {res['users']:,} users, the log after the cut "
+            f"posted through HTTP in {figure(res['replay_seconds'], 0)} s"
+            + (f", {res['events_per_request']:,} events per request." if "events_per_request" in res else "."), "",
+            *table(["feed", "NDCG@10", f"ratio to {best}", "95% interval"], [
+                ["served: `GET /feed` once caught up", figure(s["ndcg"], 4), f"**{times(s['ratio'])}**",
+                 interval(s["interval"])],
+                ["evaluated: the replay protocol in process", figure(e["ndcg"], 4), times(e["ratio"]),
+                 interval(e["interval"])],
+                [f"best baseline ({best})", figure(res["baseline_ndcg"], 4), times(1.0), ""]]),
+            "",
+            f"Served / evaluated: {interval(res['served_vs_evaluated'])} (95% interval); steps scoring the same: "
+            f"{percent(res['same_score_share'])}; reads still behind the user's events after the catch-up deadline: "
+            f"{res['late_reads']}."]
+
+
+def experiment(res: dict) -> list[str]:
+    rows = []
+    for name, got in res["reports"].items():
+        for arm in got["arms"]:
+            click = arm["events"]["click"]
+            mine = res["simulated"].get(f"{name}/{arm['name']}", {})
+            rows.append([name, arm["name"], arm["spec"].split(":")[0] if arm["spec"].startswith("model:")
+                         else arm["spec"], f"{arm['users']:,}", f"{arm['pages']:,}", f"{click['attributed']:,}",
+                         f"{mine.get('clicks', 0):,}", figure(click["per_user"] or 0.0, 3),
+                         f"**{times(arm['ratio'])}**" if arm["ratio"] is not None else "-",
+                         interval(arm["ratio_interval"]) if arm["ratio_interval"] else ""])
+    aa = res["aa"]
+    return [f"Cut {res['cut_quantile']:g}: {res['steps']:,} steps of {res['users']:,} users replayed through HTTP in "
+            f"{figure(res['replay_seconds'], 0)} s; each experiment holds half of the users.", "",
+            *table(["experiment", "arm", "spec", "exposed users", "pages", "clicks (report)", "clicks (simulation)",
+                    "clicks per user", "ratio to control", "95% interval"], rows),
+            "", f"The report's counts equal the simulation's: **{'yes' if res['exact'] else 'NO'}**. Verdict: "
+            f"{res['verdict'] or 'none'}; A/A verdict: {res['aa_verdict'] or 'none'}. The A/A users split again "
+            f"under {aa['seeds']} other hashes: {aa['false_verdicts']} false verdicts, {aa['sample_ratio_flagged']} "
+            "sample-ratio flags."]
