@@ -45,8 +45,12 @@ from .lab.logs import open_log
 from .lab.product import CATCH_UP, Product
 from .lab.results import table, write_result
 
-FULL = dict(cut=0.8, users=None, steps=10, workers=2, iterations=None, k=10, concurrency=16, seeds=100)
-QUICK = dict(cut=0.8, users=40, steps=2, workers=1, iterations=30, k=10, concurrency=8, seeds=20)
+#: A user's feed may be recomputed at once after each step (``PREFEED_RECOMPUTE_INTERVAL_MS``, 1 s by default, would
+#: hold every read of a user who acted a moment ago for a second: the replay runs faster than the log happened).
+FAST = {"recompute_interval_ms": 1}
+FULL = dict(cut=0.8, users=None, steps=10, workers=2, iterations=None, k=10, concurrency=16, seeds=100,
+            settings=FAST)
+QUICK = dict(cut=0.8, users=40, steps=2, workers=1, iterations=30, k=10, concurrency=8, seeds=20, settings=FAST)
 #: The control first: what a shop has ("popular yesterday"), then the ranker that would replace it.
 EXPERIMENTS = {"ranker-vs-recent": ("recent=recent:1d", "ranker=model:current"),
                "a-a": ("a=model:current", "b=model:current")}
