@@ -25,6 +25,7 @@ def recompute_users(user_ids: list[int]) -> dict:
     if not isinstance(user_ids, list) or not all(isinstance(u, int) and u > 0 for u in user_ids):
         raise InvalidInput("recompute_users takes a list of positive integer user ids")
     pipeline = context.get()
+    pipeline.refresh_arms()
     done = pipeline.recompute(user_ids)
     FeedClocks(context.queue_redis(), pipeline.settings).record(done.written_ids, done.newest_event, done.clock)
     result = done.as_dict()
@@ -52,6 +53,7 @@ def drain_dirty() -> dict:
         if not claimed:
             break
         try:
+            pipeline.refresh_arms()             # experiments created or stopped since the job began
             result = pipeline.recompute(claimed)
         except BaseException:
             dirty.release(claimed, stamp)       # due again at once: RQ's retry of this job picks them up

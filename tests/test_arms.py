@@ -169,3 +169,26 @@ def test_a_model_arms_bundle_is_loaded_once_and_its_index_follows_the_item_table
     # then the arm's bundle is the one already in memory, and its candidate index is rebuilt over the new table
     again, rebuilt = pipeline.arms.bundles[other]
     assert again is loaded and rebuilt is not index and pipeline.arms.items is pipeline.items
+
+
+def test_a_drain_that_began_before_an_experiment_ranks_its_users_in_their_new_arm(s, market, r, monkeypatch):
+    from jobs import context, tasks
+    from precompute.feeds.dirty import DirtyUsers
+
+    m, engine, models = market
+    # given a worker whose pipeline was loaded before the experiment existed (a drain job already running)
+    pipeline = Pipeline(s, engine, r)
+    pipeline.load()
+    monkeypatch.setattr(context, "_pipeline", pipeline)
+    monkeypatch.setattr(context, "_queue_redis", r)
+    experiment = registry.create(engine, "late", [("control", "model:current"), ("pop", "popular")], None, 1.0,
+                                 models)
+    users = [int(u) for u in m.user_id[:40]]
+    # when the users its walk marked are drained
+    DirtyUsers(r, pipeline.settings).mark(users)
+    tasks.drain_dirty()
+    # then every feed is ranked in the user's arm of the new experiment, not outside it
+    arms = experiment.arm_of(np.array(users)).tolist()
+    assert [(pipeline.store.read(u).header.experiment, pipeline.store.read(u).header.arm) for u in users] == \
+        [(experiment.id, a) for a in arms]
+    registry.stop(engine, "late", None)

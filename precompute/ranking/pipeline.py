@@ -118,7 +118,7 @@ class Pipeline:
         stale = self.stale()
         current = self.bundle is not None and version in (self.bundle.version, self._refused)
         if current and not stale:
-            return self._refresh_arms()
+            return self.refresh_arms()
         try:
             new_bundle = self.bundle if current else bundles.load(self.settings.model_dir, version,
                                                                        for_settings(self.settings))
@@ -129,7 +129,7 @@ class Pipeline:
             self._refused = version          # checked once, not before every job
             new_bundle = self.bundle
             if not stale:
-                return self._refresh_arms()
+                return self.refresh_arms()
         # Between full loads a table is carried forward: its all-time counts plus the events since.
         since = self.items if stale == "forward" and current else None
         self._install(new_bundle, load_item_table(self.engine, self.settings, since=since))
@@ -140,8 +140,10 @@ class Pipeline:
         return experiment_arms.Arms.load(experiments, assignment, self.settings, self.items,
                                          for_settings(self.settings), self.bundle.version, known=self.arms)
 
-    def _refresh_arms(self) -> bool:
-        """Take in experiments created or stopped since the last look (one small query); True if any was."""
+    def refresh_arms(self) -> bool:
+        """Take in experiments created or stopped since the last look (one small query); True if any was. Jobs call
+        it before each batch: a drain that began before an experiment was created must not rank the users its walk
+        marked under the old assignment (they would stay in the old arm until their next event)."""
         experiments, assignment = experiment_arms.Arms.read(self.engine)
         if assignment == self.arms.assignment:
             return False
