@@ -26,6 +26,7 @@ EXPECTED = {
     "ablation": ["log", "cut", "runs"],
     "served": ["served", "evaluated", "served_vs_evaluated", "same_score_share", "late_reads"],
     "experiment": ["exact", "reports", "simulated", "verdict", "ratio_interval", "aa", "late_reads"],
+    "abuse": ["offered_rate", "flood", "real", "keys", "machine"],
 }   # hosts needs root and network namespaces: tests/test_hosts.py runs it, or says why it cannot
 #: Counts of things that went wrong, which a quick run must leave at zero: a soak request answered with an error
 #: (or not at all), a freshness event whose feed never carried its version within the deadline, a failed job.
