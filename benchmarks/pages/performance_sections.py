@@ -224,6 +224,23 @@ def _hosts(res: dict) -> list[str]:
             f"({probe['items']:,} items) {figure(probe['init_s'])} s."]
 
 
+def _abuse(res: dict) -> list[str]:
+    o, f, real, k = res["offered_rate"], res["flood"], res["real"], res["keys"]
+    return [f"Offered: {o['flood_requests_per_s']:,} requests/s of {o['events_per_request']} made-up user ids from "
+            f"one key for {o['flood_seconds']} s (one core; {figure(f['achieved_per_s'], 0)} requests/s reached), "
+            f"{o['real_users']} real users posting {o['real_events_per_s']} events/s and reading as many feeds.", "",
+            *table(["", "result", "cap"], [
+                ["flood answered 202 / 429", f"{f['accepted']:,} / {f['refused_429']:,}", ""],
+                ["user rows added", f"{f['users_added']:,}", f"{f['users_cap']:,}"],
+                ["Redis bytes added", f"{f['redis_bytes_added']:,}", f"{f['redis_cap_bytes']:,}"],
+                ["real users' event → fresh feed p99, without / with the flood",
+                 f"{figure(real['p99_ms_without'], 0)} / {figure(real['p99_ms_with'], 0)} ms",
+                 f"**{times(real['ratio'])}** (target 2×)"]]),
+            "", f"Random bearer keys: {k['requests']:,} ({k['distinct_well_formed']:,} distinct well-formed): "
+            f"{k['queries_unknown']:,} database queries for the unknown ones, {k['queries_malformed']} for the "
+            "malformed ones."]
+
+
 #: The page's sections in order: a benchmark's name, what it measures (from its module's docstring) and how its
 #: figures are shown.
 SECTIONS = {
@@ -261,4 +278,6 @@ SECTIONS = {
     "experiment": ("An experiment run live: the log after a cut replayed through the API and workers, the simulated "
                    "users clicking what they chose on the pages they read; the ranker against `recent:1d`, and an "
                    "A/A. The report's counts are checked against the simulation's own.", experiment),
+    "abuse": ("One key floods `POST /events` with made-up user ids while real users post events and read feeds; "
+              "then a storm of random bearer keys: what the limits let through, and what real users feel.", _abuse),
 }
