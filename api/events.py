@@ -73,8 +73,9 @@ def post_events():
             key = svc.keys.seen(uid)
             pipe.zremrangebyrank(key, 0, -settings.seen_recent_max - 1)
             pipe.expire(key, settings.feed_ttl)
-        svc.item_states.advance_clock(max(e.ts for e in events), pipe)     # the clock pages are timed on
         pipe.execute()
+        # the clock pages are timed on; a call of its own: a cluster pipeline refuses scripts
+        svc.item_states.advance_clock(max(e.ts for e in events))
     # Every user of the request, not only those with newly stored events: a client retrying after a 503 that
     # came after the commit gets "duplicates" back, and its users must still be recomputed. New users are marked
     # in the new tier, claimed after every known user due (``dirty.py``).

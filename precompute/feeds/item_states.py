@@ -89,10 +89,9 @@ class ItemStates:
         self._change = r.register_script(_CHANGE)
         self._advance = r.register_script(_ADVANCE)
 
-    def advance_clock(self, ts: float, pipe=None) -> None:
-        """Move the events' clock (the newest accepted event time, which pages are timed on) to ``ts`` if later;
-        in ``pipe`` when given."""
-        self._advance(keys=[self.keys.live_clock], args=[repr(float(ts))], client=pipe)
+    def advance_clock(self, ts: float) -> None:
+        """Move the events' clock (the newest accepted event time, which pages are timed on) to ``ts`` if later."""
+        self._advance(keys=[self.keys.live_clock], args=[repr(float(ts))])
 
     def _run(self, *args) -> list[int]:
         k = self.keys
