@@ -36,7 +36,8 @@ class ConnectionSettings:
                                            "`max_prepared_statements` set (older PgBouncer in transaction mode "
                                            "runs the next transaction on a server connection that lacks it)")
     redis_url: str | None = setting(None, "REDIS_URL", "feeds, item states and the RQ queue; unset: the CLI starts "
-                                    "the embedded Valkey under `var/valkey`")
+                                    "the embedded Valkey under `var/valkey` (loopback only, a random password kept "
+                                    "in its owner-only `valkey.conf`)")
     queue_redis_url: str | None = setting(None, "QUEUE_REDIS_URL", "the RQ queue, the dirty-user set and the drain "
                                           "flags: one Redis (RQ does not run on a cluster); unset: `REDIS_URL`")
     feed_redis_url: str | None = setting(None, "FEED_REDIS_URL", "feeds, seen items, boosts, deactivations and the "
