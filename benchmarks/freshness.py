@@ -19,6 +19,7 @@ from precompute.feeds.client import redis_client
 from precompute.feeds.codec import HEADER, HEADER_SIZE
 from precompute.feeds.keys import Keys
 
+from .lab.real_users import caught_up
 from .lab.results import median, table, write_result
 from .lab.world import ROOT, make_world
 
@@ -64,18 +65,9 @@ def run(quick: bool = False) -> dict:
                     for (uid, _), head in zip(waiting, pipe.execute()):
                         stored = HEADER.unpack(head)[4] if len(head) == HEADER_SIZE else -1
                         with lock:
-                            left = []
-                            for version, t0 in pending.get(uid, []):
-                                if stored >= version:
-                                    latencies.append(now - t0)
-                                elif now - t0 > cfg["deadline"]:
-                                    timed_out[0] += 1
-                                else:
-                                    left.append((version, t0))
-                            if left:
-                                pending[uid] = left
-                            else:
-                                pending.pop(uid, None)
+                            caught, expired = caught_up(pending, uid, stored, now, cfg["deadline"])
+                            latencies.extend(now - t0 for t0 in caught)
+                            timed_out[0] += expired
                 if stop.is_set() and not pending:
                     return
                 time.sleep(0.002)

@@ -96,18 +96,9 @@ class RealUsers:
                         header = header_of(head)
                         stored = header.history_version if header is not None else -1
                         with lock:
-                            left = []
-                            for version, t0 in pending.get(uid, []):
-                                if stored >= version:
-                                    fresh.append((t0 - start, now - t0))
-                                elif now - t0 > DEADLINE:
-                                    late[0] += 1
-                                else:
-                                    left.append((version, t0))
-                            if left:
-                                pending[uid] = left
-                            else:
-                                pending.pop(uid, None)
+                            caught, expired = caught_up(pending, uid, stored, now, DEADLINE)
+                            fresh.extend((t0 - start, now - t0) for t0 in caught)
+                            late[0] += expired
                 time.sleep(0.002)
 
         poller = threading.Thread(target=poll)
@@ -130,3 +121,23 @@ class RealUsers:
 
 def _pct(xs: np.ndarray, q: float) -> float:
     return float(np.percentile(xs, q)) if len(xs) else float("nan")
+
+
+def caught_up(pending: dict[int, list[tuple[int, float]]], uid: int, stored: int, now: float,
+              deadline: float) -> tuple[list[float], int]:
+    """Settle ``uid``'s awaited versions against the version its stored feed carries: the times (``perf_counter``)
+    the events now fresh were accepted at, and how many waited past ``deadline``; the rest stay in ``pending``. The
+    caller holds the lock that guards ``pending``."""
+    fresh, late, left = [], 0, []
+    for version, t0 in pending.get(uid, []):
+        if stored >= version:
+            fresh.append(t0)
+        elif now - t0 > deadline:
+            late += 1
+        else:
+            left.append((version, t0))
+    if left:
+        pending[uid] = left
+    else:
+        pending.pop(uid, None)
+    return fresh, late
