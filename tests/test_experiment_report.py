@@ -342,20 +342,12 @@ def test_pages_served_just_before_a_graceful_stop_survive_the_restart(own, r, tm
 # -- the collector job ---------------------------------------------------------------------------------------------
 
 def test_serving_pages_schedules_one_collector_job_not_one_per_page(own):
-    from api import create_app
-    from api.services import services
-
     # given an app sending its pages every 10 ms
-    settings, engine = own
-    bulk.load(engine, synthetic.generate(30, 200, 600, seed=4, now=time.time()), settings)
-    key = api_keys.create(engine, "schedule", frozenset({"feed:read"}))
-    app = create_app(settings, {"TESTING": True})
-    svc = services(app)
-    client = app.test_client()
-    r = svc.queue_redis
-    impressions = Keys(settings.key_prefix).impressions
-    queue = make_queue(settings, r)
-    try:
+    settings, _ = own
+    with app_on(own, seed=4, key_name="schedule") as (key, svc, client):
+        r = svc.queue_redis
+        impressions = Keys(settings.key_prefix).impressions
+        queue = make_queue(settings, r)
         # when five pages are served, each sent to Redis on its own (one flush each)
         for k in range(5):
             reply = client.get(f"/feed/{k + 1}", headers={"Authorization": f"Bearer {key}"})
@@ -371,24 +363,13 @@ def test_serving_pages_schedules_one_collector_job_not_one_per_page(own):
         at = queue.scheduled_job_registry.get_scheduled_time(collectors[0])
         assert 0 < at.timestamp() - time.time() <= settings.impressions_collect_interval + 1
         assert list(collectors[0].args) == [] and not collectors[0].kwargs      # a wire format: nothing to pass
-    finally:
-        svc.impressions.close()
-        svc.engine.dispose()
 
 
 def test_a_page_served_under_a_long_request_id_is_collected_and_does_not_block_the_pages_after_it(own):
-    from api import create_app
-    from api.services import services
-
     # given an app and a client that names its requests with ids of 100 characters, which the API accepts
     settings, engine = own
-    bulk.load(engine, synthetic.generate(30, 200, 600, seed=5, now=time.time()), settings)
-    key = api_keys.create(engine, "long-ids", frozenset({"feed:read"}))
-    app = create_app(settings, {"TESTING": True})
-    svc = services(app)
-    client = app.test_client()
     sent = ["l" * 100, "short-after-long"]
-    try:
+    with app_on(own, seed=5, key_name="long-ids") as (key, svc, client):
         for user, rid in zip((1, 2), sent):
             reply = client.get(f"/feed/{user}", headers={"Authorization": f"Bearer {key}", "X-Request-ID": rid})
             assert reply.status_code == 200 and reply.headers["X-Request-ID"] == rid
@@ -398,6 +379,22 @@ def test_a_page_served_under_a_long_request_id_is_collected_and_does_not_block_t
         assert (done.stored, done.lost) == (2, 0)
         with engine.connect() as conn:
             assert sorted(conn.execute(select(ServedPage.request_id)).scalars()) == sorted(sent)
+
+
+@contextlib.contextmanager
+def app_on(own, seed: int, key_name: str):
+    """``(key, services, client)`` of an app on ``own``'s database, loaded with a small synthetic world and a
+    ``feed:read`` key; its impressions sent and its engine closed after."""
+    from api import create_app
+    from api.services import services
+
+    settings, engine = own
+    bulk.load(engine, synthetic.generate(30, 200, 600, seed=seed, now=time.time()), settings)
+    key = api_keys.create(engine, key_name, frozenset({"feed:read"}))
+    app = create_app(settings, {"TESTING": True})
+    svc = services(app)
+    try:
+        yield key, svc, app.test_client()
     finally:
         svc.impressions.close()
         svc.engine.dispose()
