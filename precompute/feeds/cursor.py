@@ -17,12 +17,24 @@ starts over.
 
 Key ids and rotation: the key id is a 32-bit fingerprint of the secret that signed the cursor (``key_id``), so a
 reader knows which of its secrets to check the MAC with before it checks it. ``Cursors`` holds the current secret
-and, after a rotation, the previous one, read until ``PREFEED_CURSOR_TTL`` after it was replaced (``retired_at``).
-A cursor whose key id names neither was signed with a secret this API no longer has (Redis lost the one it kept
-and a new one was made, or the rotation is over): it is read as expired, and the scroll starts over, where a MAC
-check under the wrong secret would have been a 400. So are cursors of the layout before key ids (version 2). Only a
-cursor whose secret is known can be told to be tampered with; one whose key id was altered restarts the scroll,
-which any client may do anyway.
+and the previous ones, each read until ``PREFEED_CURSOR_TTL`` after it was replaced: the operator's
+``PREFEED_CURSOR_SECRET_PREVIOUS`` from the time its rotation was stamped in Redis (``retired_at``), a secret this
+process replaced when it followed Redis (below) from then. A cursor whose key id names none of them was signed with
+a secret this API no longer has (the rotation is over, or Redis lost the secret while no process held it): it is
+read as expired, and the scroll starts over, where a MAC check under the wrong secret would have been a 400. So are
+cursors of the layout before key ids (version 2). Only a cursor whose secret is known can be told to be tampered
+with; one whose key id was altered restarts the scroll, which any client may do anyway.
+
+A lost secret: without ``PREFEED_CURSOR_SECRET`` the secret is kept in the queue Redis, which may lose it (restarted
+empty) while API processes hold it in memory. So each process compares its secret with the kept one at most every
+``PREFEED_LIVE_REFRESH_MS`` (one GET, in the request that finds the check due: no round trip on other pages;
+``Cursors.check``): a key gone is given this process's secret back (``SET NX``: the first process to look wins, and
+the others follow it); a key holding another secret (a process started after the loss made one, or another put its
+own back) makes this process sign with that one and read its own for ``PREFEED_CURSOR_TTL`` more. Every process
+signs with one secret within a refresh interval of the first one that looks, without a restart. Scrolls restart
+in that interval only (a page on a process that has not looked yet), and when a process started after the loss made
+a new secret before any older process put the old one back: cursors of the old secret then restart on the new
+process. Request threads read the held secrets as one immutable value (``_Held``) that a check replaces whole.
 
 Every page of a scroll decodes one cursor and encodes the next, inside a request where caches are cold: there a
 numpy call costs ~5-15 us, zlib's set-up ~25 us and an HMAC through OpenSSL ~25 us, against ~6 us for BLAKE2b (built
@@ -40,7 +52,9 @@ import time
 import zlib
 from itertools import accumulate
 from operator import sub
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+import redis
 
 from ..errors import InvalidInput
 
@@ -102,35 +116,100 @@ def retired_at(r, key: str, previous: bytes) -> float:
 
 
 def from_settings(settings, r, key: str) -> Cursors:
-    """The ``Cursors`` of ``settings``: ``PREFEED_CURSOR_SECRET`` or the secret kept in Redis (``key``), and
-    ``PREFEED_CURSOR_SECRET_PREVIOUS`` read for ``PREFEED_CURSOR_TTL`` after its rotation."""
-    secret = settings.cursor_secret.encode() if settings.cursor_secret else shared_secret(r, key)
-    previous = settings.cursor_secret_previous
-    if not previous:
-        return Cursors(secret, settings.cursor_ttl)
-    return Cursors(secret, settings.cursor_ttl, previous.encode(), retired_at(r, key, previous.encode()))
+    """The ``Cursors`` of ``settings``: ``PREFEED_CURSOR_SECRET``, or the secret kept in Redis (``key``) followed at
+    most every ``PREFEED_LIVE_REFRESH_MS``; and ``PREFEED_CURSOR_SECRET_PREVIOUS`` read for ``PREFEED_CURSOR_TTL``
+    after its rotation."""
+    previous = settings.cursor_secret_previous.encode() if settings.cursor_secret_previous else None
+    retired = None if previous is None else retired_at(r, key, previous)
+    if settings.cursor_secret:
+        return Cursors(settings.cursor_secret.encode(), settings.cursor_ttl, previous, retired)
+    return Cursors(shared_secret(r, key), settings.cursor_ttl, previous, retired,
+                   kept=Kept(r, key, settings.live_refresh_ms / 1000.0))
 
 
 def start(user_id: int) -> Scroll:
     return Scroll(user_id, (), 0, 0)
 
 
+class Kept(NamedTuple):
+    """Where the secret is kept, and how often a process compares its own with it."""
+
+    r: redis.Redis              # the queue Redis
+    key: str                    # ``Keys.cursor_secret``
+    every: float                # seconds between two checks (``PREFEED_LIVE_REFRESH_MS``)
+
+
+class _Held(NamedTuple):
+    """The secrets a ``Cursors`` holds at one time: built whole and never changed, so request threads read it
+    without a lock while a check replaces it (one attribute store)."""
+
+    secret: bytes               # signs new cursors
+    key_id: int
+    mac: Any                    # the keyed MAC state of ``secret`` (``_keyed``)
+    #: key id -> (keyed MAC state, epoch s until which its cursors are read): ``secret`` and every previous one
+    known: dict[int, tuple[Any, float]]
+    previous_until: float | None    # the latest such end of a previous secret (None: none held)
+
+
+def _held(secret: bytes, previous: dict[int, tuple[Any, float]]) -> _Held:
+    """Signing with ``secret``, reading the ``previous`` secrets (key id -> keyed MAC state, end) too."""
+    kid, mac = key_id(secret), _keyed(secret)
+    previous = {k: v for k, v in previous.items() if k != kid}
+    return _Held(secret, kid, mac, {**previous, kid: (mac, float("inf"))},
+                 max((until for _, until in previous.values()), default=None))
+
+
 class Cursors:
     """Signs cursors with ``secret``; reads those of ``secret`` and, until ``ttl`` seconds after ``retired_at``
-    (epoch s), those of ``previous``."""
+    (epoch s), those of ``previous``. With ``kept``, follows the secret kept in Redis (``check``)."""
 
     def __init__(self, secret: bytes, ttl: int, previous: bytes | None = None,
-                 retired_at: float | None = None) -> None:
+                 retired_at: float | None = None, kept: Kept | None = None) -> None:
         self.ttl = ttl
-        self.key_id = key_id(secret)                #: the key id of the cursors this signs
-        self._mac = _keyed(secret)
-        #: epoch s until which cursors of the previous secret are read (None: no previous secret)
-        self.previous_until: float | None = None
-        #: key id -> (keyed MAC state, epoch s until which its cursors are read)
-        self._known = {self.key_id: (self._mac, float("inf"))}
-        if previous is not None and key_id(previous) != self.key_id:
-            self.previous_until = (time.time() if retired_at is None else retired_at) + ttl
-            self._known[key_id(previous)] = (_keyed(previous), self.previous_until)
+        others = {}
+        if previous is not None:
+            others[key_id(previous)] = (_keyed(previous), (time.time() if retired_at is None else retired_at) + ttl)
+        self._held = _held(secret, others)
+        self._kept = kept
+        self._checked = time.monotonic()        # monotonic s of the last check (``secret`` was just read)
+
+    @property
+    def key_id(self) -> int:
+        """The key id of the cursors this signs."""
+        return self._held.key_id
+
+    @property
+    def previous_until(self) -> float | None:
+        """Epoch s until which cursors of a previous secret are read (None: no previous secret)."""
+        return self._held.previous_until
+
+    def check(self) -> None:
+        """Follow the secret kept in Redis (the module doc): give a key that is gone this process's secret
+        (``SET NX``), or sign with the one the key holds if it is another, reading this process's own for ``ttl``
+        more. A Redis that does not answer leaves the secrets as they are until the next check: the page does not
+        need it."""
+        if self._kept is None:
+            return                      # PREFEED_CURSOR_SECRET: nothing kept in Redis to follow
+        self._checked = time.monotonic()
+        held, (r, key, _) = self._held, self._kept
+        try:
+            kept = r.get(key)
+            if kept is None:
+                r.set(key, held.secret, nx=True)
+                kept = r.get(key)
+        except redis.RedisError:
+            return
+        if kept is None or kept == held.secret:
+            return
+        now = time.time()
+        still = {k: v for k, v in held.known.items() if v[1] > now and k != held.key_id}
+        self._held = _held(kept, {**still, held.key_id: (held.mac, now + self.ttl)})
+
+    def _current(self) -> _Held:
+        """The secrets held, once checked against Redis if a check is due."""
+        if self._kept is not None and time.monotonic() - self._checked >= self._kept.every:
+            self.check()
+        return self._held
 
     def encode(self, scroll: Scroll) -> str | None:
         """The cursor of ``scroll``; None once it has served ``MAX_SERVED`` items (the scroll ends there), or
@@ -138,15 +217,16 @@ class Cursors:
         ids = scroll.served
         if not 0 < len(ids) < MAX_SERVED:
             return None
+        held = self._current()
         gaps = list(map(sub, ids[1:], ids))
         width = _width(max(gaps, default=0))
         body = struct.pack(f"<{len(gaps)}{_CODES[width]}", *gaps)
         form = width
         if len(body) > _RAW_MAX:
             body, form = zlib.compress(body, 1), width | _PACKED
-        payload = _HEAD.pack(_VERSION, self.key_id, scroll.user_id, scroll.slots, scroll.boosted, int(time.time()),
+        payload = _HEAD.pack(_VERSION, held.key_id, scroll.user_id, scroll.slots, scroll.boosted, int(time.time()),
                              ids[0], form) + body
-        signed = binascii.b2a_base64(payload + self._sign(payload), newline=False)
+        signed = binascii.b2a_base64(payload + self._sign(payload, held.mac), newline=False)
         return signed.translate(_URLSAFE).rstrip(b"=").decode("ascii")
 
     def next(self, scroll: Scroll, page_ids: list[int], page_boosted: int) -> str | None:
@@ -162,10 +242,11 @@ class Cursors:
         except (binascii.Error, UnicodeEncodeError):        # not base64, or not ASCII
             raw = b""
         payload = raw[:-_TAG]
+        known_ids = self._current().known
         if len(payload) < _HEAD.size or payload[0] != _VERSION:
-            return self._other_layout(payload, raw[-_TAG:])
+            return self._other_layout(payload, raw[-_TAG:], known_ids)
         _, kid, owner, slots, boosted, issued, first, form = _HEAD.unpack_from(payload)
-        known = self._known.get(kid)
+        known = known_ids.get(kid)
         if known is None:
             return None                 # signed with a secret this API no longer has: start over
         if not hmac.compare_digest(raw[-_TAG:], self._sign(payload, known[0])):
@@ -182,18 +263,18 @@ class Cursors:
         gaps = body if width == 1 else struct.unpack(f"<{len(body) // width}{_CODES[width]}", body)
         return Scroll(user_id, tuple(accumulate(gaps, initial=first)), slots, boosted)
 
-    def _other_layout(self, payload: bytes, tag: bytes) -> None:
+    def _other_layout(self, payload: bytes, tag: bytes, known_ids: dict) -> None:
         """A cursor not of this layout: None (start over) if it is of the layout before key ids, or of another
         layout signed with a secret held here; ``InvalidInput`` otherwise."""
         if payload and payload[0] in _UNNAMED and len(payload) >= _HEAD.size - _NAMED.size + 1:
             return None                 # before key ids: its secret cannot be told
-        known = self._known.get(_NAMED.unpack_from(payload)[1]) if len(payload) >= _NAMED.size else None
+        known = known_ids.get(_NAMED.unpack_from(payload)[1]) if len(payload) >= _NAMED.size else None
         if known is None or not hmac.compare_digest(tag, self._sign(payload, known[0])):
             raise InvalidInput("cursor is not one this API issued (or it was altered)")
         return None
 
     def _sign(self, payload: bytes, keyed=None) -> bytes:
-        mac = (self._mac if keyed is None else keyed).copy()
+        mac = (self._held.mac if keyed is None else keyed).copy()
         mac.update(payload)
         return mac.digest()
 
