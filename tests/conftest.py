@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -48,6 +49,20 @@ def redis_url():
     server = start_valkey()
     yield server.connection_url
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def nginx() -> str:
+    """The nginx binary on PATH, for the tests that run the shipped ``deploy/nginx/prefeed.conf`` in front of the API
+    (``tests/proxy.py``). Without one they are skipped, or fail where ``PREFEED_TEST_REQUIRE_NGINX=1`` (``.ci/run``
+    sets it): CI runs them, or says why not."""
+    path = shutil.which("nginx")
+    if path is None:
+        if os.environ.get("PREFEED_TEST_REQUIRE_NGINX", "") not in ("", "0"):
+            pytest.fail("nginx is not on PATH, and PREFEED_TEST_REQUIRE_NGINX is set: install it "
+                        "(apt-get install nginx-light) or put /usr/sbin on PATH", pytrace=False)
+        pytest.skip("nginx is not on PATH: apt-get install nginx-light (PREFEED_TEST_REQUIRE_NGINX=1 fails instead)")
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -1,22 +1,15 @@
 """Slow clients do not stop the API: ``manage.py serve`` runs threaded gunicorn workers, so a connection that sends
 its request a line at a time holds one thread, not a worker process; and behind the production shape's buffering
-proxy (``deploy/nginx/prefeed.conf``) they never reach gunicorn at all."""
+proxy (``deploy/nginx/prefeed.conf``, run by ``tests/proxy.py``) they never reach gunicorn at all."""
 
 from __future__ import annotations
 
-import contextlib
-import shutil
 import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 
-import pytest
-
-from cli.net import free_port, wait_for_http
-from tests.conftest import ROOT
+from tests.proxy import behind_nginx, serve
 
 SLOW_CLIENTS = 50
 
@@ -30,22 +23,6 @@ def _healthz_seconds(base: str, timeout: float = 5.0) -> float:
     except (TimeoutError, urllib.error.URLError):
         return timeout
     return time.monotonic() - start
-
-
-@contextlib.contextmanager
-def _serve(settings, log_path, *args: str):
-    """``manage.py serve`` on a free port with ``args``; yields its base URL once ``/healthz`` answers."""
-    port = free_port()
-    log = log_path.open("w")
-    api = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "serve", "--port", str(port), *args],
-                           env=settings.child_env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
-    try:
-        wait_for_http(f"http://127.0.0.1:{port}/healthz", timeout=60)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        api.terminate()
-        api.wait(timeout=30)
-        log.close()
 
 
 def _worst_healthz_while_clients_trickle(port: int, base: str, rounds: int = 6, n: int = SLOW_CLIENTS,
@@ -81,7 +58,7 @@ def _worst_healthz_while_clients_trickle(port: int, base: str, rounds: int = 6, 
 
 def test_the_api_answers_healthz_within_a_second_while_fifty_clients_trickle_their_headers(settings, tmp_path):
     # given the API as `manage.py serve` runs it, with two worker processes
-    with _serve(settings, tmp_path / "api.log", "--workers", "2") as base:
+    with serve(settings, tmp_path / "api.log", "--workers", "2") as base:
         # when 50 connections send their request a header line per second, never finishing
         worst, disturbed = _worst_healthz_while_clients_trickle(int(base.rsplit(":", 1)[1]), base)
     # then /healthz still answers, within a second, every time it is asked meanwhile
@@ -90,41 +67,15 @@ def test_the_api_answers_healthz_within_a_second_while_fifty_clients_trickle_the
     assert disturbed == 0
 
 
-@pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx is not installed (apt-get install nginx-light)")
-def test_behind_the_proxy_slow_clients_never_reach_an_api_of_one_thread(settings, tmp_path):
-    # given the API with one worker process of one thread, behind nginx with the production shape's configuration
-    with _serve(settings, tmp_path / "api.log", "--workers", "1", "--threads", "1") as api:
-        port = free_port()
-        site = (ROOT / "deploy/nginx/prefeed.conf").read_text()
-        site = site.replace("server api:8000;", f"server {api.removeprefix('http://')};")
-        site = site.replace("listen 8000;", f"listen 127.0.0.1:{port};")
-        temp = {name: tmp_path / name for name in ("body", "proxy", "fastcgi", "uwsgi", "scgi")}
-        conf = tmp_path / "nginx.conf"
-        conf.write_text(f"""
-daemon off;
-worker_processes 1;
-pid {tmp_path}/nginx.pid;
-error_log {tmp_path}/nginx-error.log;
-events {{ worker_connections 512; }}
-http {{
-    access_log off;
-    client_body_temp_path {temp['body']}; proxy_temp_path {temp['proxy']}; fastcgi_temp_path {temp['fastcgi']};
-    uwsgi_temp_path {temp['uwsgi']}; scgi_temp_path {temp['scgi']};
-    {site}
-}}""")
-        proxy = subprocess.Popen(["nginx", "-c", str(conf), "-p", str(tmp_path)], stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.DEVNULL)
-        try:
-            base = f"http://127.0.0.1:{port}"
-            wait_for_http(base + "/healthz", timeout=30)
-            # when 50 connections trickle their headers to the proxy
-            worst, disturbed = _worst_healthz_while_clients_trickle(port, base)
-            # and, for comparison, 2 trickle straight to the one-thread API
-            direct, _ = _worst_healthz_while_clients_trickle(int(api.rsplit(":", 1)[1]), api, rounds=2, n=2,
-                                                             probe_timeout=2.0)
-        finally:
-            proxy.terminate()
-            proxy.wait(timeout=30)
+def test_behind_the_proxy_slow_clients_never_reach_an_api_of_one_thread(settings, nginx, tmp_path):
+    # given the API with one worker process of one thread, behind the shipped nginx
+    with serve(settings, tmp_path / "api.log", "--workers", "1", "--threads", "1") as api, \
+            behind_nginx(nginx, api, tmp_path) as base:
+        # when 50 connections trickle their headers to the proxy
+        worst, disturbed = _worst_healthz_while_clients_trickle(int(base.rsplit(":", 1)[1]), base)
+        # and, for comparison, 2 trickle straight to the one-thread API
+        direct, _ = _worst_healthz_while_clients_trickle(int(api.rsplit(":", 1)[1]), api, rounds=2, n=2,
+                                                         probe_timeout=2.0)
     # then through the proxy /healthz answers within a second every time, while the bare API stalls
     assert worst < 1.0, f"/healthz through the proxy took {worst:.1f} s with {SLOW_CLIENTS} slow clients"
     assert disturbed == 0
