@@ -35,7 +35,7 @@ from precompute.feeds.limits import Bucket
 
 from .auth import OPEN, key_bucket, new_users_bucket, new_users_per_minute, rate_refusal, require
 from .errors import json_response
-from .parse import body_object, field_id, field_number, field_optional_number, json_body, refuse_unknown
+from .parse import MAX_ID, body_object, field_id, field_number, field_optional_number, json_body, refuse_unknown
 from .services import Services, services
 
 bp = Blueprint("events", __name__)
@@ -52,19 +52,20 @@ def post_events():
     settings = svc.settings
     if len(batch) > settings.events_batch_max:
         raise InvalidInput(f"at most {settings.events_batch_max} events per request")
+    known = _refuse_early(svc, batch) if g.key is not OPEN else None
     # ts may lie up to event_max_age in the past and event_max_future ahead (clock skew); it defaults to now.
     now = time.time()
     window = (now - settings.event_max_age, now + settings.event_max_future)
     types = EventTypes.of(settings).codes
     events = [_parse(body_object(e), types, now, window, k if isinstance(body, list) else None)
               for k, e in enumerate(batch)]
+    batch_users = sorted({e.user_id for e in events})
+    new_users = sorted(set(batch_users) - (users.existing(svc.engine, batch_users) if known is None else known))
+    _charge(svc, events, new_users)          # a batch over a limit this process saw refused costs no round trip
     ping_redis(svc.feed_redis)
     ping_redis(svc.queue_redis)
-    batch_users = sorted({e.user_id for e in events})
-    new_users = sorted(set(batch_users) - users.existing(svc.engine, batch_users))
-    _charge(svc, events, new_users)
     result = record(svc.engine, events, settings, create_items=settings.events_create_items and
-                    g.key.allows("items:write"))
+                    g.key.allows("items:write"), new_users=bool(new_users))
     if result.versions:
         pipe = svc.feed_redis.pipeline(transaction=False)
         for uid, iid, version in result.seen:
@@ -85,6 +86,29 @@ def post_events():
         schedule_collect(settings, svc.queue_redis)           # the new events are attributed to served pages
     return json_response({"accepted": result.accepted, "duplicates": result.duplicates,
                           "items_created": result.items_created}, 202)
+
+
+def _refuse_early(svc: Services, batch: list) -> set[int] | None:
+    """429 before the batch is parsed, when the key's new user ids were refused in this process and the batch's new
+    ones still would be (``Limiter.known_wait``): only its user ids are read and looked up. A key flooding made-up
+    ids past its budget costs that, not a parse of every event. Returns the user ids the database has when it
+    looked them up (None when it did not: no refusal known, or user ids not all well-formed, which the full parse
+    then names)."""
+    ids = set()
+    for e in batch:
+        uid = e.get("user_id") if isinstance(e, dict) else None
+        if type(uid) is not int or not 1 <= uid <= MAX_ID:
+            return None
+        ids.add(uid)
+    if svc.limiter.known_wait(new_users_bucket(svc, g.key, len(ids))) <= 0:
+        return None                         # even were they all new, no refusal is known
+    known = users.existing(svc.engine, sorted(ids))
+    wait = svc.limiter.known_wait(new_users_bucket(svc, g.key, len(ids) - len(known))) if len(known) < len(ids) \
+        else 0.0
+    if wait > 0:
+        raise TooManyRequests(f"over this key's {new_users_per_minute(g.key, svc.settings)} new user ids per minute",
+                              retry_after=wait)
+    return known
 
 
 def _charge(svc: Services, events: list[NewEvent], new_users: list[int]) -> None:

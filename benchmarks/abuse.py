@@ -159,11 +159,12 @@ def _print(out: dict) -> None:
                 [[f["sent"], f["achieved_per_s"], f["accepted"], f["refused_429"], f["users_added"], f["users_cap"],
                   f["redis_bytes_added"] / 2 ** 20, f["redis_cap_bytes"] / 2 ** 20]]))
     rows = [[name, run["events"], run["fresh"], run["not_fresh"], run["p50_ms"], run["p99_ms"],
-             run["p99_ms_settled"], run["feed_read_p99_ms"]] for name, run in (("without flood", real["without_flood"]),
+             run["p99_ms_settled"], run["post_p99_ms"], run["feed_read_p99_ms"]] for name, run in (("without flood", real["without_flood"]),
                                                        ("with flood", real["with_flood"]))]
     print(table(f"real users' event -> fresh feed (p99 with/without {real['ratio']:.2f}x, limit 2x)",
                 ["run", "events", "fresh", "not fresh", "p50 ms", "p99 ms",
-                 f"p99 ms after {real['with_flood']['settled_after_s']:g} s", "feed read p99 ms"], rows))
+                 f"p99 ms after {real['with_flood']['settled_after_s']:g} s", "POST p99 ms", "feed read p99 ms"],
+                rows))
     print(table(f"phase 2, keys: {k['requests']:,} storm requests over two API apps in process",
                 ["well-formed", "distinct", "queries", "most per key+process", "malformed", "queries",
                  "Redis MiB added"],

@@ -9,7 +9,7 @@ import numpy as np
 from rq import get_current_job
 
 from precompute.errors import InvalidInput
-from precompute.feeds.dirty import DirtyUsers
+from precompute.feeds.dirty import DirtyUsers, NewUserPace
 from precompute.feeds.keys import Keys
 from precompute.feeds.refresh import FeedClocks
 from precompute.ranking.pipeline import STAGES
@@ -34,7 +34,8 @@ def recompute_users(user_ids: list[int]) -> dict:
 
 
 def drain_dirty() -> dict:
-    """Recompute users marked dirty by new events, a batch at a time, until none is due."""
+    """Recompute users marked dirty by new events, a batch at a time, until none is due: known users
+    ``PREFEED_BATCH_SIZE`` at a time, new users as many as fit ``PREFEED_NEW_USERS_BATCH_MS`` (``NewUserPace``)."""
     pipeline = context.get()
     settings = pipeline.settings
     r = context.queue_redis()
@@ -47,11 +48,13 @@ def drain_dirty() -> dict:
     dirty.mark(clocks.due(pipeline.items.as_of, settings.batch_size * settings.drain_max_batches))
     users = batches = written = kept = scored = 0
     seconds = dict.fromkeys(STAGES, 0.0)
+    pace = NewUserPace(settings.new_users_batch_ms / 1000, settings.batch_size)
     # Then hand the rest to a fresh job, so that a job stays short and a stopping worker is not held up.
     while batches < settings.drain_max_batches and not context.stopping():
-        claimed, stamp = dirty.claim(settings.batch_size)
+        claimed, stamp = dirty.claim(settings.batch_size, pace.size)
         if not claimed:
             break
+        started = time.perf_counter()
         try:
             pipeline.refresh_arms()             # experiments created or stopped since the job began
             result = pipeline.recompute(claimed)
@@ -59,6 +62,7 @@ def drain_dirty() -> dict:
             dirty.release(claimed, stamp)       # due again at once: RQ's retry of this job picks them up
             raise
         dirty.complete(claimed, stamp)
+        pace.observe(len(claimed), time.perf_counter() - started)
         clocks.record(result.written_ids, result.newest_event, result.clock)
         users, written, kept = users + result.users, written + result.written, kept + result.kept_newer
         scored += result.scored_items

@@ -38,7 +38,7 @@ class RealUsers:
         """``settled_after``: the p99 of the events sent that many seconds or more into the run is given apart
         (``p99_ms_settled``), to tell a start-up burst from a steady cost."""
         pending: dict[int, list[tuple[int, float]]] = {}        # user -> [(version awaited, sent at), ...]
-        fresh, reads, errors, late = [], [], [0], [0]
+        fresh, reads, posts, errors, late = [], [], [], [0], [0]
         lock = threading.Lock()
         slots: queue.Queue = queue.Queue()
         n = int(self.rate * seconds)
@@ -68,6 +68,7 @@ class RealUsers:
                         errors[0] += 1
                         conn.close()                    # the next request opens a fresh connection
                         continue
+                    posts.append(time.perf_counter() - t0)
                     want = db.execute(text("SELECT history_version FROM users WHERE id = :u"), {"u": uid}).scalar()
                     db.rollback()
                     with lock:
@@ -112,8 +113,9 @@ class RealUsers:
         poller.join(timeout=DEADLINE + 5)
         sent_at = np.array([at for at, _ in fresh])
         ms = np.array([took for _, took in fresh]) * 1000
-        read_ms = np.array(reads) * 1000
+        read_ms, post_ms = np.array(reads) * 1000, np.array(posts) * 1000
         return dict(events=n, fresh=len(ms), not_fresh=late[0], errors=errors[0],
+                    post_p50_ms=_pct(post_ms, 50), post_p99_ms=_pct(post_ms, 99),
                     p50_ms=_pct(ms, 50), p99_ms=_pct(ms, 99), p99_ms_settled=_pct(ms[sent_at >= settled_after], 99),
                     settled_after_s=settled_after, feed_read_p50_ms=_pct(read_ms, 50),
                     feed_read_p99_ms=_pct(read_ms, 99))

@@ -81,6 +81,11 @@ def unpack(value: bytes) -> np.ndarray:
 def merge(value: bytes, item: list[int], ts: list[float], cap: int) -> bytes:
     """``value`` with new interactions folded in: an item seen again moves to its new time."""
     old = unpack(value)
+    if len(item) == 1 and len(old) < cap and (not len(old) or (ts[0] > old["ts"][-1] and item[0] not in old["item"])):
+        # The common case, one event on an item not kept, newer than all: it goes at the end (same bytes as below)
+        rec = np.empty(1, dtype=RECORD)
+        rec["item"], rec["ts"] = item[0], ts[0]
+        return HEADER.pack(cap) + old.tobytes() + rec.tobytes()
     return pack(np.r_[old["item"], np.asarray(item, dtype=np.int64)], np.r_[old["ts"], np.asarray(ts, float)], cap)
 
 

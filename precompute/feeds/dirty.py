@@ -33,18 +33,20 @@ import redis
 from ..settings import Settings
 from .keys import Keys
 
-# KEYS: dirty, known, recomputed. ARGV: now (ms), lease end (ms), how many, the interval (ms). Known users due first,
-# then, if the batch has room, whoever is due in the whole set: new users (the known ones due were all taken).
+# KEYS: dirty, known, recomputed. ARGV: now (ms), lease end (ms), how many, the interval (ms), how many new at most.
+# Known users due first, then, if the batch has room, whoever is due in the whole set: new users (the known ones due
+# were all taken), at most the last argument's number of them.
 _CLAIM = """
 local now, lease, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, n)
+local new = math.min(n - #due, tonumber(ARGV[5]))
 for _, uid in ipairs(due) do
   redis.call('ZADD', KEYS[1], lease, uid)
   redis.call('ZADD', KEYS[2], lease, uid)
   redis.call('ZADD', KEYS[3], now, uid)
 end
-if #due < n then
-  for _, uid in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, n - #due)) do
+if new > 0 then
+  for _, uid in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, new)) do
     redis.call('ZADD', KEYS[1], lease, uid)
     if redis.call('ZSCORE', KEYS[2], uid) then redis.call('ZADD', KEYS[2], lease, uid) end
     redis.call('ZADD', KEYS[3], now, uid)
@@ -153,12 +155,13 @@ class DirtyUsers:
             self._mark(keys=[self.keys.dirty, self.known, self.keys.recomputed],
                        args=[_ms(), self.interval_ms, "1" if new else "0", *[str(int(u)) for u in user_ids]])
 
-    def claim(self, n: int) -> tuple[list[int], int]:
-        """Up to ``n`` due users, known ones first, and the lease stamp to hand back to ``complete``."""
+    def claim(self, n: int, new: int | None = None) -> tuple[list[int], int]:
+        """Up to ``n`` due users, known ones first, of them at most ``new`` new users (None: up to ``n``), and the
+        lease stamp to hand back to ``complete``."""
         now = _ms()
         stamp = now + self.lease_ms
         due = self._claim(keys=[self.keys.dirty, self.known, self.keys.recomputed],
-                          args=[now, stamp, n, self.interval_ms])
+                          args=[now, stamp, n, self.interval_ms, n if new is None else new])
         return [int(u) for u in due], stamp
 
     def complete(self, user_ids: list[int], stamp: int) -> int:
@@ -198,3 +201,23 @@ class DirtyUsers:
         in while one waited already, and drains queued beside the flagged one (a scheduled drain come due, one
         enqueued when the flag outlived its TTL) would stay queued as long as events kept coming."""
         self._clear_flag(keys=[self.keys.drain_flag], args=[job_id])
+
+
+class NewUserPace:
+    """How many new users a drain claims at once: as many as its batches so far say are ranked within ``budget``
+    seconds (``PREFEED_NEW_USERS_BATCH_MS``), at least one, at most ``most``. A known user marked while new users are
+    being ranked is claimed by the next claim, so it waits about ``budget`` at most, however many new users are due.
+
+    Sizing each batch by the seconds per user of the one before converges, for batches costing ``a + b·n`` seconds,
+    to the ``n`` with ``a + b·n = budget`` (or to one user when ``a`` alone exceeds it): no per-batch cost is
+    assumed, whatever the catalogue and the machine make it."""
+
+    def __init__(self, budget: float, most: int, first: int = 8) -> None:
+        self.budget, self.most = budget, most
+        self.size = max(1, min(most, first))
+
+    def observe(self, users: int, seconds: float) -> None:
+        """A batch of ``users`` took ``seconds`` to rank and store."""
+        if users > 0 and seconds > 0:
+            self.size = max(1, min(self.most, int(self.budget * users / seconds)))
+

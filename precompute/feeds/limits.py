@@ -7,6 +7,12 @@ none, on Redis's own clock (``TIME``), so hosts with skewed clocks share one bud
 key's request rate is charged through a per-process share instead (``Limiter.take_one``): one round trip per few
 requests, which is what keeps the page cost of the check small.
 
+A refusal is remembered by the process that got it (``Limiter._refused``): a bucket's theoretical arrival time never
+goes back, so a bucket that refused cost ``c`` with a wait ``w`` refuses any cost ``c'`` for ``w + (c' - c) / rate``
+seconds after, whatever other processes do meanwhile. Until then the same refusal is answered here, with no round
+trip: a client that floods past its budget costs a dictionary lookup per request, not a Redis call. (Only a Redis
+that lost its data, or a key's rate raised meanwhile, would have let one through sooner: by at most ``w``.)
+
 Why not ``limits`` / Flask-Limiter: their strategies are fixed and moving windows (a moving window keeps one entry
 per request), not a bucket with a burst, and they take one round trip per limit where a request here may need
 several (``POST /events``: the key's rate at one token per event, the key's new user ids and each user's events).
@@ -80,11 +86,33 @@ class Limiter:
         self._script = r.register_script(_SCRIPT)
         self._claim = r.register_script(_CLAIM)
         self._local: dict[str, tuple[int, float]] = {}       # bucket key -> (tokens held, claimed at)
+        self._refused: dict[str, tuple[float, float, int, float]] = {}   # bucket key -> (at, wait, cost, rate)
         self._lock = threading.Lock()
+
+    def known_wait(self, bucket: Bucket, now: float | None = None) -> float:
+        """The seconds ``bucket`` surely still refuses ``bucket.cost`` for, by this process's last refusal of it
+        (0: nothing known, try). No round trip."""
+        now = time.monotonic() if now is None else now
+        got = self._refused.get(bucket.key)
+        if got is None:
+            return 0.0
+        at, wait, cost, rate = got
+        left = wait + (bucket.cost - cost) / rate - (now - at) if rate == bucket.rate else 0.0
+        if now - at >= wait or rate != bucket.rate:
+            self._refused.pop(bucket.key, None)       # past: the bucket may hold anything again
+        return max(left, 0.0)
+
+    def _remember(self, bucket: Bucket, wait: float, now: float) -> None:
+        if len(self._refused) > 10_000:
+            self._refused.clear()
+        self._refused[bucket.key] = (now, wait, bucket.cost, bucket.rate)
 
     def take_one(self, bucket: Bucket) -> float:
         """Like ``take([bucket])`` for a cost of 1, from the process's share when it holds one."""
         now = time.monotonic()
+        known = self.known_wait(bucket, now)
+        if known > 0:
+            return known
         with self._lock:
             held, at = self._local.get(bucket.key, (0, 0.0))
             if held > 0 and now - at < self.SHARE_SECONDS:
@@ -94,7 +122,9 @@ class Limiter:
         got = self._claim(keys=[bucket.key], args=[repr(float(bucket.rate)), bucket.burst, want])
         got = got.decode() if isinstance(got, bytes) else str(got)
         if not got.startswith("+"):
-            return max(float(got), 1e-6)
+            wait = max(float(got), 1e-6)
+            self._remember(Bucket(bucket.key, bucket.rate, bucket.burst, 1), wait, now)
+            return wait
         with self._lock:
             if len(self._local) > 10_000:
                 self._local.clear()
@@ -113,6 +143,13 @@ class Limiter:
             return []
         if any(b.cost > b.burst for b in buckets):
             return [math.inf if b.cost > b.burst else 0.0 for b in buckets]
+        now = time.monotonic()
+        known = [self.known_wait(b, now) for b in buckets]
+        if any(known):
+            return known                    # refused before, and surely still: no round trip
         args = [x for b in buckets for x in (repr(float(b.rate)), b.burst, b.cost)]
-        waits = self._script(keys=[b.key for b in buckets], args=args)
-        return [float(w) for w in waits]
+        waits = [float(w) for w in self._script(keys=[b.key for b in buckets], args=args)]
+        for b, w in zip(buckets, waits):
+            if w > 0:
+                self._remember(b, w, now)
+        return waits

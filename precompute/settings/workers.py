@@ -33,6 +33,11 @@ class WorkerSettings:
                                   "waiting at a time", unit="s")
     drain_max_batches: int = setting(20, "PREFEED_DRAIN_MAX_BATCHES", "batches one drain job processes before "
                                      "handing the rest to a fresh job", unit="batches")
+    new_users_batch_ms: int = setting(100, "PREFEED_NEW_USERS_BATCH_MS", "time a drain may spend on one batch of "
+                                      "users new to the database (a flood of made-up ids, a surge of first visits): "
+                                      "it claims as many as its last batches say fit, so a known user's recompute "
+                                      "waits about this long at most behind them; known users are claimed "
+                                      "`PREFEED_BATCH_SIZE` at a time", unit="ms", minimum=1)
     reassign_batch: int = setting(2000, "PREFEED_REASSIGN_BATCH", "users looked at per step when an experiment is "
                                   "created or stopped: those whose arm changed are marked for a recompute, and the "
                                   "next step runs `PREFEED_REASSIGN_INTERVAL` later (a bounded rate; their old feeds "

@@ -1,0 +1,153 @@
+"""What a flood of made-up user ids costs the service, and what it may not cost real users: a refusal is answered
+from the process's memory once Redis said it, a key over its new-user budget is refused before its batch is
+parsed, new users are ranked in batches small enough that a known user is claimed soon, and on SQLite a known
+user's events are written before batches that bring new users (``api/events.py``, ``precompute/feeds/limits.py``,
+``precompute/feeds/dirty.py``, ``precompute/data/recording.py``)."""
+
+import dataclasses
+import threading
+import time
+
+import numpy as np
+from hypothesis import given, settings as hyp_settings, strategies as st
+
+from precompute.data import api_keys, seen
+from precompute.data.recording import _Turns
+from precompute.feeds.dirty import DirtyUsers, NewUserPace
+from precompute.feeds.limits import Bucket, Limiter
+
+
+class _Counted:
+    """The limiter's script, counting the round trips made through it."""
+
+    def __init__(self, script) -> None:
+        self.script, self.calls = script, 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self.script(*args, **kwargs)
+
+
+def test_a_refusal_is_answered_from_memory_for_as_long_as_redis_would_refuse(r, settings):
+    limiter = Limiter(r)
+    limiter._script = counted = _Counted(limiter._script)
+    bucket = Bucket(f"{settings.key_prefix}test-memo-{time.monotonic_ns()}", rate=20.0, burst=10, cost=10)
+    # given a bucket of 10 tokens at 20/s, emptied, then refused by Redis (10 tokens need 0.5 s)
+    assert limiter.take_each([bucket]) == []
+    waits = limiter.take_each([bucket])
+    assert 0.4 < waits[0] <= 0.5 and counted.calls == 2
+    # when the same cost is asked again, many times, within that wait
+    again = [limiter.take_each([bucket]) for _ in range(50)]
+    # then each is refused with what is left of it, and no request reached Redis
+    assert counted.calls == 2 and all(0 < w[0] <= waits[0] for w in again)
+    # and a smaller cost is known refused only until it could fit (1 token: 0.05 s after the first is back)
+    assert 0 < limiter.known_wait(dataclasses.replace(bucket, cost=1)) <= waits[0] - 9 / 20
+    # and once the wait is over, Redis is asked again and lets it through: never refused longer than it would be
+    time.sleep(waits[0])
+    assert limiter.take_each([bucket]) == [] and counted.calls == 3
+
+
+def test_a_key_over_its_new_user_budget_is_refused_before_its_batch_is_parsed(client, world, own_users,
+                                                                              new_user_ids):
+    key = api_keys.create(world.engine, f"flood-{time.monotonic_ns()}", frozenset({"events:write"}), new_users=10)
+    auth = {"Authorization": f"Bearer {key}"}
+    fresh = new_user_ids(30)
+    # given a key that used its 10 new user ids, then had a batch of 10 more refused
+    assert client.post("/events", json=_events(fresh[:10]), headers=auth).status_code == 202
+    assert client.post("/events", json=_events(fresh[10:20]), headers=auth).status_code == 429
+    # when it posts new user ids in a batch whose events are not even well-formed
+    bad = [{"user_id": u, "item_id": 3, "type": "no-such-type"} for u in fresh[20:]]
+    resp = client.post("/events", json=bad, headers=auth)
+    # then it is refused for its budget, with a wait, before its events were read (a parse would have said 400)
+    assert resp.status_code == 429 and float(resp.headers["Retry-After"]) > 0
+    assert "new user ids" in resp.get_json()["error"]
+    # and the same key's events of users the database has still go through
+    known = own_users(3)
+    assert client.post("/events", json=_events(known), headers=auth).status_code == 202
+    # and a malformed batch of the known users is still told what is wrong
+    assert client.post("/events", json=[{"user_id": known[0], "item_id": 3, "type": "nope"}],
+                       headers=auth).status_code == 400
+
+
+def test_a_drain_claims_new_users_as_few_at_a_time_as_its_pace_allows_and_known_users_whole(settings, r):
+    dirty = DirtyUsers(r, dataclasses.replace(settings, recompute_interval_ms=0))
+    # given 100 new users due, then 3 known users
+    dirty.mark_new(list(range(2_000_000, 2_000_100)))
+    time.sleep(0.002)
+    dirty.mark([11, 12, 13])
+    # when a drain claims up to 50 users, at most 5 of them new
+    first, _ = dirty.claim(50, 5)
+    second, _ = dirty.claim(50, 5)
+    # then the known users come first, and new ones only as many as allowed, oldest first
+    assert first == [11, 12, 13, 2_000_000, 2_000_001, 2_000_002, 2_000_003, 2_000_004]
+    assert second == list(range(2_000_005, 2_000_010))
+    # and without a cap on new users, the batch is filled with them
+    assert len(dirty.claim(50)[0]) == 50
+
+
+def test_the_pace_of_new_users_settles_on_the_batch_that_fits_its_budget():
+    # given batches that cost 30 ms plus 3 ms per user, and a budget of 100 ms
+    def cost(n: int) -> float:
+        return 0.030 + 0.003 * n
+
+    pace = NewUserPace(0.100, most=500)
+    # when a drain sizes each batch by the one before
+    sizes = []
+    for _ in range(12):
+        sizes.append(pace.size)
+        pace.observe(pace.size, cost(pace.size))
+    # then it settles within a user of (100 - 30) / 3 = 23 users, whatever it started at
+    assert abs(sizes[-1] - 23) <= 1 and all(cost(n) <= 0.100 + 0.003 for n in sizes[-4:])
+    # and a batch whose fixed cost alone is over the budget is one user; one that is cheap is capped at ``most``
+    slow = NewUserPace(0.100, most=500)
+    slow.observe(slow.size, 0.5)
+    assert slow.size == 1
+    cheap = NewUserPace(0.100, most=500)
+    cheap.observe(100, 0.001)
+    assert cheap.size == 500
+
+
+def test_a_known_users_write_goes_before_writes_that_bring_new_users():
+    turns = _Turns()
+    order, held = [], threading.Event()
+    release = threading.Event()
+
+    def write(name: str, first: bool, hold: threading.Event | None = None) -> None:
+        with turns.turn(first):
+            order.append(name)
+            if hold is not None:
+                held.set()
+                hold.wait(5)
+
+    # given a batch of new users writing, and eight more waiting for their turn
+    holder = threading.Thread(target=write, args=("flood-0", False, release))
+    holder.start()
+    held.wait(5)
+    later = [threading.Thread(target=write, args=(f"flood-{k}", False)) for k in range(1, 9)]
+    for t in later:
+        t.start()
+    time.sleep(0.05)
+    # when a batch of known users asks for a turn after it
+    known = threading.Thread(target=write, args=("known", True))
+    known.start()
+    time.sleep(0.05)
+    release.set()
+    for t in (holder, *later, known):
+        t.join(5)
+    # then the known users' batch writes next, before every new users' batch that was waiting before it
+    assert order[:2] == ["flood-0", "known"] and len(order) == 10
+
+
+@hyp_settings(max_examples=300, deadline=None)
+@given(cap=st.integers(1, 6), steps=st.lists(st.tuples(st.integers(1, 5), st.integers(0, 10)), max_size=10))
+def test_merging_one_interaction_gives_the_bytes_of_a_full_repack(cap, steps):
+    value = seen.empty(cap)
+    for item, ts in steps:
+        old = seen.unpack(value)
+        whole = seen.pack(np.r_[old["item"], [item]], np.r_[old["ts"], [float(ts)]], cap)
+        value = seen.merge(value, [item], [float(ts)], cap)
+        assert value == whole
+
+
+def _events(users) -> list[dict]:
+    return [{"user_id": u, "item_id": 3, "type": "view"} for u in users]
