@@ -55,8 +55,9 @@ class PipelineSettings:
                                 "newest event (fresh popularity for users who come back without acting); 0: only "
                                 "on their events", unit="s", minimum=0)
     live_refresh_ms: int = setting(250, "PREFEED_LIVE_REFRESH_MS", "how often an API process checks for new boosts "
-                                   "and deactivations (one small read); a change is served by every process "
-                                   "within this plus one round trip", unit="ms", maximum=1000)
+                                   "and deactivations (one small read), and for a cursor secret put back or replaced "
+                                   "after a Redis loss; a change is served by every process within this plus one "
+                                   "round trip", unit="ms", maximum=1000)
     recompute_interval_ms: int = setting(1000, "PREFEED_RECOMPUTE_INTERVAL_MS", "a user's feed is recomputed at most "
                                          "once per this interval, however many events arrive (later events wait "
                                          "for its end; all are stored); 0: no cap", unit="ms", minimum=0)
