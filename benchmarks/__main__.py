@@ -43,7 +43,7 @@ def _benchmark(name: str) -> click.Command:
     @click.option("--rows", type=click.IntRange(min=1000), help="import: rating rows to generate (default "
                   "25,000,000).")
     @click.option("--postgres", metavar="URL", help="import: also measure on this PostgreSQL database (default: "
-                  "DATABASE_URL, if set).")
+                  "DATABASE_URL, if set); abuse: run the flood again with the product's database there.")
     def command(quick: bool, rows: int | None, postgres: str | None) -> None:
         _run_each(name, quick, rows, postgres)
 
@@ -53,8 +53,10 @@ def _benchmark(name: str) -> click.Command:
 def _run_each(name: str, quick: bool, rows: int | None, postgres: str | None) -> None:
     """The benchmark ``name``, or every one for ``all``."""
     logging.basicConfig(level=logging.WARNING)
-    if (rows or postgres) and name != "import":
-        raise click.UsageError("--rows and --postgres apply to the import benchmark only")
+    if rows and name != "import":
+        raise click.UsageError("--rows applies to the import benchmark only")
+    if postgres and name not in ("import", "abuse"):
+        raise click.UsageError("--postgres applies to the import and abuse benchmarks only")
     for n in NAMES if name == "all" else [name]:
         try:
             module = importlib.import_module(f"benchmarks.{NAMES[n]}")
@@ -63,7 +65,8 @@ def _run_each(name: str, quick: bool, rows: int | None, postgres: str | None) ->
             continue
         click.echo(f"=== {n}")
         try:
-            module.run(quick=quick, **({"rows": rows, "postgres": postgres} if n == "import" else {}))
+            extra = {"rows": rows, "postgres": postgres} if n == "import" else {}
+            module.run(quick=quick, **({"postgres": postgres} if n == "abuse" else extra))
         except Skipped as exc:
             if name != "all":
                 raise click.ClickException(f"{n}: {exc}") from None

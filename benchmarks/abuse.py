@@ -50,31 +50,46 @@ FIRST_FLOOD_USER = 1_000_000_000
 SETTLE = 120.0
 
 
-def run(quick: bool = False) -> dict:
+def run(quick: bool = False, postgres: str | None = None) -> dict:
+    """``postgres``: the flood's phase again, with the product's database on that PostgreSQL server (its own
+    schema), reported beside the SQLite run (``postgresql``)."""
     cfg = QUICK if quick else FULL
+    on_postgres = None
     with open_log(quick) as (source, source_settings, name):
         events = load_events(source)
-        with Product(source, source_settings, events, cut_time(events.ts, cfg["cut"]), cfg) as product:
-            s = product.settings
-            with product.engine.connect() as db:
-                users = db.execute(text("SELECT id FROM users ORDER BY id LIMIT :n"),
-                                   {"n": cfg["real_users"]}).scalars().all()
-                items = db.execute(text("SELECT id FROM items WHERE active")).scalars().all()
-            real = RealUsers(product, users, items, cfg["real_rate"])
-            real.run(cfg["warm"])                            # every real user's feed computed once, not timed
+        cut = cut_time(events.ts, cfg["cut"])
+        with Product(source, source_settings, events, cut, cfg) as product:
+            users, items, real = _real_users(product, cfg)
             flooded = _phase_flood(product, real, items, cfg)
+            s = product.settings
             storm_redis = redis_client(s.queue_url)
             before = _used_memory(storm_redis)
             keys = storm(s, product.auth["Authorization"].split()[1], users, cfg["keys"], cfg["pages"])
             keys["redis_bytes_added"] = _used_memory(storm_redis) - before
-    out = dict(log=name, config=cfg, offered_rate=dict(
+        if postgres:
+            with Product(source, source_settings, events, cut, {**cfg, "postgres": postgres}) as product:
+                _, pg_items, pg_real = _real_users(product, cfg)
+                on_postgres = _phase_flood(product, pg_real, pg_items, cfg)
+    out = dict(log=name, database="sqlite", config=cfg, offered_rate=dict(
         flood_requests_per_s=cfg["offered"], events_per_request=cfg["per_request"],
         flood_events_per_s=cfg["offered"] * cfg["per_request"], flood_seconds=cfg["seconds"],
         real_events_per_s=cfg["real_rate"], real_feed_reads_per_s=cfg["real_rate"], real_users=len(users),
         storm_keys=cfg["keys"], storm_keys_per_s=keys["rate_per_s"]), **flooded, keys=keys, machine=machine())
+    if on_postgres is not None:
+        out["postgresql"] = on_postgres
     _print(out)
     print(f"wrote {write_result('abuse', out, quick)}")
     return out
+
+
+def _real_users(product, cfg: dict) -> tuple[list[int], list[int], RealUsers]:
+    """The real users (the first ids of the log), the active items, and their driver, every feed computed once."""
+    with product.engine.connect() as db:
+        users = db.execute(text("SELECT id FROM users ORDER BY id LIMIT :n"), {"n": cfg["real_users"]}).scalars().all()
+        items = db.execute(text("SELECT id FROM items WHERE active")).scalars().all()
+    real = RealUsers(product, users, items, cfg["real_rate"])
+    real.run(cfg["warm"])                            # every real user's feed computed once, not timed
+    return users, items, real
 
 
 def _phase_flood(product, real: RealUsers, items: list[int], cfg: dict) -> dict:
@@ -154,17 +169,10 @@ def _print(out: dict) -> None:
           f"({o['flood_events_per_s']:,} events/s of new user ids) for {o['flood_seconds']} s from one core; real "
           f"users {o['real_users']}, {o['real_events_per_s']} events/s + as many feed reads; key storm "
           f"{o['storm_keys']:,} keys at {o['storm_keys_per_s']:,.0f}/s")
-    print(table("phase 1, flood: one key, default limits", ["sent", "reached /s", "202", "429", "users added",
-                                                             "users cap", "Redis MiB added", "Redis cap MiB"],
-                [[f["sent"], f["achieved_per_s"], f["accepted"], f["refused_429"], f["users_added"], f["users_cap"],
-                  f["redis_bytes_added"] / 2 ** 20, f["redis_cap_bytes"] / 2 ** 20]]))
-    rows = [[name, run["events"], run["fresh"], run["not_fresh"], run["p50_ms"], run["p99_ms"],
-             run["p99_ms_settled"], run["post_p99_ms"], run["feed_read_p99_ms"]] for name, run in (("without flood", real["without_flood"]),
-                                                       ("with flood", real["with_flood"]))]
-    print(table(f"real users' event -> fresh feed (p99 with/without {real['ratio']:.2f}x, limit 2x)",
-                ["run", "events", "fresh", "not fresh", "p50 ms", "p99 ms",
-                 f"p99 ms after {real['with_flood']['settled_after_s']:g} s", "POST p99 ms", "feed read p99 ms"],
-                rows))
+    _print_flood("phase 1, flood: one key, default limits (SQLite)", f, real)
+    if "postgresql" in out:
+        pg = out["postgresql"]
+        _print_flood("phase 1 again, the product's database on PostgreSQL", pg["flood"], pg["real"])
     print(table(f"phase 2, keys: {k['requests']:,} storm requests over two API apps in process",
                 ["well-formed", "distinct", "queries", "most per key+process", "malformed", "queries",
                  "Redis MiB added"],
@@ -175,3 +183,18 @@ def _print(out: dict) -> None:
     print(f"real keys' feed page: p50 {kr['p50_ms_without']:.2f} / {kr['p50_ms_with']:.2f} ms, p99 "
           f"{kr['p99_ms_without']:.2f} / {kr['p99_ms_with']:.2f} ms without / with the storm "
           f"({kr['ratio_p99']:.2f}x, limit 1.5x); answers {k['statuses']}")
+
+
+def _print_flood(title: str, f: dict, real: dict) -> None:
+    print(table(title, ["sent", "reached /s", "202", "429", "users added", "users cap", "Redis MiB added",
+                        "Redis cap MiB"],
+                [[f["sent"], f["achieved_per_s"], f["accepted"], f["refused_429"], f["users_added"], f["users_cap"],
+                  f["redis_bytes_added"] / 2 ** 20, f["redis_cap_bytes"] / 2 ** 20]]))
+    rows = [[name, run["events"], run["fresh"], run["not_fresh"], run["p50_ms"], run["p99_ms"], run["p99_ms_settled"],
+             run["post_p99_ms"], run["feed_read_p99_ms"]]
+            for name, run in (("without flood", real["without_flood"]), ("with flood", real["with_flood"]))]
+    print(table(f"real users' event -> fresh feed (p99 with/without {real['ratio']:.2f}x, limit 2x)",
+                ["run", "events", "fresh", "not fresh", "p50 ms", "p99 ms",
+                 f"p99 ms after {real['with_flood']['settled_after_s']:g} s", "POST p99 ms", "feed read p99 ms"],
+                rows))
+

@@ -21,12 +21,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from .lab.pg import own_schema
 from .lab.results import table, write_result
 from .lab.world import ROOT
 
@@ -132,7 +132,7 @@ def run(quick: bool = False, rows: int | None = None, postgres: str | None = Non
         backends = [("sqlite", f"sqlite:///{tmp / 'import.db'}", None)]
         postgres = postgres or os.environ.get("DATABASE_URL")
         if postgres:
-            backends.append(("postgresql", *_own_schema(postgres)))
+            backends.append(("postgresql", *own_schema(postgres)))
         runs = []
         for name, url, drop in backends:
             try:
@@ -159,26 +159,6 @@ def run(quick: bool = False, rows: int | None = None, postgres: str | None = Non
                                         "train_rss_mib", "train_child_rss_mib")}}
     print(f"wrote {write_result('import', result, quick)}")
     return result
-
-
-def _own_schema(url: str):
-    """A fresh schema in the PostgreSQL database at ``url``: its URL and a function dropping it."""
-    from sqlalchemy import create_engine, text
-
-    from precompute.settings import normalize_database_url
-
-    base = normalize_database_url(url)
-    schema = f"prefeed_bench_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(base)
-    with admin.begin() as conn:
-        conn.execute(text(f"CREATE SCHEMA {schema}"))
-
-    def drop() -> None:
-        with admin.begin() as conn:
-            conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
-        admin.dispose()
-
-    return f"{base}{'&' if '?' in base else '?'}options=-csearch_path%3D{schema}", drop
 
 
 def _child(step: str, url: str, tmp: Path, movies: Path, ratings: Path, quick: bool = False) -> dict:

@@ -17,6 +17,8 @@ from precompute.ranking.pipeline import STAGES
 from . import context, queues
 
 log = logging.getLogger(__name__)
+#: While new users wait out their share of a drain's time, known users are looked for this often (s).
+PAUSE_POLL = 0.02
 
 
 def recompute_users(user_ids: list[int]) -> dict:
@@ -35,7 +37,8 @@ def recompute_users(user_ids: list[int]) -> dict:
 
 def drain_dirty() -> dict:
     """Recompute users marked dirty by new events, a batch at a time, until none is due: known users
-    ``PREFEED_BATCH_SIZE`` at a time, new users as many as fit ``PREFEED_NEW_USERS_BATCH_MS`` (``NewUserPace``)."""
+    ``PREFEED_BATCH_SIZE`` at a time, new users as many as fit ``PREFEED_NEW_USERS_BATCH_MS`` and no more than
+    ``PREFEED_NEW_USERS_SHARE`` of the job's time (``NewUserPace``)."""
     pipeline = context.get()
     settings = pipeline.settings
     r = context.queue_redis()
@@ -48,11 +51,17 @@ def drain_dirty() -> dict:
     dirty.mark(clocks.due(pipeline.items.as_of, settings.batch_size * settings.drain_max_batches))
     users = batches = written = kept = scored = 0
     seconds = dict.fromkeys(STAGES, 0.0)
-    pace = NewUserPace(settings.new_users_batch_ms / 1000, settings.batch_size)
+    pace = NewUserPace(settings.new_users_batch_ms / 1000, settings.batch_size, settings.new_users_share)
     # Then hand the rest to a fresh job, so that a job stays short and a stopping worker is not held up.
     while batches < settings.drain_max_batches and not context.stopping():
-        claimed, stamp = dirty.claim(settings.batch_size, pace.size)
+        now = time.monotonic()
+        known, fresh, stamp = dirty.claim_tiers(settings.batch_size, pace.allowed(now))
+        claimed = known + fresh
         if not claimed:
+            due = dirty.next_due()
+            if now < pace.resume_at and due is not None and due <= time.time() * 1000:
+                time.sleep(min(PAUSE_POLL, pace.resume_at - now))   # new users wait their share; known ones not
+                continue
             break
         started = time.perf_counter()
         try:
@@ -62,7 +71,7 @@ def drain_dirty() -> dict:
             dirty.release(claimed, stamp)       # due again at once: RQ's retry of this job picks them up
             raise
         dirty.complete(claimed, stamp)
-        pace.observe(len(claimed), time.perf_counter() - started)
+        pace.observe(len(claimed), time.perf_counter() - started, len(fresh))
         clocks.record(result.written_ids, result.newest_event, result.clock)
         users, written, kept = users + result.users, written + result.written, kept + result.kept_newer
         scored += result.scored_items

@@ -107,6 +107,30 @@ def test_the_pace_of_new_users_settles_on_the_batch_that_fits_its_budget():
     assert cheap.size == 500
 
 
+def test_new_users_wait_out_their_share_of_a_drains_time_and_known_users_do_not(settings, r):
+    dirty = DirtyUsers(r, dataclasses.replace(settings, recompute_interval_ms=0))
+    pace = NewUserPace(0.100, most=500, share=0.25)
+    dirty.mark_new(list(range(3_000_000, 3_000_050)))
+    # given a drain that just spent 90 ms on a batch of 9 users, 6 of them new, with new users at most a quarter of
+    # its time
+    pace.observe(9, 0.090, new=6)
+    now = time.monotonic()
+    # then for the next 60 ms x 3 = 180 ms it claims no new user, though 50 are due
+    assert pace.allowed(now) == 0 and 0.17 < pace.resume_at - now <= 0.18
+    assert dirty.claim_tiers(50, pace.allowed(now))[:2] == ([], [])
+    # and a known user marked meanwhile is claimed at once, apart from the new ones
+    dirty.mark([77])
+    assert dirty.claim_tiers(50, pace.allowed(time.monotonic()))[:2] == ([77], [])
+    # and once the pause is over, new users are claimed again, as many as the pace allows
+    time.sleep(0.19)
+    known, fresh, _ = dirty.claim_tiers(50, pace.allowed(time.monotonic()))
+    assert known == [] and fresh == list(range(3_000_000, 3_000_000 + pace.size))
+    # and with a share of 1 there is no pause
+    whole = NewUserPace(0.100, most=500, share=1.0)
+    whole.observe(9, 0.090, new=9)
+    assert whole.allowed(time.monotonic()) == whole.size
+
+
 def test_a_known_users_write_goes_before_writes_that_bring_new_users():
     turns = _Turns()
     order, held = [], threading.Event()

@@ -27,6 +27,7 @@ from precompute.data.tables import Item, ItemAttribute, ItemCategory
 from precompute.learning.fit import fit_ranker
 from precompute.ranking import bundle
 
+from .pg import own_schema
 from .world import ROOT
 
 #: Longest wait for a judged user's feed to catch up with their events before the read counts as late.
@@ -34,7 +35,8 @@ CATCH_UP = 60.0
 
 
 class Product:
-    """A prefeed of its own (temporary folder, SQLite, the embedded Valkey unless ``REDIS_URL``) holding the
+    """A prefeed of its own (temporary folder, SQLite or a schema of its own on the PostgreSQL server of
+    ``cfg["postgres"]``, the embedded Valkey unless ``REDIS_URL``) holding the
     catalogue and the log before ``cut``, a model trained on it, and its worker and API processes."""
 
     def __init__(self, source, source_settings, events, cut: float, cfg: dict) -> None:
@@ -46,6 +48,10 @@ class Product:
             raise ValueError(f"PREFEED_BENCH_EVENTS_PER_REQUEST must be 1 to {most}")
         self.tmp = Path(tempfile.mkdtemp(prefix="prefeed-served-"))
         self.server = None
+        self._drop_schema = None
+        database_url = f"sqlite:///{self.tmp / 'served.db'}"
+        if cfg.get("postgres"):             # a schema of its own on that server, dropped after
+            database_url, self._drop_schema = own_schema(cfg["postgres"])
         self.procs: list[subprocess.Popen] = []
         redis_url = os.environ.get("REDIS_URL")
         if not redis_url:
@@ -53,7 +59,7 @@ class Product:
             redis_url = self.server.connection_url
         tag = uuid.uuid4().hex[:8]
         self.settings = dataclasses.replace(
-            source_settings, database_url=f"sqlite:///{self.tmp / 'served.db'}", var_dir=self.tmp,
+            source_settings, database_url=database_url, var_dir=self.tmp,
             model_dir=self.tmp / "models", redis_url=redis_url, queue_redis_url=None, feed_redis_url=None,
             key_prefix=f"pfserved:{tag}:", queue_name=f"pfserved-{tag}", as_of=0.0,
             # A historical log is posted with its own times: accept any age; and faster than it happened: a user's
@@ -75,6 +81,8 @@ class Product:
     def __exit__(self, *exc) -> None:
         stop_all(self.procs, timeout=30)
         self.engine.dispose()
+        if self._drop_schema is not None:
+            self._drop_schema()
         if self.server is not None:
             self.server.stop()
         shutil.rmtree(self.tmp, ignore_errors=True)

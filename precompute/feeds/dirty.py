@@ -39,6 +39,7 @@ from .keys import Keys
 _CLAIM = """
 local now, lease, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, n)
+local known = #due
 local new = math.min(n - #due, tonumber(ARGV[5]))
 for _, uid in ipairs(due) do
   redis.call('ZADD', KEYS[1], lease, uid)
@@ -54,6 +55,7 @@ if new > 0 then
   end
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. (tonumber(now) - tonumber(ARGV[4])))
+table.insert(due, 1, known)
 return due
 """
 
@@ -158,11 +160,17 @@ class DirtyUsers:
     def claim(self, n: int, new: int | None = None) -> tuple[list[int], int]:
         """Up to ``n`` due users, known ones first, of them at most ``new`` new users (None: up to ``n``), and the
         lease stamp to hand back to ``complete``."""
+        known, fresh, stamp = self.claim_tiers(n, new)
+        return known + fresh, stamp
+
+    def claim_tiers(self, n: int, new: int | None = None) -> tuple[list[int], list[int], int]:
+        """``claim``, the known users and the new ones apart."""
         now = _ms()
         stamp = now + self.lease_ms
         due = self._claim(keys=[self.keys.dirty, self.known, self.keys.recomputed],
                           args=[now, stamp, n, self.interval_ms, n if new is None else new])
-        return [int(u) for u in due], stamp
+        k = int(due[0]) + 1
+        return [int(u) for u in due[1:k]], [int(u) for u in due[k:]], stamp
 
     def complete(self, user_ids: list[int], stamp: int) -> int:
         if not user_ids:
@@ -204,20 +212,29 @@ class DirtyUsers:
 
 
 class NewUserPace:
-    """How many new users a drain claims at once: as many as its batches so far say are ranked within ``budget``
-    seconds (``PREFEED_NEW_USERS_BATCH_MS``), at least one, at most ``most``. A known user marked while new users are
-    being ranked is claimed by the next claim, so it waits about ``budget`` at most, however many new users are due.
+    """How many new users a drain claims at once, and when: as many as its batches so far say are ranked within
+    ``budget`` seconds (``PREFEED_NEW_USERS_BATCH_MS``), at least one, at most ``most``; and after a batch that held
+    new users, none for as long as keeps their share of the drain's time at ``share`` (``PREFEED_NEW_USERS_SHARE``).
+    A known user marked while new users are being ranked is claimed by the next claim, so it waits about ``budget``
+    at most, however many new users are due; and new users however many (a flood of made-up ids let in by the keys'
+    budgets) take at most ``share`` of a worker, leaving the rest to known users and to whatever shares the host.
 
     Sizing each batch by the seconds per user of the one before converges, for batches costing ``a + b·n`` seconds,
     to the ``n`` with ``a + b·n = budget`` (or to one user when ``a`` alone exceeds it): no per-batch cost is
     assumed, whatever the catalogue and the machine make it."""
 
-    def __init__(self, budget: float, most: int, first: int = 8) -> None:
-        self.budget, self.most = budget, most
+    def __init__(self, budget: float, most: int, share: float = 1.0, first: int = 8) -> None:
+        self.budget, self.most, self.share = budget, most, share
         self.size = max(1, min(most, first))
+        self.resume_at = 0.0            # time.monotonic() from which new users may be claimed again
 
-    def observe(self, users: int, seconds: float) -> None:
-        """A batch of ``users`` took ``seconds`` to rank and store."""
+    def allowed(self, now: float) -> int:
+        """New users the next claim may take at ``now`` (``time.monotonic()``): 0 while paused."""
+        return self.size if now >= self.resume_at else 0
+
+    def observe(self, users: int, seconds: float, new: int = 0) -> None:
+        """A batch of ``users``, ``new`` of them new, took ``seconds`` to rank and store."""
         if users > 0 and seconds > 0:
             self.size = max(1, min(self.most, int(self.budget * users / seconds)))
-
+            if new and self.share < 1:
+                self.resume_at = time.monotonic() + seconds * new / users * (1 - self.share) / self.share

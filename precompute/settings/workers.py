@@ -38,6 +38,11 @@ class WorkerSettings:
                                       "it claims as many as its last batches say fit, so a known user's recompute "
                                       "waits about this long at most behind them; known users are claimed "
                                       "`PREFEED_BATCH_SIZE` at a time", unit="ms", minimum=1)
+    new_users_share: float = setting(0.5, "PREFEED_NEW_USERS_SHARE", "most of a drain's time spent ranking users new "
+                                     "to the database: after a batch of them it claims only known users for as long "
+                                     "as keeps this share (1: no pause). New users are served the fallback until "
+                                     "their feed is ranked; known users' recomputes, and what shares the host with "
+                                     "the workers, keep the rest", minimum=0.01, maximum=1)
     reassign_batch: int = setting(2000, "PREFEED_REASSIGN_BATCH", "users looked at per step when an experiment is "
                                   "created or stopped: those whose arm changed are marked for a recompute, and the "
                                   "next step runs `PREFEED_REASSIGN_INTERVAL` later (a bounded rate; their old feeds "
