@@ -21,6 +21,7 @@ from precompute.settings import Settings
 from .keyring import Keyring
 from .meters import ApiMetrics
 from .services import EXTENSION, Services
+from .turns import Turns
 
 
 def create_app(settings: Settings | None = None, test_config: dict | None = None) -> Flask:
@@ -70,4 +71,5 @@ def create_app(settings: Settings | None = None, test_config: dict | None = None
     for module in (feed, events, boosts, items, health, openapi, metrics, dashboard):
         app.register_blueprint(module.bp)
     rq_panel.mount(app, settings)
+    app.wsgi_app = Turns(app.wsgi_app, settings.api_concurrency, settings.request_body_max)
     return app

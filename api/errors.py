@@ -21,6 +21,8 @@ from werkzeug.wsgi import LimitedStream
 from precompute.errors import (PrefeedError, TooManyRequests, Unauthorized, Unavailable, as_prefeed_error,
                                database_errors)
 
+from .turns import READ
+
 log = logging.getLogger(__name__)
 
 
@@ -56,7 +58,10 @@ def retry_after(seconds: float) -> str:
 
 def body_left_unread() -> bool:
     """Whether the request carries a body the app did not read to its end. A body of unknown length (chunked) or
-    one over the limit counts as unread: finding its end would mean reading it."""
+    one over the limit counts as unread: finding its end would mean reading it. One read whole before the app ran
+    (``turns.py``) is off the connection, whatever the app did with it."""
+    if request.environ.get(READ):
+        return False
     chunked = "chunked" in request.headers.get("Transfer-Encoding", "").lower()
     if not request.content_length and not chunked:
         return False

@@ -175,3 +175,89 @@ def test_merging_one_interaction_gives_the_bytes_of_a_full_repack(cap, steps):
 
 def _events(users) -> list[dict]:
     return [{"user_id": u, "item_id": 3, "type": "view"} for u in users]
+
+
+def test_an_api_process_runs_a_few_requests_at_once_and_the_rest_in_order_of_arrival():
+    from api.turns import Turns
+
+    running, most, order = [0], [0], []
+    lock = threading.Lock()
+
+    def app(environ, start_response):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+            order.append(environ["PATH_INFO"])
+        time.sleep(0.05)
+        with lock:
+            running[0] -= 1
+        start_response("200 OK", [])
+        return [environ["wsgi.input"].read()]
+
+    turns = Turns(app, concurrency=2, body_max=100)
+    answers = {}
+
+    def request(path: str, body: bytes = b"") -> None:
+        environ = {"PATH_INFO": path, "CONTENT_LENGTH": str(len(body)) if body else "",
+                   "wsgi.input": _Trickle(body)}
+        answers[path] = b"".join(turns(environ, lambda *a: None))
+
+    # given 8 requests arriving one after the other at a process that runs 2 at a time
+    threads = []
+    for k in range(8):
+        threads.append(threading.Thread(target=request, args=(f"/r{k}", b"x" * k)))
+        threads[-1].start()
+        time.sleep(0.005)
+    # and a health probe arriving last
+    probe = threading.Thread(target=request, args=("/healthz",))
+    probe.start()
+    probe.join(1)
+    # then the probe is answered at once, while the others still wait for their turn
+    assert answers.get("/healthz") == b"" and len(answers) < 5
+    for t in threads:
+        t.join(5)
+    # and never more than 2 ran at once, and they ran in the order they came, each with its whole body
+    assert most[0] <= 3 and [p for p in order if p != "/healthz"] == [f"/r{k}" for k in range(8)]
+    assert all(answers[f"/r{k}"] == b"x" * k for k in range(8))
+
+
+def test_a_slow_body_holds_a_thread_not_a_turn():
+    from api.turns import Turns
+
+    streams = []
+
+    def app(environ, start_response):
+        streams.append(environ["wsgi.input"])
+        start_response("200 OK", [])
+        return [environ["wsgi.input"].read()]
+
+    turns = Turns(app, concurrency=1, body_max=100)
+    slow = _Trickle(b"abcd", delay=0.5)
+    # given a client sending its 4-byte body over 2 s, and the process running one request at a time
+    sender = threading.Thread(target=lambda: b"".join(turns({"PATH_INFO": "/events", "CONTENT_LENGTH": "4",
+                                                             "wsgi.input": slow}, lambda *a: None)))
+    sender.start()
+    time.sleep(0.1)
+    # when another request comes meanwhile, it is answered without waiting for that body
+    t0 = time.monotonic()
+    got = b"".join(turns({"PATH_INFO": "/feed/1", "CONTENT_LENGTH": "", "wsgi.input": _Trickle(b"")},
+                         lambda *a: None))
+    assert got == b"" and time.monotonic() - t0 < 0.3
+    sender.join(5)
+    # and a body over the limit is left unread, for the app to refuse
+    big = _Trickle(b"y" * 200)
+    b"".join(turns({"PATH_INFO": "/events", "CONTENT_LENGTH": "200", "wsgi.input": big}, lambda *a: None))
+    assert streams[-1] is big and big.reads == 1
+
+
+class _Trickle:
+    """A request body that arrives ``delay`` seconds per byte."""
+
+    def __init__(self, data: bytes, delay: float = 0.0) -> None:
+        self.data, self.delay, self.reads = data, delay, 0
+
+    def read(self, n: int = -1) -> bytes:
+        self.reads += 1
+        out, self.data = (self.data, b"") if n < 0 else (self.data[:n], self.data[n:])
+        time.sleep(self.delay * len(out))
+        return out

@@ -35,6 +35,11 @@ class ServingSettings:
     event_max_future: int = setting(60, "PREFEED_EVENT_MAX_FUTURE", "newest time a write may carry, after now "
                                     "(clock skew): an event's `ts` and an item's `created_at`, by the API and by "
                                     "imports", unit="s", minimum=0)
+    api_concurrency: int = setting(4, "PREFEED_API_CONCURRENCY", "requests one API process runs at once; the others "
+                                   "wait their turn in order of arrival, their bodies read first (`api/turns.py`): "
+                                   "under overload a request waits once instead of at every step for Python's "
+                                   "interpreter lock. `/livez`, `/healthz` and `/metrics` never wait",
+                                   unit="requests")
     request_body_max: int = setting(1 << 20, "PREFEED_REQUEST_BODY_MAX", "largest request body", unit="bytes")
     auth: bool = setting(True, "PREFEED_AUTH", "`off`: the data routes (feed, events, items) answer without a key, "
                          "for a trusted network (a warning at start); admin and metrics routes still need one")
