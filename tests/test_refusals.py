@@ -1,6 +1,8 @@
-"""A request refused before its body is read leaves the client's keep-alive connection usable: the API answers
-``Connection: close`` (and gunicorn closes after the answer) instead of leaving the unread body on the connection,
-so the client's next request goes on a fresh connection and is answered, not dropped (``api/errors.py``).
+"""A refused request leaves the client's keep-alive connection usable. A body up to the limit is read off the
+connection before the request waits for its turn (``api/turns.py``), so the connection is ready for the next request;
+one over the limit is refused unread, and the API answers ``Connection: close`` (and gunicorn closes after the answer)
+instead of leaving the unread body on the connection, so the client's next request goes on a fresh connection and is
+answered, not dropped (``api/errors.py``).
 Behind the shipped nginx (``tests/proxy.py``) the client's connection holds too: nginx answers a body over its 1 MB
 itself, and reads every other body whole before passing the request on. There the API's ``Connection: close`` keeps
 nginx from reusing its own connection to gunicorn, which gunicorn closes after draining at most 64 kB of a body the
