@@ -38,8 +38,15 @@ class Turns:
             return self.wsgi_app(environ, start_response)
         self._read_body(environ)
         with self._turns:
-            # The answer is made within the turn: an iterable still to be run would run after it.
-            return list(self.wsgi_app(environ, start_response))
+            # The answer is made within the turn: an iterable still to be run would run after it. Closed as WSGI
+            # asks (a response's close hooks, an open file), since the server gets the list, not the iterable.
+            answer = self.wsgi_app(environ, start_response)
+            try:
+                return list(answer)
+            finally:
+                close = getattr(answer, "close", None)
+                if callable(close):
+                    close()
 
     def _read_body(self, environ) -> None:
         """Read the request's body into memory, when it is not over the limit (the app refuses that one unread)."""

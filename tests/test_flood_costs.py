@@ -250,6 +250,23 @@ def test_a_slow_body_holds_a_thread_not_a_turn():
     assert streams[-1] is big and big.reads == 1
 
 
+def test_an_answer_is_closed_once_its_turn_has_made_it():
+    from api.turns import Turns
+
+    # given an app whose answer must be closed (a response's close hooks, an open file)
+    class Answer(list):
+        closed = False
+
+        def close(self):
+            Answer.closed = True
+
+    turns = Turns(lambda environ, start_response: Answer([b"ok"]), concurrency=1, body_max=100)
+    # when a request is answered through the turns, which hand the server a list
+    got = turns({"PATH_INFO": "/feed/1", "CONTENT_LENGTH": ""}, lambda *a: None)
+    # then the app's own iterable was closed, as the server would have closed it
+    assert got == [b"ok"] and Answer.closed
+
+
 class _Trickle:
     """A request body that arrives ``delay`` seconds per byte."""
 
