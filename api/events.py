@@ -35,7 +35,7 @@ from precompute.feeds.limits import Bucket
 
 from .auth import OPEN, key_bucket, new_users_bucket, new_users_per_minute, rate_refusal, require
 from .errors import json_response
-from .parse import MAX_ID, body_object, field_id, field_number, field_optional_number, json_body, refuse_unknown
+from .parse import body_object, field_id, field_number, field_optional_number, json_body, refuse_unknown
 from .services import Services, services
 
 bp = Blueprint("events", __name__)
@@ -94,14 +94,12 @@ def _refuse_early(svc: Services, batch: list) -> set[int] | None:
     ids past its budget costs that, not a parse of every event. Returns the user ids the database has when it
     looked them up (None when it did not: no refusal known, or user ids not all well-formed, which the full parse
     then names)."""
-    ids = set()
-    for e in batch:
-        uid = e.get("user_id") if isinstance(e, dict) else None
-        if type(uid) is not int or not 1 <= uid <= MAX_ID:
-            return None
-        ids.add(uid)
-    if svc.limiter.known_wait(new_users_bucket(svc, g.key, len(ids))) <= 0:
-        return None                         # even were they all new, no refusal is known
+    if svc.limiter.known_wait(new_users_bucket(svc, g.key, len(batch))) <= 0:
+        return None                         # even were every event a new user's, no refusal is known
+    try:
+        ids = {field_id(body_object(e), "user_id") for e in batch}
+    except InvalidInput:
+        return None
     known = users.existing(svc.engine, sorted(ids))
     wait = svc.limiter.known_wait(new_users_bucket(svc, g.key, len(ids) - len(known))) if len(known) < len(ids) \
         else 0.0

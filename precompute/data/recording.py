@@ -118,8 +118,7 @@ def record(engine: Engine, events: list[NewEvent], settings: Settings, *, create
                 # rule for imported events) is a duplicate, skipped and counted, on SQLite as on PostgreSQL.
                 insert(Event.__table__).on_conflict_do_nothing()
                 .returning(Event.id, Event.user_id, Event.item_id, Event.type, Event.ts),
-                [{"user_id": e.user_id, "item_id": e.item_id, "type": e.type, "ts": e.ts,
-                  "client_event_id": e.client_event_id, "value": e.value} for e in events]).all()
+                [vars(e) for e in events]).all()      # each event's fields, read as they are (no copy)
             per_user: dict[int, list] = {}
             for row in sorted(stored):        # by id: the order the events log has them in
                 per_user.setdefault(row.user_id, []).append(row)
