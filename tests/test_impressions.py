@@ -106,11 +106,16 @@ def _page(served_at, seq, items):
                            position=0, experiment=0, arm=0)
 
 
-def test_a_batch_read_twice_stores_nothing_twice_and_gaps_are_counted_lost(short, world, r):
+def test_a_batch_read_twice_stores_nothing_twice_and_gaps_are_counted_lost(api, short, world, r, user_id):
+    client, svc = api
     key = f"{short.key_prefix}impressions"
     writer = 424242
+    # the test's own starting point, whatever ran before it in this database: an event at the front of the events'
+    # clock, attributed through, so keeping is measured from it
     with world.engine.connect() as conn:
-        now = newest_event(conn)            # the events' clock
+        now = newest_event(conn) + 1
+    post(client, [{"user_id": user_id, "item_id": 1, "type": "click", "ts": now}])
+    take_in(svc, short, world.engine)
     records = [pack(writer, seq, 77, 0, 0, now + seq, 0, [1, 2, 3], f"req-{seq}") for seq in (1, 2, 5)]
     expired = pack(writer, 3, 77, 0, 0, now - 11 * WINDOW, 0, [1], "old")   # past PREFEED_IMPRESSIONS_KEEP
     assert unpack(records[2]).items.tolist() == [1, 2, 3] and unpack(records[2]).request_id == "req-5"
