@@ -12,12 +12,19 @@ queue in front of them, in order.
 A request's body is read before it waits (up to ``PREFEED_REQUEST_BODY_MAX``; a larger one is left for the app to
 refuse unread, as before), so a client that sends its body slowly holds a thread, never a turn. ``/livez``,
 ``/healthz`` and ``/metrics`` never wait: an overloaded process still answers its probes and its scrapes.
+
+Turns are shared fairly among clients: a client is the credential a request presents (its ``Authorization``
+header, whatever it holds, so before any check), or its address when it presents none. Requests wait in a queue
+per client, and a free turn goes to the clients in rounds, one request each: one client cannot fill the queue in
+front of the others. A key sending 30 requests at once waits behind its own; a key sending one request now and then
+waits for the requests under way and at most one of each other waiting client. Within a client, arrival order.
 """
 
 from __future__ import annotations
 
 import io
 import threading
+from collections import deque
 
 #: The environ key that says the request's body was read whole off the connection (``errors.body_left_unread``).
 READ = "prefeed.body_read"
@@ -26,18 +33,24 @@ UNQUEUED = frozenset({"/livez", "/healthz", "/metrics"})
 
 
 class Turns:
-    """WSGI middleware: ``concurrency`` requests of ``wsgi_app`` at a time, in order of arrival (a semaphore's
-    waiters are woken oldest first), each request's body read first (at most ``body_max`` bytes)."""
+    """WSGI middleware: ``concurrency`` requests of ``wsgi_app`` at a time, the waiting ones served in rounds over
+    their clients (one each, in order of arrival within a client), each request's body read first (at most
+    ``body_max`` bytes)."""
 
     def __init__(self, wsgi_app, concurrency: int, body_max: int) -> None:
         self.wsgi_app, self.body_max = wsgi_app, body_max
-        self._turns = threading.Semaphore(concurrency)
+        self._lock = threading.Lock()
+        self._free = concurrency
+        #: The clients with requests waiting, in the order of the round (a dict keeps insertion order); a client
+        #: is here only while it has a request waiting, so the dict is bounded by the server's threads.
+        self._waiting: dict[str, deque[threading.Event]] = {}
 
     def __call__(self, environ, start_response):
         if environ.get("PATH_INFO") in UNQUEUED:
             return self.wsgi_app(environ, start_response)
         self._read_body(environ)
-        with self._turns:
+        self._take(client(environ))
+        try:
             # The answer is made within the turn: an iterable still to be run would run after it. Closed as WSGI
             # asks (a response's close hooks, an open file), since the server gets the list, not the iterable.
             answer = self.wsgi_app(environ, start_response)
@@ -47,6 +60,37 @@ class Turns:
                 close = getattr(answer, "close", None)
                 if callable(close):
                     close()
+        finally:
+            self._give()
+
+    def waiting(self) -> int:
+        """How many requests wait for a turn now."""
+        with self._lock:
+            return sum(len(queue) for queue in self._waiting.values())
+
+    def _take(self, who: str) -> None:
+        """Wait for a turn: at once when one is free (then nobody waits), else behind ``who``'s earlier requests."""
+        with self._lock:
+            if self._free:
+                self._free -= 1
+                return
+            woken = threading.Event()
+            self._waiting.setdefault(who, deque()).append(woken)
+        woken.wait()
+
+    def _give(self) -> None:
+        """Hand the turn to the oldest request of the first client in the round, which then goes to the round's
+        end if it has more waiting; free it when nobody waits."""
+        with self._lock:
+            if not self._waiting:
+                self._free += 1
+                return
+            who = next(iter(self._waiting))
+            queue = self._waiting.pop(who)
+            woken = queue.popleft()
+            if queue:
+                self._waiting[who] = queue
+            woken.set()
 
     def _read_body(self, environ) -> None:
         """Read the request's body into memory, when it is not over the limit (the app refuses that one unread)."""
@@ -64,3 +108,9 @@ class Turns:
             data = stream.read(self.body_max + 1)
             environ["wsgi.input"] = io.BytesIO(data)
             environ[READ] = len(data) <= self.body_max
+
+
+def client(environ) -> str:
+    """Whose request this is, for sharing turns: the credential it presents, else its address (unchecked: a wrong
+    key is a client of its own, refused once its turn comes)."""
+    return environ.get("HTTP_AUTHORIZATION") or environ.get("REMOTE_ADDR") or ""

@@ -173,22 +173,30 @@ def test_merging_one_interaction_gives_the_bytes_of_a_full_repack(cap, steps):
         assert value == whole
 
 
+def _until(arrived, seconds: float = 5.0) -> None:
+    end = time.monotonic() + seconds
+    while not arrived():
+        assert time.monotonic() < end, "a request never arrived"
+        time.sleep(0.001)
+
+
 def _events(users) -> list[dict]:
     return [{"user_id": u, "item_id": 3, "type": "view"} for u in users]
 
 
-def test_an_api_process_runs_a_few_requests_at_once_and_the_rest_in_order_of_arrival():
+def test_an_api_process_runs_a_few_requests_at_once_and_the_rest_wait():
     from api.turns import Turns
 
     running, most, order = [0], [0], []
-    lock = threading.Lock()
+    lock, gate = threading.Lock(), threading.Event()
 
     def app(environ, start_response):
         with lock:
             running[0] += 1
             most[0] = max(most[0], running[0])
             order.append(environ["PATH_INFO"])
-        time.sleep(0.05)
+        if environ["PATH_INFO"] != "/healthz":
+            gate.wait(5)
         with lock:
             running[0] -= 1
         start_response("200 OK", [])
@@ -202,23 +210,59 @@ def test_an_api_process_runs_a_few_requests_at_once_and_the_rest_in_order_of_arr
                    "wsgi.input": _Trickle(body)}
         answers[path] = b"".join(turns(environ, lambda *a: None))
 
-    # given 8 requests arriving one after the other at a process that runs 2 at a time
+    # given 8 requests at a process that runs 2 at a time, the 2 running held
     threads = []
     for k in range(8):
         threads.append(threading.Thread(target=request, args=(f"/r{k}", b"x" * k)))
         threads[-1].start()
-        time.sleep(0.005)
-    # and a health probe arriving last
+        _until(lambda: len(order) + turns.waiting() == k + 1)      # arrived: running or waiting
+    # then 2 run and the others wait
+    assert sorted(order) == ["/r0", "/r1"] and turns.waiting() == 6
+    # and a health probe arriving last is answered at once, while they still wait
     probe = threading.Thread(target=request, args=("/healthz",))
     probe.start()
-    probe.join(1)
-    # then the probe is answered at once, while the others still wait for their turn
-    assert answers.get("/healthz") == b"" and len(answers) < 5
+    probe.join(5)
+    assert list(answers) == ["/healthz"] and answers["/healthz"] == b""
+    gate.set()
     for t in threads:
         t.join(5)
-    # and never more than 2 ran at once, and they ran in the order they came, each with its whole body
-    assert most[0] <= 3 and [p for p in order if p != "/healthz"] == [f"/r{k}" for k in range(8)]
+    # and then every one ran, never more than 2 at once (besides the probe), each with its whole body
+    assert most[0] <= 3 and sorted(order) == sorted([f"/r{k}" for k in range(8)] + ["/healthz"])
     assert all(answers[f"/r{k}"] == b"x" * k for k in range(8))
+
+
+def test_turns_go_round_the_clients_so_one_key_cannot_fill_the_queue():
+    from api.turns import Turns
+
+    order, gate = [], threading.Event()
+
+    def app(environ, start_response):
+        order.append(environ["PATH_INFO"])
+        gate.wait(5)
+        start_response("200 OK", [])
+        return [b""]
+
+    turns = Turns(app, concurrency=1, body_max=100)
+
+    def request(path: str, key: str) -> None:
+        environ = {"PATH_INFO": path, "CONTENT_LENGTH": "", "wsgi.input": _Trickle(b""),
+                   "HTTP_AUTHORIZATION": f"Bearer {key}", "REMOTE_ADDR": "10.0.0.1"}
+        b"".join(turns(environ, lambda *a: None))
+
+    # given one key with a request under way and 5 waiting, in a process that runs one at a time
+    threads = []
+    for path, key in [(f"/flood{k}", "flood") for k in range(6)] + [("/real", "real"), ("/other", "other")]:
+        threads.append(threading.Thread(target=request, args=(path, key)))
+        threads[-1].start()
+        _until(lambda: len(order) + turns.waiting() == len(threads))
+    # (and two other keys that sent one request each after them)
+    gate.set()
+    for t in threads:
+        t.join(5)
+    # then each of the others waits for the request under way and one of the flood's at most, not for all of its
+    # queue; the flood's run in the order they came
+    assert order[:5] == ["/flood0", "/flood1", "/real", "/other", "/flood2"]
+    assert [p for p in order if p.startswith("/flood")] == [f"/flood{k}" for k in range(6)]
 
 
 def test_a_slow_body_holds_a_thread_not_a_turn():
