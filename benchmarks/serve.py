@@ -6,7 +6,9 @@
 - ``GET /livez`` of the same app under the same gunicorn config (the framework floor),
 - a real-time endpoint that ranks the user's candidates at request time (the architecture prefeed replaces);
 - the feed again under gunicorn's sync workers (before threaded ones, which ``manage.py serve`` runs so that slow
-  clients hold a thread, not a process): what the threads cost the page.
+  clients hold a thread, not a process): what the threads cost the page;
+- the feed again with every thread a turn of its own (``PREFEED_API_CONCURRENCY`` at the thread count): what the
+  turns cost the page when the process is not overloaded (``api/turns.py``).
 
 What each request costs the app itself, with no HTTP server (the feed against the floor, the key check, the cursor,
 recording impressions on against off), is measured in process first (``benchmarks/lab/in_process.py``).
@@ -67,12 +69,14 @@ def run(quick: bool = False) -> dict:
         floor = in_process.measure(world, cfg["users"], cfg["calls"], cfg["deep_users"])    # before any server runs
         cursor_chars = floor.pop("cursor_chars")    # sizes, not microseconds
         per_send, on_over_off = floor.pop("impressions_per_send"), floor.pop("impressions_on_over_off")
-        api_port, rt_port, sync_port = free_port(), free_port(), free_port()
+        api_port, rt_port, sync_port, open_port = free_port(), free_port(), free_port(), free_port()
         servers.append(_gunicorn(world, "benchmarks.lab.floor:create_app()", api_port, cfg["http_workers"]))
         servers.append(_gunicorn(world, "benchmarks.lab.realtime:create_app()", rt_port, cfg["http_workers"]))
         servers.append(_gunicorn(world, "benchmarks.lab.floor:create_app()", sync_port, cfg["http_workers"],
                                  threads=None))
-        for port in (api_port, rt_port, sync_port):
+        servers.append(_gunicorn(world, "benchmarks.lab.floor:create_app()", open_port, cfg["http_workers"],
+                                 PREFEED_API_CONCURRENCY=str(THREADS)))
+        for port in (api_port, rt_port, sync_port, open_port):
             wait_for_http(f"http://127.0.0.1:{port}/feed/1", timeout=60, headers=world.auth)
         body = urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{api_port}/feed/1?limit=20",
                                                              headers=world.auth)).read()
@@ -81,16 +85,19 @@ def run(quick: bool = False) -> dict:
 
         # feed and floor taken side by side, ``repeats`` pairs, which of the two goes first alternating: this
         # machine's noise moves a single pair by +-25%, so the ratio is the median of the pairs' ratios.
-        pairs, classes = [], []
+        pairs, classes, turns = [], [], []
         for k in range(cfg["repeats"]):
             got = {path: _load(api_port, path, cfg, world.auth) for path in (FEED, FLOOR)[:: 1 if k % 2 == 0 else -1]}
             pairs.append((got[FEED], got[FLOOR]))
             # the same feed from the sync-worker server, next to the threaded one's run just taken
             classes.append((got[FEED], _load(sync_port, FEED, cfg, world.auth)))
+            # and from the server whose threads each have a turn
+            turns.append((got[FEED], _load(open_port, FEED, cfg, world.auth)))
         runs = {
             "feed": _median_run([f for f, _ in pairs]),
             "floor": _median_run([f for _, f in pairs]),
             "feed_sync_workers": _median_run([f for _, f in classes]),
+            "feed_turns_unbounded": _median_run([f for _, f in turns]),
             "bare": _load(api_port, "/livez", cfg),
             "realtime": _load(rt_port, "/feed/{user}", cfg),
             # last: it writes events (the feeds above are read before any of them)
@@ -102,6 +109,7 @@ def run(quick: bool = False) -> dict:
                    ratio_feed_over_bare=runs["feed"]["rps"] / runs["bare"]["rps"],
                    ratio_feed_over_realtime=runs["feed"]["rps"] / runs["realtime"]["rps"],
                    ratio_threaded_over_sync=median([t["rps"] / s_["rps"] for t, s_ in classes]),
+                   ratio_turns_over_unbounded=median([t["rps"] / u["rps"] for t, u in turns]),
                    ratio_impressions_on_over_off=on_over_off,
                    impressions_per_send=per_send)
         print(table(f"serve: {cfg['connections']} connections, {cfg['seconds']}s each, gunicorn x"
@@ -111,7 +119,8 @@ def run(quick: bool = False) -> dict:
         each = ", ".join(f"{x:.2f}" for x in out["ratio_feed_over_floor_per_pair"])
         print(f"feed/floor = {out['ratio_feed_over_floor']:.2f} (median of the pairs: {each})   feed/bare = "
               f"{out['ratio_feed_over_bare']:.2f}   feed/realtime = {out['ratio_feed_over_realtime']:.1f}x   "
-              f"threaded/sync workers = {out['ratio_threaded_over_sync']:.2f}")
+              f"threaded/sync workers = {out['ratio_threaded_over_sync']:.2f}   turns/a turn per thread = "
+              f"{out['ratio_turns_over_unbounded']:.2f}")
         print(table("\nin-process cost per request (no HTTP server), median microseconds",
                     ["one Redis round trip (PING)", "GET /livez", "GET /floor (limit 20)", "GET /feed (limit 20)",
                      "floor/feed (interleaved)"],
@@ -128,6 +137,9 @@ def run(quick: bool = False) -> dict:
                     ["impressions on", "impressions off", "on / off", "send per page"],
                     [[floor["feed_impressions_on_us"], floor["feed_impressions_off_us"],
                       out["ratio_impressions_on_over_off"], floor["impressions_send_per_page_us"]]]))
+        print(table("\nwhat the turns cost a page when nothing waits (interleaved), median microseconds",
+                    ["with turns", "without", "with / without"],
+                    [[floor["feed_turns_us"], floor["feed_no_turns_us"], floor["turns_over_none"]]]))
         print(f"wrote {write_result('serve', out, quick)}")
         return out
     finally:
@@ -137,13 +149,15 @@ def run(quick: bool = False) -> dict:
         world.close()
 
 
-def _gunicorn(world, target: str, port: int, workers: int, threads: int | None = THREADS) -> subprocess.Popen:
-    """gunicorn as ``manage.py serve`` runs it (threaded workers), or with sync workers (``threads=None``)."""
+def _gunicorn(world, target: str, port: int, workers: int, threads: int | None = THREADS,
+              **env: str) -> subprocess.Popen:
+    """gunicorn as ``manage.py serve`` runs it (threaded workers), or with sync workers (``threads=None``);
+    ``env``: settings of its own."""
     worker_class = ["--worker-class", "sync"] if threads is None else ["--worker-class", "gthread", "--threads",
                                                                          str(threads)]
     return subprocess.Popen([sys.executable, "-m", "gunicorn", "--workers", str(workers), *worker_class, "--bind",
                              f"127.0.0.1:{port}", "--log-level", "warning", target],
-                            env=world.env(PYTHONPATH=str(ROOT)), cwd=ROOT, stdout=subprocess.DEVNULL,
+                            env=world.env(PYTHONPATH=str(ROOT), **env), cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
 
 

@@ -43,8 +43,8 @@ def timed(calls: dict[str, Callable[[int], object]], n: int) -> dict[str, list[f
 
 
 def measure(world, n_users: int, n: int, deep_users: int) -> dict:
-    """Floor against feed, the key check, the cursor, and recording impressions; ``n`` requests per endpoint and
-    loop."""
+    """Floor against feed, the key check, the cursor, recording impressions and the turns; ``n`` requests per
+    endpoint and loop."""
     settings = world.settings
     client = create_app(settings).test_client()
     client.environ_base["HTTP_AUTHORIZATION"] = world.auth["Authorization"]
@@ -73,7 +73,16 @@ def measure(world, n_users: int, n: int, deep_users: int) -> dict:
                   "feed_offset_deep_us": lambda k: plain.get("{}&offset={}".format(deep[k % len(deep)][0], deep_at))}):
         out.update(per_call(pair, n))
     out.update(impressions(world, first, n))
+    # What the turns cost a page when nothing waits (``api/turns.py``: a lock, the answer listed): the same app's
+    # pages with and without its Turns middleware.
+    bare = create_app(settings)
+    bare.wsgi_app = bare.wsgi_app.wsgi_app
+    bare_client = bare.test_client(use_cookies=False)
+    bare_client.environ_base.update(client.environ_base)
+    out.update(per_call({"feed_turns_us": lambda k: plain.get(first[k % n_users]),
+                         "feed_no_turns_us": lambda k: bare_client.get(first[k % n_users])}, n))
     return {**out, "floor_over_feed": out["floor_us"] / out["feed_us"],
+            "turns_over_none": out["feed_turns_us"] / out["feed_no_turns_us"],
             "keyed_over_open": out["feed_keyed_us"] / out["feed_open_us"],
             "cursor_over_offset": out["feed_cursor_us"] / out["feed_offset_us"],
             "cursor_over_offset_deep": out["feed_cursor_deep_us"] / out["feed_offset_deep_us"],

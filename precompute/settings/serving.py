@@ -36,9 +36,10 @@ class ServingSettings:
                                     "(clock skew): an event's `ts` and an item's `created_at`, by the API and by "
                                     "imports", unit="s", minimum=0)
     api_concurrency: int = setting(4, "PREFEED_API_CONCURRENCY", "requests one API process runs at once; the others "
-                                   "wait their turn in order of arrival, their bodies read first (`api/turns.py`): "
-                                   "under overload a request waits once instead of at every step for Python's "
-                                   "interpreter lock. `/livez`, `/healthz` and `/metrics` never wait",
+                                   "wait their turn, their bodies read first, a queue per client (its key) served "
+                                   "in rounds so one key cannot fill the queue (`api/turns.py`): under overload a "
+                                   "request waits once instead of at every step for Python's interpreter lock. "
+                                   "`/livez`, `/healthz` and `/metrics` never wait",
                                    unit="requests")
     request_body_max: int = setting(1 << 20, "PREFEED_REQUEST_BODY_MAX", "largest request body", unit="bytes")
     auth: bool = setting(True, "PREFEED_AUTH", "`off`: the data routes (feed, events, items) answer without a key, "
