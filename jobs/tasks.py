@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
+import uuid
 
 import numpy as np
 from rq import get_current_job
@@ -38,7 +40,8 @@ def recompute_users(user_ids: list[int]) -> dict:
 def drain_dirty() -> dict:
     """Recompute users marked dirty by new events, a batch at a time, until none is due: known users
     ``PREFEED_BATCH_SIZE`` at a time, new users as many as fit ``PREFEED_NEW_USERS_BATCH_MS`` and no more than
-    ``PREFEED_NEW_USERS_SHARE`` of the job's time (``NewUserPace``)."""
+    ``PREFEED_NEW_USERS_SHARE`` of the job's time (``NewUserPace``), and only while no other drain ranks new users
+    (``DirtyUsers.claim_tiers``' ranker)."""
     pipeline = context.get()
     settings = pipeline.settings
     r = context.queue_redis()
@@ -49,13 +52,27 @@ def drain_dirty() -> dict:
     clocks = FeedClocks(r, settings)
     # Feeds the log's clock has moved PREFEED_FEED_REFRESH past since they were computed join the dirty users.
     dirty.mark(clocks.due(pipeline.items.as_of, settings.batch_size * settings.drain_max_batches))
+    pace = NewUserPace(settings.new_users_batch_ms / 1000, settings.batch_size, settings.new_users_share)
+    ranker = job.id if job is not None else uuid.uuid4().hex     # new users: one drain at a time ranks them
+    try:
+        counts, more = _drain(pipeline, dirty, clocks, pace, ranker)
+    finally:
+        dirty.stop_ranking(ranker)          # before any hand-over: the next drain may rank new users at once
+    if more:
+        queues.notify_changed(settings, r, [])   # more may be due: hand over to a fresh job
+    _drain_later(settings, r, dirty)
+    return {**counts, "job": job.id if job else None, "process": context.stats()}
+
+
+def _drain(pipeline, dirty: DirtyUsers, clocks: FeedClocks, pace: NewUserPace, ranker: str) -> tuple[dict, bool]:
+    """``drain_dirty``'s batches, until none is due or ``PREFEED_DRAIN_MAX_BATCHES`` (then True: a fresh job is to
+    take over, so that a job stays short and a stopping worker is not held up)."""
+    settings = pipeline.settings
     users = batches = written = kept = scored = 0
     seconds = dict.fromkeys(STAGES, 0.0)
-    pace = NewUserPace(settings.new_users_batch_ms / 1000, settings.batch_size, settings.new_users_share)
-    # Then hand the rest to a fresh job, so that a job stays short and a stopping worker is not held up.
     while batches < settings.drain_max_batches and not context.stopping():
         now = time.monotonic()
-        known, fresh, stamp = dirty.claim_tiers(settings.batch_size, pace.allowed(now))
+        known, fresh, stamp = dirty.claim_tiers(settings.batch_size, pace.allowed(now), ranker)
         claimed = known + fresh
         if not claimed:
             due = dirty.next_due()
@@ -78,11 +95,9 @@ def drain_dirty() -> dict:
         for stage, s in result.seconds.items():
             seconds[stage] += s
         batches += 1
-    else:
-        queues.notify_changed(settings, r, [])   # more may be due: hand over to a fresh job
-    _drain_later(settings, r, dirty)
-    return {"users": users, "written": written, "kept_newer": kept, "scored_items": scored, "seconds": seconds,
-            "batches": batches, "job": job.id if job else None, "process": context.stats()}
+    counts = {"users": users, "written": written, "kept_newer": kept, "scored_items": scored, "seconds": seconds,
+              "batches": batches}
+    return counts, batches >= settings.drain_max_batches or context.stopping()
 
 
 def mark_reassigned(experiment_id: int, after: int = 0) -> dict:
@@ -178,12 +193,20 @@ def _drain_later(settings, r, dirty: DirtyUsers) -> None:
     """Make sure a drain job will run for the users still dirty when a drain ends.
 
     Users due later (still leased by a claimer that died, or inside their recompute interval) need a drain then,
-    even if no new event arrives: one is scheduled, unless one is already scheduled as early. Users due now need a
+    even if no new event arrives: one is scheduled, unless one is already scheduled as early. New users another drain
+    is ranking are left to it (due, for this drain's successors, when its lease ends). Users due now need a
     drain waiting in the queue, one at a time (the drain flag). Scheduling for "now" as well would leave two jobs
     behind each drain while events keep coming, and the jobs would double each round."""
     next_due = dirty.next_due()
     if next_due is None:
         return
+    ranked_until = dirty.ranked_until()
+    if ranked_until is not None:
+        # Another drain ranks the new users (it sees to them when it ends): they are due for this one's successors
+        # no sooner than that drain's lease ends (it died), else a drain here would find only them, end, and
+        # hand over again, round and round.
+        known = dirty.next_due(known_only=True)
+        next_due = min(known if known is not None else math.inf, max(next_due, ranked_until))
     if next_due <= time.time() * 1000:
         queues.notify_changed(settings, r, [])
     elif dirty.try_flag_scheduled(queues.drain_time_ms(next_due)):

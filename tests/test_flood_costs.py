@@ -69,6 +69,30 @@ def test_a_key_over_its_new_user_budget_is_refused_before_its_batch_is_parsed(cl
                        headers=auth).status_code == 400
 
 
+def test_new_users_are_ranked_by_one_drain_at_a_time_and_known_users_by_any(settings, r):
+    dirty = DirtyUsers(r, dataclasses.replace(settings, recompute_interval_ms=0))
+    # given 20 new users due and two known ones
+    dirty.mark_new(list(range(3_000_000, 3_000_020)))
+    time.sleep(0.002)
+    dirty.mark([31, 32])
+    # when one drain claims, new users included
+    known, fresh, _ = dirty.claim_tiers(50, 5, ranker="drain-a")
+    assert sorted(known) == [31, 32] and len(fresh) == 5 and dirty.ranked_until() is not None
+    # then another drain gets no new user while the first ranks them, but every known user marked since
+    dirty.mark([33])
+    known, fresh, _ = dirty.claim_tiers(50, 5, ranker="drain-b")
+    assert known == [33] and fresh == []
+    # and the first goes on taking them
+    assert len(dirty.claim_tiers(50, 5, ranker="drain-a")[1]) == 5
+    # and once the first stops ranking (its drain ended), the other takes them at once
+    dirty.stop_ranking("drain-a")
+    assert dirty.ranked_until() is None
+    assert len(dirty.claim_tiers(50, 5, ranker="drain-b")[1]) == 5
+    # and a drain that is not the ranker cannot end the other's turn
+    dirty.stop_ranking("drain-a")
+    assert dirty.ranked_until() is not None
+
+
 def test_a_drain_claims_new_users_as_few_at_a_time_as_its_pace_allows_and_known_users_whole(settings, r):
     dirty = DirtyUsers(r, dataclasses.replace(settings, recompute_interval_ms=0))
     # given 100 new users due, then 3 known users

@@ -286,6 +286,31 @@ def test_a_drain_asked_to_stop_ends_after_its_batch_and_hands_the_rest_over(sett
     assert DirtyUsers(r, s).pending() == 8 and make_queue(s, r).count == 1
 
 
+def test_a_drain_leaves_new_users_to_the_drain_ranking_them_and_takes_over_when_it_ends(settings, r, pipeline,
+                                                                                         monkeypatch, own_users):
+    from rq.registry import ScheduledJobRegistry
+
+    from jobs import tasks
+
+    s = _drains_here(monkeypatch, pipeline, r, settings, recompute_interval_ms=0, dirty_lease=30)
+    dirty, queue = DirtyUsers(r, s), make_queue(s, r)
+    new = own_users(6)
+    # given new users due, one of them claimed by another drain, which now ranks them
+    dirty.mark_new(new)
+    assert len(dirty.claim_tiers(10, 1, ranker="elsewhere")[1]) == 1
+    # when a drain runs meanwhile
+    done = tasks.drain_dirty()
+    # then it ranks none of them, and neither queues another drain for them (which would find the same, and queue
+    # another, round and round) nor leaves them without one: a drain is scheduled for the other's lease end
+    assert done["users"] == 0 and queue.count == 0
+    registry = ScheduledJobRegistry(queue=queue)
+    assert registry.count == 1
+    assert 0 < registry.get_scheduled_time(registry.get_job_ids()[0]).timestamp() - time.time() <= s.dirty_lease + 1
+    # and once that drain has ended, the next ranks the 5 left
+    dirty.stop_ranking("elsewhere")
+    assert tasks.drain_dirty()["users"] == 5 and dirty.ranked_until() is None
+
+
 @pytest.mark.timeout(120)
 def test_a_worker_told_to_stop_mid_drain_stops_after_the_batch_and_loses_nothing(settings, r, world):
     # given one drain job of a user per batch over every user of the world, running in a real worker

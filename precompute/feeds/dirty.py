@@ -21,6 +21,11 @@ still claimed oldest first among themselves, whenever the known ones due leave a
 tier it was marked in until its recompute completes (a new user posting again while it waits keeps its place among
 the new); one claimed from the new tier and marked while leased becomes known. The dirty set alone still holds
 every dirty user with its time (``pending``, ``next_due``, the status page and ``/metrics`` read it).
+
+New users are ranked by one drain at a time (``claim_tiers``' ``ranker``: a key holds the drain ranking them, for
+the users' lease, until it ends): with two workers or more, a known user marked while new users are being ranked is
+claimed by another drain at once rather than after a batch of them, and a flood's users take one worker's share at
+most, whatever the number of workers.
 All three sets live on the queue Redis (``QUEUE_REDIS_URL``).
 """
 
@@ -33,9 +38,11 @@ import redis
 from ..settings import Settings
 from .keys import Keys
 
-# KEYS: dirty, known, recomputed. ARGV: now (ms), lease end (ms), how many, the interval (ms), how many new at most.
+# KEYS: dirty, known, recomputed, the new users' ranker. ARGV: now (ms), lease end (ms), how many, the interval (ms),
+# how many new at most, the claimer ("" for none), the ranker's lease (ms).
 # Known users due first, then, if the batch has room, whoever is due in the whole set: new users (the known ones due
-# were all taken), at most the last argument's number of them.
+# were all taken), at most the fifth argument's number of them; a named claimer takes new users only when no other
+# claimer is ranking them (the ranker key holds who is, for the lease, renewed by each claim of new users).
 _CLAIM = """
 local now, lease, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, n)
@@ -46,8 +53,14 @@ for _, uid in ipairs(due) do
   redis.call('ZADD', KEYS[2], lease, uid)
   redis.call('ZADD', KEYS[3], now, uid)
 end
+if new > 0 and ARGV[6] ~= '' then
+  local ranker = redis.call('GET', KEYS[4])
+  if ranker and ranker ~= ARGV[6] then new = 0 end
+end
 if new > 0 then
-  for _, uid in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, new)) do
+  local fresh = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, new)
+  if #fresh > 0 and ARGV[6] ~= '' then redis.call('SET', KEYS[4], ARGV[6], 'PX', ARGV[7]) end
+  for _, uid in ipairs(fresh) do
     redis.call('ZADD', KEYS[1], lease, uid)
     if redis.call('ZSCORE', KEYS[2], uid) then redis.call('ZADD', KEYS[2], lease, uid) end
     redis.call('ZADD', KEYS[3], now, uid)
@@ -116,7 +129,7 @@ redis.call('SET', KEYS[1], at, 'PX', math.max(1000, at - tonumber(ARGV[2]) + 100
 return 1
 """
 
-# KEYS: the flag. ARGV: a drain job's id. Deletes the flag if it holds that id.
+# KEYS: a flag (the drain flag, the new users' ranker). ARGV: an id. Deletes the flag if it holds that id.
 _CLEAR_FLAG = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -163,14 +176,20 @@ class DirtyUsers:
         known, fresh, stamp = self.claim_tiers(n, new)
         return known + fresh, stamp
 
-    def claim_tiers(self, n: int, new: int | None = None) -> tuple[list[int], list[int], int]:
-        """``claim``, the known users and the new ones apart."""
+    def claim_tiers(self, n: int, new: int | None = None, ranker: str = "") -> tuple[list[int], list[int], int]:
+        """``claim``, the known users and the new ones apart. ``ranker``: the claimer's name (a drain job's id); then
+        new users are claimed only while no other named claimer ranks them, and claiming them makes this one their
+        ranker for the users' lease (``PREFEED_DIRTY_LEASE``) or until ``stop_ranking``."""
         now = _ms()
         stamp = now + self.lease_ms
-        due = self._claim(keys=[self.keys.dirty, self.known, self.keys.recomputed],
-                          args=[now, stamp, n, self.interval_ms, n if new is None else new])
+        due = self._claim(keys=[self.keys.dirty, self.known, self.keys.recomputed, self.keys.new_ranker],
+                          args=[now, stamp, n, self.interval_ms, n if new is None else new, ranker, self.lease_ms])
         k = int(due[0]) + 1
         return [int(u) for u in due[1:k]], [int(u) for u in due[k:]], stamp
+
+    def stop_ranking(self, ranker: str) -> None:
+        """``ranker`` ranks new users no more (its drain ends): another claimer may take them at once."""
+        self._clear_flag(keys=[self.keys.new_ranker], args=[ranker])
 
     def complete(self, user_ids: list[int], stamp: int) -> int:
         if not user_ids:
@@ -184,10 +203,16 @@ class DirtyUsers:
         return int(self._release(keys=[self.keys.dirty, self.known],
                                  args=[str(stamp), _ms(), *[str(u) for u in user_ids]]))
 
-    def next_due(self) -> int | None:
-        """Earliest time (ms) any dirty user may be claimed, or None when none is dirty."""
-        first = self.r.zrange(self.keys.dirty, 0, 0, withscores=True)
+    def next_due(self, known_only: bool = False) -> int | None:
+        """Earliest time (ms) any dirty user (``known_only``: any known one) may be claimed, or None when none is
+        dirty."""
+        first = self.r.zrange(self.known if known_only else self.keys.dirty, 0, 0, withscores=True)
         return int(first[0][1]) if first else None
+
+    def ranked_until(self) -> int | None:
+        """When (ms) the lease of the drain ranking new users ends, or None when none is ranking them."""
+        left = self.r.pttl(self.keys.new_ranker)
+        return _ms() + int(left) if left is not None and left >= 0 else None
 
     def try_flag_scheduled(self, at_ms: int) -> bool:
         """True if the caller should schedule a drain at ``at_ms`` (leases that run out, recompute intervals that

@@ -34,6 +34,7 @@ class Keys:
         self.dirty_known = f"{prefix}dirty:known"      # zset: the users of dirty who had a history, same times
         self.recomputed = f"{prefix}recomputed"        # zset user_id -> time of its last claim (queue Redis)
         self.feed_clock = f"{prefix}feed_clock"        # zset user_id -> log clock its feed was computed at (queue Redis)
+        self.new_ranker = f"{prefix}dirty:new:ranker"  # the drain ranking new users now: one at a time (queue Redis)
         self.drain_flag = f"{prefix}drain:pending"
         self.drain_scheduled_flag = f"{prefix}drain:scheduled"
         self.impressions = f"{prefix}impressions"      # list of served pages' records (queue Redis)

@@ -36,11 +36,14 @@ class WorkerSettings:
     new_users_batch_ms: int = setting(100, "PREFEED_NEW_USERS_BATCH_MS", "time a drain may spend on one batch of "
                                       "users new to the database (a flood of made-up ids, a surge of first visits): "
                                       "it claims as many as its last batches say fit, so a known user's recompute "
-                                      "waits about this long at most behind them; known users are claimed "
-                                      "`PREFEED_BATCH_SIZE` at a time", unit="ms", minimum=1)
+                                      "waits about this long at most behind them (with one worker: with more, "
+                                      "one drain at a time ranks new users and another takes the known user at "
+                                      "once); known users are claimed `PREFEED_BATCH_SIZE` at a time",
+                                      unit="ms", minimum=1)
     new_users_share: float = setting(0.5, "PREFEED_NEW_USERS_SHARE", "most of a drain's time spent ranking users new "
-                                     "to the database: after a batch of them it claims only known users for as long "
-                                     "as keeps this share (1: no pause). New users are served the fallback until "
+                                     "to the database (one drain at a time ranks them, however many workers run): "
+                                     "after a batch of them it claims only known users for as long as keeps this "
+                                     "share (1: no pause). New users are served the fallback until "
                                      "their feed is ranked; known users' recomputes, and what shares the host with "
                                      "the workers, keep the rest", minimum=0.01, maximum=1)
     reassign_batch: int = setting(2000, "PREFEED_REASSIGN_BATCH", "users looked at per step when an experiment is "
