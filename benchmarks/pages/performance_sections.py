@@ -81,11 +81,14 @@ def _fork(res: dict) -> list[str]:
 #: The serve benchmark's runs and ratios as the page names them (others shown by their key).
 SERVE_RUNS = {"feed": "`GET /feed/<user>?limit=20`, boosts on 2% of items", "floor":
               "`GET /floor/<user>?limit=20`: the page's bytes as the same JSON, no live rules",
-              "feed_sync_workers": "`GET /feed` under sync workers", "bare": "`GET /livez` (the framework floor)",
+              "feed_sync_workers": "`GET /feed` under sync workers",
+              "feed_turns_unbounded": "`GET /feed` with a turn per thread (`PREFEED_API_CONCURRENCY` = threads)",
+              "bare": "`GET /livez` (the framework floor)",
               "realtime": "ranking the user's candidates per request (real time)",
               "events": "`POST /events`, one event per request"}
 SERVE_RATIOS = {"ratio_feed_over_floor": "feed / floor", "ratio_feed_over_bare": "feed / `livez`",
-                "ratio_feed_over_realtime": "feed / real time", "ratio_threaded_over_sync": "threaded / sync workers"}
+                "ratio_feed_over_realtime": "feed / real time", "ratio_threaded_over_sync": "threaded / sync workers",
+                "ratio_turns_over_unbounded": "turns (4) / a turn per thread"}
 
 
 def _serve(res: dict) -> list[str]:
