@@ -137,13 +137,16 @@ def _advance(conn, per_user: dict[int, list], history_limit: int, cap: int) -> d
     whatever the number of users: one read of the rows, locked, and one executemany of the new values. Returns each
     user's new history version.
 
-    The rows are locked by the read itself on PostgreSQL (``FOR UPDATE``, in id order: concurrent batches lock users
-    alike, no deadlock); on SQLite the transaction holds the database's write lock since its first insert. Either way
-    no other batch changes them between the read and the write."""
+    The rows are locked by the read itself on PostgreSQL (``FOR NO KEY UPDATE``, in id order: concurrent batches lock
+    users alike), the lock an ``UPDATE`` of non-key columns takes: ``FOR UPDATE`` would also wait for the key-share
+    locks the batch's event rows take on their users (their foreign key), so two batches of one user that had both
+    inserted their events waited for each other (deadlock detected, a 503). On SQLite the transaction holds the
+    database's write lock since its first insert. Either way no other batch changes them between the read and the
+    write."""
     query = select(User.id, User.history_version, User.recent, User.seen).where(
         User.id.in_(sorted(per_user))).order_by(User.id)
     if conn.dialect.name == "postgresql":
-        query = query.with_for_update()
+        query = query.with_for_update(key_share=True)        # FOR NO KEY UPDATE
     versions, rows = {}, []
     for uid, version, kept, kept_seen in conn.execute(query):
         new = per_user[uid]
