@@ -70,6 +70,7 @@ def _drain(pipeline, dirty: DirtyUsers, clocks: FeedClocks, pace: NewUserPace, r
     settings = pipeline.settings
     users = batches = written = kept = scored = 0
     seconds = dict.fromkeys(STAGES, 0.0)
+    more = False
     while batches < settings.drain_max_batches and not context.stopping():
         now = time.monotonic()
         known, fresh, stamp = dirty.claim_tiers(settings.batch_size, pace.allowed(now), ranker)
@@ -95,9 +96,11 @@ def _drain(pipeline, dirty: DirtyUsers, clocks: FeedClocks, pace: NewUserPace, r
         for stage, s in result.seconds.items():
             seconds[stage] += s
         batches += 1
+    else:
+        more = True                             # stopped by its bounds, not for want of users due
     counts = {"users": users, "written": written, "kept_newer": kept, "scored_items": scored, "seconds": seconds,
               "batches": batches}
-    return counts, batches >= settings.drain_max_batches or context.stopping()
+    return counts, more
 
 
 def mark_reassigned(experiment_id: int, after: int = 0) -> dict:

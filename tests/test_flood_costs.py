@@ -15,6 +15,7 @@ from precompute.data import api_keys, seen
 from precompute.data.recording import _Turns
 from precompute.feeds.dirty import DirtyUsers, NewUserPace
 from precompute.feeds.limits import Bucket, Limiter
+from tests.faults import wait_until
 
 
 class _Counted:
@@ -197,13 +198,6 @@ def test_merging_one_interaction_gives_the_bytes_of_a_full_repack(cap, steps):
         assert value == whole
 
 
-def _until(arrived, seconds: float = 5.0) -> None:
-    end = time.monotonic() + seconds
-    while not arrived():
-        assert time.monotonic() < end, "a request never arrived"
-        time.sleep(0.001)
-
-
 def _events(users) -> list[dict]:
     return [{"user_id": u, "item_id": 3, "type": "view"} for u in users]
 
@@ -239,7 +233,7 @@ def test_an_api_process_runs_a_few_requests_at_once_and_the_rest_wait():
     for k in range(8):
         threads.append(threading.Thread(target=request, args=(f"/r{k}", b"x" * k)))
         threads[-1].start()
-        _until(lambda: len(order) + turns.waiting() == k + 1)      # arrived: running or waiting
+        wait_until(lambda: len(order) + turns.waiting() == k + 1, 5, "the request", 0.001)   # running or waiting
     # then 2 run and the others wait
     assert sorted(order) == ["/r0", "/r1"] and turns.waiting() == 6
     # and a health probe arriving last is answered at once, while they still wait
@@ -278,7 +272,7 @@ def test_turns_go_round_the_clients_so_one_key_cannot_fill_the_queue():
     for path, key in [(f"/flood{k}", "flood") for k in range(6)] + [("/real", "real"), ("/other", "other")]:
         threads.append(threading.Thread(target=request, args=(path, key)))
         threads[-1].start()
-        _until(lambda: len(order) + turns.waiting() == len(threads))
+        wait_until(lambda: len(order) + turns.waiting() == len(threads), 5, "the request", 0.001)
     # (and two other keys that sent one request each after them)
     gate.set()
     for t in threads:

@@ -26,7 +26,8 @@ New users are ranked by one drain at a time (``claim_tiers``' ``ranker``: a key 
 the users' lease, until it ends): with two workers or more, a known user marked while new users are being ranked is
 claimed by another drain at once rather than after a batch of them, and a flood's users take one worker's share at
 most, whatever the number of workers.
-All three sets live on the queue Redis (``QUEUE_REDIS_URL``).
+
+All three sets, and the ranker's key, live on the queue Redis (``QUEUE_REDIS_URL``).
 """
 
 from __future__ import annotations
