@@ -41,7 +41,8 @@ def create_app(settings: Settings | None = None, test_config: dict | None = None
 
         impressions = ImpressionBuffer(queue_redis, keys.impressions, settings.impressions_flush_ms,
                                        settings.impressions_buffer_max,
-                                       on_sent=lambda n: schedule_collect(settings, queue_redis))
+                                       on_sent=lambda n: schedule_collect(settings, queue_redis),
+                                       user_max=settings.impressions_user_max)
     from . import (addresses, boosts, dashboard, errors, events, feed, health, items, metrics, observe, openapi,
                    rq_panel)
 

@@ -50,12 +50,16 @@ def get_feed(user_id: str):
         next_cursor = svc.cursors.next(scroll, [i for i, _, _ in page.items], n_boosted)
     items = [{"item_id": i, "score": round(s, 6), "boosted": b} for i, s, b in page.items]
     svc.metrics.feed(page.source, n_boosted, header.computed_at if header else None)
-    experiment_id, arm_index, experiment, arm = svc.experiments.place(uid, header.experiment if header else None,
-                                                                      header.arm if header else None)
     served_at = served_clock(svc)
-    if svc.impressions is not None:
-        svc.impressions.record(uid, experiment_id, arm_index, served_at, scroll.slots if scroll else offset,
-                               [i for i, _, _ in page.items], g.get("request_id") or "")
+    if page.known:
+        experiment_id, arm_index, experiment, arm = svc.experiments.place(
+            uid, header.experiment if header else None, header.arm if header else None)
+        if svc.impressions is not None and not svc.impressions.record(
+                uid, experiment_id, arm_index, served_at, scroll.slots if scroll else offset,
+                [i for i, _, _ in page.items], g.get("request_id") or ""):
+            svc.metrics.capped()
+    else:               # an id the database holds no event of: in no arm, not recorded (a made-up id skews nothing)
+        experiment = arm = None
     svc.metrics.page(experiment, arm, len(page.items))
     return json_response({
         "user_id": uid,
@@ -76,14 +80,15 @@ def get_feed(user_id: str):
 def served_clock(svc: Services) -> float:
     """The time a page is served at, on the events' clock (the newest accepted event time: a log replayed with its
     own times is attributed as live traffic is), as this process read it with the item states. Unset (a Redis that
-    lost it, a log only imported): the database's newest event time, written back so that one read restores it."""
+    lost it, a log only imported): the database's newest event time, written back so that one read restores it.
+    Never after the wall clock (``ItemStates.advance_clock``)."""
     clock = svc.pages.states.clock
     if clock is None:
         from precompute.data.clock import newest_event
 
         with svc.engine.connect() as conn:
             clock = newest_event(conn)
-        clock = time.time() if clock is None else clock
+        clock = time.time() if clock is None else min(clock, time.time())
         svc.item_states.advance_clock(clock)
         svc.pages.states.clock = clock
     return clock

@@ -62,6 +62,9 @@ class ApiMetrics:
         self.impressions = Counter("prefeed_experiment_impressions_served", "items on the pages served, by "
                                    "experiment and arm", ["experiment", "arm"], registry=own)
         self._by_arm: dict[tuple, tuple] = {}
+        self.not_recorded = Counter("prefeed_impressions_capped", "pages served but not recorded: their user had "
+                                    "PREFEED_IMPRESSIONS_USER_MAX pages recorded by the process that minute",
+                                    registry=own)
         self._latency: dict[tuple[str, str, int], object] = {}
         self.registry.register(Backlog(settings, queue_redis))
 
@@ -79,6 +82,9 @@ class ApiMetrics:
         if computed_at is not None:
             self.age.observe(max(0.0, time.time() - computed_at))
 
+
+    def capped(self) -> None:
+        self.not_recorded.inc()
 
     def page(self, experiment: str | None, arm: str | None, items: int) -> None:
         key = (experiment, arm)

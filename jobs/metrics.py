@@ -54,6 +54,9 @@ ATTRIBUTED = Counter("prefeed_attributed_events", "events attributed to the page
 LOST = Counter("prefeed_impressions_lost", "served pages that never reached the database (a Redis that restarted "
                "empty, a buffer over PREFEED_IMPRESSIONS_BUFFER_MAX)", registry=None)
 
+REJECTED = Counter("prefeed_impressions_rejected", "served pages the database refused to store (set aside in the "
+                   "queue Redis's impressions:rejected list)", registry=None)
+
 _OUTCOMES = {Result.Type.SUCCESSFUL: "finished", Result.Type.FAILED: "failed", Result.Type.RETRIED: "retried",
              Result.Type.MAX_RETRIES_EXCEEDED: "failed", Result.Type.STOPPED: "stopped"}
 
@@ -117,6 +120,7 @@ def record_job(job: Job, started: float, seconds: float) -> None:
     for experiment, arm, kind, n in summary.get("attributed_by", ()):
         ATTRIBUTED.labels(experiment=experiment, arm=arm, type=kind).inc(n)
     LOST.inc(summary.get("lost", 0))
+    REJECTED.inc(summary.get("rejected", 0))
     if log.isEnabledFor(logging.INFO):
         log.info("job", extra={"fields": {
             "job_id": job.id, "function": function, "outcome": outcome, "duration_ms": round(seconds * 1000, 3),

@@ -186,7 +186,8 @@ def collect_impressions() -> dict:
         return found.name, found.arms[index].name
 
     return {"collected": True, "pages": done.pages, "stored": done.stored, "malformed": done.malformed,
-            "lost": done.lost, "events": done.events, "attributed": done.attributed, "pruned": done.pruned,
+            "lost": done.lost, "duplicates": done.duplicates, "rejected": done.rejected, "events": done.events,
+            "bounded": done.bounded, "attributed": done.attributed, "pruned": done.pruned,
             "served": [[*arm(e, a), n, m] for (e, a), (n, m) in sorted(done.served.items())],
             "attributed_by": [[*arm(e, a), types.get(t, str(t)), n] for (e, a, t), n in sorted(done.by_type.items())],
             "process": context.stats()}

@@ -25,7 +25,7 @@ from sqlalchemy import insert, select
 from cli.net import free_port, wait_for_http
 from jobs.queues import COLLECT, make_queue
 from precompute.data import api_keys, bulk, engine as db, synthetic
-from precompute.data.tables import Attribution, Exposure, ServedPage
+from precompute.data.tables import Attribution, Event, Exposure, ServedPage
 from precompute.experiments import assign_one, registry
 from precompute.experiments.collect import collect
 from precompute.experiments.impressions import pack
@@ -309,16 +309,17 @@ def test_pages_served_just_before_a_graceful_stop_survive_the_restart(own, r, tm
                         settings.model_dir)
     tag = uuid.uuid4().hex[:8]
     read = {}
+    users = with_events(engine, 4)
     # when three pages are read and the API is stopped at once (SIGTERM), then started again and one more page is
     # read and it is stopped again
     with serving(settings, tmp_path / "first.log") as (base, api):
-        for user in (1, 2, 3):
+        for user in users[:3]:
             read[f"before-{tag}-{user}"] = read_page(base, user, key, f"before-{tag}-{user}")
         stop(api)
     # then the stopped process sent its three pages on its way out
     assert r.llen(Keys(settings.key_prefix).impressions) == 3
     with serving(settings, tmp_path / "second.log") as (base, api):
-        read[f"after-{tag}-4"] = read_page(base, 4, key, f"after-{tag}-4")
+        read[f"after-{tag}-4"] = read_page(base, users[3], key, f"after-{tag}-4")
         stop(api)
     # and the collector stores every page read, under its request id, with its user, items, time and arm
     done = collect(engine, r, settings)
@@ -349,8 +350,8 @@ def test_serving_pages_schedules_one_collector_job_not_one_per_page(own):
         impressions = Keys(settings.key_prefix).impressions
         queue = make_queue(settings, r)
         # when five pages are served, each sent to Redis on its own (one flush each)
-        for k in range(5):
-            reply = client.get(f"/feed/{k + 1}", headers={"Authorization": f"Bearer {key}"})
+        for k, user in enumerate(with_events(svc.engine, 5)):
+            reply = client.get(f"/feed/{user}", headers={"Authorization": f"Bearer {key}"})
             assert reply.status_code == 200
             deadline = time.monotonic() + 5
             while r.llen(impressions) < k + 1 and time.monotonic() < deadline:
@@ -370,7 +371,7 @@ def test_a_page_served_under_a_long_request_id_is_collected_and_does_not_block_t
     settings, engine = own
     sent = ["l" * 100, "short-after-long"]
     with app_on(own, seed=5, key_name="long-ids") as (key, svc, client):
-        for user, rid in zip((1, 2), sent):
+        for user, rid in zip(with_events(svc.engine, 2), sent):
             reply = client.get(f"/feed/{user}", headers={"Authorization": f"Bearer {key}", "X-Request-ID": rid})
             assert reply.status_code == 200 and reply.headers["X-Request-ID"] == rid
         svc.impressions.close()                 # what the exit hook does: send what is pending
@@ -381,16 +382,22 @@ def test_a_page_served_under_a_long_request_id_is_collected_and_does_not_block_t
             assert sorted(conn.execute(select(ServedPage.request_id)).scalars()) == sorted(sent)
 
 
+def with_events(engine, n: int) -> list[int]:
+    """``n`` users the database holds events of: their pages are recorded (an id without events is not)."""
+    with engine.connect() as conn:
+        return list(conn.execute(select(Event.user_id).distinct().order_by(Event.user_id).limit(n)).scalars())
+
+
 @contextlib.contextmanager
-def app_on(own, seed: int, key_name: str):
-    """``(key, services, client)`` of an app on ``own``'s database, loaded with a small synthetic world and a
-    ``feed:read`` key; its impressions sent and its engine closed after."""
+def app_on(own, seed: int, key_name: str, scopes: tuple[str, ...] = ("feed:read",)):
+    """``(key, services, client)`` of an app on ``own``'s database, loaded with a small synthetic world and a key
+    of ``scopes``; its impressions sent and its engine closed after."""
     from api import create_app
     from api.services import services
 
     settings, engine = own
     bulk.load(engine, synthetic.generate(30, 200, 600, seed=seed, now=time.time()), settings)
-    key = api_keys.create(engine, key_name, frozenset({"feed:read"}))
+    key = api_keys.create(engine, key_name, frozenset(scopes))
     app = create_app(settings, {"TESTING": True})
     svc = services(app)
     try:

@@ -10,6 +10,11 @@ numbers is a page lost on the way (a Redis that restarted empty, a buffer over `
 the collector counts them (``prefeed_impressions_lost_total``). An API process killed without its exit hook loses
 its unsent buffer, at most one flush interval of pages.
 
+A process records at most ``PREFEED_IMPRESSIONS_USER_MAX`` pages of one user per minute (a fixed window); the rest
+are served but not recorded, and counted (``record`` says so). A person reads a page in seconds; a client that reads
+one user's feed hundreds of times a second would otherwise store millions of pages that user's next event must be
+matched against, and fill the Redis list and the table for nothing an experiment could learn.
+
 Record layout, little-endian: writer u64, seq u64, user i64, experiment u32, arm u16, served_at f64, position u32,
 item count u16, request id length u8, the request id (ASCII), then the item ids (i64 each).
 """
@@ -19,10 +24,12 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import logging
+import math
 import os
 import secrets
 import struct
 import threading
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -58,13 +65,14 @@ def pack(writer: int, seq: int, user_id: int, experiment: int, arm: int, served_
 
 
 def unpack(record: bytes) -> Impression:
-    """A record back; ``ValueError`` for one that is not a record (cut short, or not this format)."""
+    """A record back; ``ValueError`` for one that is not a record (cut short, not this format, or holding what
+    ``pack`` never writes: a longer request id, a time that is not a number)."""
     try:
         writer, seq, user, experiment, arm, served_at, position, n, n_rid = HEAD.unpack_from(record)
     except struct.error:
         raise ValueError("not an impression record") from None
     start = HEAD.size + n_rid
-    if len(record) != start + 8 * n:
+    if len(record) != start + 8 * n or n_rid > REQUEST_ID_MAX or not math.isfinite(served_at):
         raise ValueError("not an impression record")
     return Impression(writer, seq, user, experiment, arm, served_at, position,
                       np.frombuffer(record, dtype="<i8", offset=start, count=n).astype(np.int64),
@@ -77,14 +85,16 @@ class ImpressionBuffer:
     a fork) and at exit. ``on_sent(n)`` runs after each send (the API schedules the collector there)."""
 
     def __init__(self, r: redis.Redis, key: str, flush_ms: int, max_pending: int,
-                 on_sent: Callable[[int], None] | None = None) -> None:
+                 on_sent: Callable[[int], None] | None = None, user_max: int = 0) -> None:
         self.r, self.key, self.flush_s, self.on_sent = r, key, flush_ms / 1000.0, on_sent
         self.max_pending = max_pending        # here and in the Redis list alike
+        self.user_max = user_max              # pages of one user recorded per minute (0: no bound)
         self.pid = -1
         self.lock = threading.Lock()          # guards pending and seq
         self.sending = threading.Lock()       # one send at a time: a writer's records reach Redis in order
         self.stopped = threading.Event()
         self.dropped = 0                      # pages dropped here (Redis unreachable while the buffer was full)
+        self.capped = 0                       # pages not recorded: their user's pages this minute were enough
         self._start()
         atexit.register(self.close)
 
@@ -94,18 +104,31 @@ class ImpressionBuffer:
         self.seq = 0
         self.pending: list[bytes] = []
         self.thread: threading.Thread | None = None
+        self.minute = -1                      # the window ``per_user`` counts in (whole minutes of the wall clock)
+        self.per_user: dict[int, int] = {}    # pages recorded per user in it: bounded by the pages of one minute
 
     def record(self, user_id: int, experiment: int, arm: int, served_at: float, position: int, items: list[int],
-               request_id: str) -> None:
+               request_id: str) -> bool:
+        """Append the page; False when it is not recorded: its user had ``user_max`` pages recorded this minute."""
         if self.pid != os.getpid():             # a forked child: its own writer id and thread
             self._start()
         with self.lock:
+            if self.user_max:
+                minute = int(time.time() // 60)
+                if minute != self.minute:
+                    self.minute, self.per_user = minute, {}
+                n = self.per_user.get(user_id, 0)
+                if n >= self.user_max:
+                    self.capped += 1
+                    return False
+                self.per_user[user_id] = n + 1
             self.seq += 1
             self.pending.append(pack(self.writer, self.seq, user_id, experiment, arm, served_at, position, items,
                                      request_id))
             if self.thread is None:
                 self.thread = threading.Thread(target=self._run, name="impressions", daemon=True)
                 self.thread.start()
+        return True
 
     def _run(self) -> None:
         while not self.stopped.wait(self.flush_s):

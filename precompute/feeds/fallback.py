@@ -25,13 +25,15 @@ def fallback_page(pages: PageReader, settings: Settings, recent: Sequence[tuple[
     """The fallback page for a user whose newest events are ``recent`` (``(item id, type code, the item's category
     ids)``, newest first), each weighing its type's weight in ``weights``, and who interacted with ``seen`` (item
     ids) inside the seen window. ``newest(n)``: the ``n`` newest active listings. With ``scroll``: the next
-    ``limit`` items of that scroll, ``offset`` ignored."""
+    ``limit`` items of that scroll, ``offset`` ignored. A user without events is not ``known``."""
     seen = np.union1d(seen, np.array([r[0] for r in recent], dtype=np.int64))
     if scroll is not None:                        # a scroll's next page: what it has not served, from the top
         seen = np.union1d(seen, np.array(scroll.served, dtype=np.int64))
         offset = 0
     categories = taste.user_top_categories([r[2] for r in recent], weights, settings.user_top_categories)
-    return popular_page(pages, categories, limit, offset, seen, newest)
+    page = popular_page(pages, categories, limit, offset, seen, newest)
+    page.known = len(recent) > 0
+    return page
 
 
 def popular_page(pages: PageReader, categories: list[int], limit: int, offset: int, seen: np.ndarray,

@@ -90,8 +90,11 @@ class ItemStates:
         self._advance = r.register_script(_ADVANCE)
 
     def advance_clock(self, ts: float) -> None:
-        """Move the events' clock (the newest accepted event time, which pages are timed on) to ``ts`` if later."""
-        self._advance(keys=[self.keys.live_clock], args=[repr(float(ts))])
+        """Move the events' clock (the newest accepted event time, which pages are timed on) to ``ts`` if later, and
+        never past the wall clock: an event may carry a time up to ``PREFEED_EVENT_MAX_FUTURE`` ahead (clock skew),
+        and pages stamped that far ahead would be after every real click of the next minute, which attribution
+        then never matches to them."""
+        self._advance(keys=[self.keys.live_clock], args=[repr(min(float(ts), time.time()))])
 
     def _run(self, *args) -> list[int]:
         k = self.keys

@@ -39,6 +39,7 @@ class Keys:
         self.drain_scheduled_flag = f"{prefix}drain:scheduled"
         self.impressions = f"{prefix}impressions"      # list of served pages' records (queue Redis)
         self.impressions_lock = f"{prefix}impressions:lock"             # one collector at a time
+        self.impressions_rejected = f"{prefix}impressions:rejected"     # records the database refused (bounded)
         self.impressions_scheduled = f"{prefix}impressions:scheduled"   # a collector job is scheduled
         self.cursor_secret = f"{prefix}cursor:secret"   # signs cursors, unless PREFEED_CURSOR_SECRET (queue Redis)
         # Lost-data detection and the rebuild that follows (``recovery.py``): a marker per Redis (per cluster node:

@@ -29,6 +29,9 @@ class Page:
     items: list[tuple[int, float, bool]]    # (item_id, score, boosted)
     source: str                             # "precomputed" | "fallback"
     header: FeedHeader | None
+    #: False for a fallback page of a user the database holds no event of (a new visitor, or an id made up): such a
+    #: page is placed in no experiment and not recorded (docs/experiments.md, "Who is counted").
+    known: bool = True
 
 
 @dataclasses.dataclass

@@ -25,6 +25,11 @@ class ExperimentSettings:
     impressions_buffer_max: int = setting(1_000_000, "PREFEED_IMPRESSIONS_BUFFER_MAX", "pages the Redis buffer "
                                           "holds while no worker collects them; older ones are dropped and counted "
                                           "lost", unit="pages")
+    impressions_user_max: int = setting(60, "PREFEED_IMPRESSIONS_USER_MAX", "an API process records at most this "
+                                        "many pages of one user per minute; more are served but not recorded, and "
+                                        "counted (prefeed_impressions_capped_total): a client reading one user's "
+                                        "feed at its full rate cannot bury that user's clicks under millions of "
+                                        "pages; 0: no bound", unit="pages/min", minimum=0)
     impressions_keep: int = setting(2 * DAY, "PREFEED_IMPRESSIONS_KEEP", "a served page is kept in the database "
                                     "this long after it was served, on the events' clock (at least the attribution "
                                     "window); what the report counts is kept per user and arm for good", unit="s")
