@@ -20,8 +20,8 @@ from precompute.settings import Settings
 
 from .keyring import Keyring
 from .meters import ApiMetrics
-from .services import EXTENSION, Services
-from .turns import Turns
+from .services import EXTENSION, Services, services
+from .turns import Clients, Turns
 
 
 def create_app(settings: Settings | None = None, test_config: dict | None = None) -> Flask:
@@ -69,8 +69,18 @@ def create_app(settings: Settings | None = None, test_config: dict | None = None
     observe.register(app)
     errors.register(app)
     addresses.register(app)
+    health.register(app)
     for module in (feed, events, boosts, items, health, openapi, metrics, dashboard):
         app.register_blueprint(module.bp)
     rq_panel.mount(app, settings)
-    app.wsgi_app = Turns(app.wsgi_app, settings.api_concurrency, settings.request_body_max)
+    app.after_request(_nosniff)
+    app.wsgi_app = Turns(app.wsgi_app, settings.api_concurrency, settings.request_body_max,
+                         Clients(services(app).keyring, addresses.guard(app).trusted))
     return app
+
+
+def _nosniff(response):
+    """Every answer, errors and 404s included, is of the type it declares (JSON, the dashboard's HTML, Prometheus
+    text): no browser is to guess another and run what a client wrote into it as a page or a script."""
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    return response

@@ -25,11 +25,14 @@ RECENT_EVENTS = 20
 
 
 @bp.after_app_request
-def _not_framed(response):
-    """The dashboard and its RQ panel are never shown inside another site's frame (clickjacking)."""
+def _not_framed_nor_stored(response):
+    """The dashboard, ``status.json`` and every answer of the RQ panel (its pages, data, static files and
+    refusals) are never shown inside another site's frame (clickjacking), nor kept by a browser or a proxy: they
+    show the deployment's state to an admin key."""
     if request.path.startswith("/dashboard"):
         response.headers["X-Frame-Options"] = "DENY"
         response.headers["Content-Security-Policy"] = "frame-ancestors 'none'"
+        response.headers["Cache-Control"] = "no-store"
     return response
 
 
@@ -46,7 +49,7 @@ def dashboard():
                            experiments=experiments_panel.panel(settings, svc.engine),
                            lookup=None if uid is None else lookup(svc, uid, limit), user=raw, limit=limit,
                            rq_prefix="/dashboard/rq/", when=utc_text, age=age_text)
-    return current_app.response_class(html, mimetype="text/html", headers={"Cache-Control": "no-store"})
+    return current_app.response_class(html, mimetype="text/html")
 
 
 @bp.get("/dashboard/status.json")

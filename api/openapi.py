@@ -181,8 +181,11 @@ def spec(settings: Settings) -> dict:
                 "delete": {"security": _ADMIN, "parameters": [_path_id("item_id")],
                            "responses": {"200": {"description": "boost removed"}, **_KEYED}}},
             **_items_paths(settings),
-            "/healthz": {"get": {"security": [], "responses": {"200": {"description": "all dependencies up"},
-                                                                "503": _ERROR}}},
+            "/healthz": {"get": {"summary": "Whether Redis and the database answer, as this process last checked "
+                                            "them: at most once per PREFEED_HEALTHZ_TTL, the probes meanwhile "
+                                            "answered from that check",
+                                 "security": [], "responses": {"200": {"description": "all dependencies up"},
+                                                               "503": _ERROR}}},
             "/livez": {"get": {"security": [], "responses": {"200": {"description": "process up"}}}},
             "/openapi.json": {"get": {"responses": {"200": {"description": "this document"}, **_KEYED}}},
             "/metrics": {"get": {"security": _key("metrics:read"),

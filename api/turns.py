@@ -13,18 +13,26 @@ A request's body is read before it waits (up to ``PREFEED_REQUEST_BODY_MAX``; a 
 refuse unread, as before), so a client that sends its body slowly holds a thread, never a turn. ``/livez``,
 ``/healthz`` and ``/metrics`` never wait: an overloaded process still answers its probes and its scrapes.
 
-Turns are shared fairly among clients: a client is the credential a request presents (its ``Authorization``
-header, whatever it holds, so before any check), or its address when it presents none. Requests wait in a queue
-per client, and a free turn goes to the clients in rounds, one request each: one client cannot fill the queue in
-front of the others. A key sending 30 requests at once waits behind its own; a key sending one request now and then
-waits for the requests under way and at most one of each other waiting client. Within a client, arrival order.
+Turns are shared fairly among clients (``Clients``): a client is the key a request presents when this process
+already knows it as an active key (from memory, before any check), else the client's address as the per-address
+limits read it. A made-up ``Authorization`` header, one changed at every request included, is then its address's:
+a flood cannot get a queue per request. Requests wait in a queue per client, and a free turn goes to the clients in
+rounds, one request each: one client cannot fill the queue in front of the others. A key sending 30 requests at
+once waits behind its own; a key sending one request now and then waits for the requests under way and at most one
+of each other waiting client. Within a client, arrival order.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import io
 import threading
 from collections import deque
+from collections.abc import Callable
+
+from .addresses import Network, client_address
+from .keyring import Keyring
 
 #: The environ key that says the request's body was read whole off the connection (``errors.body_left_unread``).
 READ = "prefeed.body_read"
@@ -35,10 +43,12 @@ UNQUEUED = frozenset({"/livez", "/healthz", "/metrics"})
 class Turns:
     """WSGI middleware: ``concurrency`` requests of ``wsgi_app`` at a time, the waiting ones served in rounds over
     their clients (one each, in order of arrival within a client), each request's body read first (at most
-    ``body_max`` bytes)."""
+    ``body_max`` bytes). ``client`` names a request's client from its environ (``Clients``; by default its
+    connection's address)."""
 
-    def __init__(self, wsgi_app, concurrency: int, body_max: int) -> None:
-        self.wsgi_app, self.body_max = wsgi_app, body_max
+    def __init__(self, wsgi_app, concurrency: int, body_max: int,
+                 client: Callable[[dict], str] = lambda environ: environ.get("REMOTE_ADDR") or "") -> None:
+        self.wsgi_app, self.body_max, self.client = wsgi_app, body_max, client
         self._lock = threading.Lock()
         self._free = concurrency
         #: The clients with requests waiting, in the order of the round (a dict keeps insertion order); a client
@@ -49,7 +59,7 @@ class Turns:
         if environ.get("PATH_INFO") in UNQUEUED:
             return self.wsgi_app(environ, start_response)
         self._read_body(environ)
-        self._take(client(environ))
+        self._take(self.client(environ))
         try:
             # The answer is made within the turn: an iterable still to be run would run after it. Closed as WSGI
             # asks (a response's close hooks, an open file), since the server gets the list, not the iterable.
@@ -110,7 +120,32 @@ class Turns:
             environ[READ] = len(data) <= self.body_max
 
 
-def client(environ) -> str:
-    """Whose request this is, for sharing turns: the credential it presents, else its address (unchecked: a wrong
-    key is a client of its own, refused once its turn comes)."""
-    return environ.get("HTTP_AUTHORIZATION") or environ.get("REMOTE_ADDR") or ""
+class Clients:
+    """Whose request this is, for sharing turns: ``key <name>`` when the request presents a key (bearer, or the
+    password of basic auth) that ``keyring`` knows as active (``Keyring.known``: memory only), else ``address
+    <address>``, the client's address as ``addresses.client_address`` reads it past the ``trusted`` proxies."""
+
+    def __init__(self, keyring: Keyring, trusted: tuple[Network, ...]) -> None:
+        self.keyring, self.trusted = keyring, trusted
+
+    def __call__(self, environ: dict) -> str:
+        presented = credential(environ.get("HTTP_AUTHORIZATION", ""))
+        key = self.keyring.known(presented) if presented else None
+        if key is not None:
+            return f"key {key.name}"
+        return f"address {client_address(environ, self.trusted)}"
+
+
+def credential(authorization: str) -> str:
+    """The key an ``Authorization`` value presents: a bearer token, or a basic-auth password; "" for anything
+    else (``auth.py`` decides what to answer it)."""
+    scheme, _, given = authorization.strip().partition(" ")
+    scheme = scheme.lower()
+    if scheme == "bearer":
+        return given.strip()
+    if scheme == "basic":
+        try:
+            return base64.b64decode(given.strip(), validate=True).decode("utf-8").partition(":")[2].strip()
+        except (binascii.Error, UnicodeDecodeError, ValueError):
+            return ""
+    return ""

@@ -298,6 +298,32 @@ def test_healthz_reports_each_dependency(client):
     assert body == {"status": "ok", "redis": "ok", "database": "ok"}
 
 
+def test_every_answer_tells_browsers_not_to_guess_its_type(app, client, admin, user_id):
+    # given answers of every kind: pages, probes, documents, metrics, the dashboard, and refusals and errors
+    answers = {
+        "feed": (200, client.get(f"/feed/{user_id}")),
+        "livez": (200, client.get("/livez")),
+        "healthz": (200, client.get("/healthz")),
+        "openapi": (200, client.get("/openapi.json")),
+        "metrics": (200, client.get("/metrics", headers=admin)),
+        "dashboard": (200, client.get("/dashboard", headers=admin)),
+        "rq panel file": (200, client.get("/dashboard/rq/static/js/jquery-3.5.1.min.js", headers=admin)),
+        "events": (202, client.post("/events", json={"user_id": user_id, "item_id": 5, "type": "view"})),
+        "no key": (401, app.test_client().get(f"/feed/{user_id}")),
+        "bad input": (400, client.get(f"/feed/{user_id}?limit=0")),
+        "no such path": (404, client.get("/no/such/path")),
+        "no such item": (404, client.put("/boosts/1999999999", json={"weight": 1.0}, headers=admin)),
+        "wrong method": (405, client.delete("/livez")),
+        "too large": (413, client.post("/events", data=b"[" + b" " * (1 << 21) + b"]",
+                                       content_type="application/json")),
+        "not json": (415, client.post("/events", data=b"x", content_type="text/plain")),
+    }
+    # then each says so, whatever its status
+    for what, (status, resp) in answers.items():
+        assert resp.status_code == status, what
+        assert resp.headers.get("X-Content-Type-Options") == "nosniff", what
+
+
 def test_scores_in_the_feed_are_finite_numbers(client, pipeline, user_id):
     pipeline.recompute([user_id])
     scores = [x["score"] for x in _feed(client, user_id, limit=100)["items"]]

@@ -90,6 +90,27 @@ def test_dashboard_pages_refuse_to_be_framed(client):
         assert resp.headers["Content-Security-Policy"] == "frame-ancestors 'none'", path
 
 
+def test_the_status_snapshot_and_every_rq_panel_answer_are_never_stored(app, client, settings, r):
+    job = make_queue(settings, r).enqueue("jobs.tasks.drain_dirty")
+    auth = basic("a", TOKEN)
+    # given the status snapshot and the RQ panel's pages, data, static files and refusals, as an admin reads them
+    answers = {path: (status, client.get(path, headers=auth)) for path, status in [
+        ("/dashboard", 200), ("/dashboard/status.json", 200), ("/dashboard/rq/", 200),
+        ("/dashboard/rq/0/view/workers", 200), (f"/dashboard/rq/0/view/job/{job.id}", 200),
+        ("/dashboard/rq/0/data/queues.json", 200), (f"/dashboard/rq/0/data/job/{job.id}.json", 200),
+        ("/dashboard/rq/favicon.ico", 200), ("/dashboard/rq/static/css/main.css", 200),
+        ("/dashboard/rq/0/data/job/nope.json", 404), ("/dashboard/rq/7/data/queues.json", 404)]}
+    # (and as others are refused them)
+    answers["no credentials"] = 401, app.test_client().get("/dashboard/rq/")
+    answers["a data key"] = 403, client.get("/dashboard/status.json")
+    answers["a foreign post"] = 403, client.post(f"/dashboard/rq/job/{job.id}/delete",
+                                                 headers={**auth, "Origin": "https://evil.example"})
+    # then none of them may be kept by a browser or a proxy
+    for what, (status, resp) in answers.items():
+        assert resp.status_code == status, what
+        assert resp.headers.get("Cache-Control") == "no-store", what
+
+
 def _rows(html: str, table: str) -> list[tuple[int, str]]:
     """(item id, row html) of each item row of the table with id ``table``."""
     body = re.search(rf'<table id="{table}">(.*?)</table>', html, re.S)

@@ -260,7 +260,7 @@ def test_turns_go_round_the_clients_so_one_key_cannot_fill_the_queue():
         start_response("200 OK", [])
         return [b""]
 
-    turns = Turns(app, concurrency=1, body_max=100)
+    turns = Turns(app, concurrency=1, body_max=100, client=lambda environ: environ["HTTP_AUTHORIZATION"])
 
     def request(path: str, key: str) -> None:
         environ = {"PATH_INFO": path, "CONTENT_LENGTH": "", "wsgi.input": _Trickle(b""),
@@ -281,6 +281,60 @@ def test_turns_go_round_the_clients_so_one_key_cannot_fill_the_queue():
     # queue; the flood's run in the order they came
     assert order[:5] == ["/flood0", "/flood1", "/real", "/other", "/flood2"]
     assert [p for p in order if p.startswith("/flood")] == [f"/flood{k}" for k in range(6)]
+
+
+def test_made_up_keys_wait_in_their_address_queue_and_a_known_key_in_its_own(settings, world, user_id):
+    from api import create_app
+    from api.services import services
+
+    # given an API process that runs one request at a time behind a trusted proxy, which knows the data key
+    # (one request of it served), and whose app holds each request until told
+    app = create_app(dataclasses.replace(settings, api_concurrency=1, trusted_proxies="10.0.0.1"),
+                     {"TESTING": True})
+    assert _get(app, f"/feed/{user_id}", f"Bearer {world.key}", "198.51.100.7").status_code == 200
+    order, gate = [], threading.Event()
+    turns, inner = app.wsgi_app, app.wsgi_app.wsgi_app
+
+    def held(environ, start_response):
+        order.append(environ["QUERY_STRING"])
+        gate.wait(5)
+        return inner(environ, start_response)
+
+    turns.wsgi_app = held
+    codes = {}
+
+    def request(tag: str, authorization: str | None, address: str) -> None:
+        codes[tag] = _get(app, f"/feed/{user_id}?{tag}", authorization, address).status_code
+
+    # when one address sends a made-up key per request (of a key's shape or not), one under way and 5 waiting,
+    # then the data key from that same address and a request without a key from another address
+    sent = [("held", f"Bearer pf_{'h' * 43}", "203.0.113.9")]
+    sent += [(f"flood{k}", f"Bearer pf_{str(k) * 43}" if k % 2 else f"Bearer made-up-{k}", "203.0.113.9")
+             for k in range(5)]
+    sent += [("real", f"Bearer {world.key}", "203.0.113.9"), ("other", None, "198.51.100.7")]
+    threads = []
+    try:
+        for tag, authorization, address in sent:
+            threads.append(threading.Thread(target=request, args=(tag, authorization, address)))
+            threads[-1].start()
+            wait_until(lambda: len(order) + turns.waiting() == len(threads), 5, "the request", 0.001)
+    finally:
+        gate.set()
+        for t in threads:
+            t.join(5)
+    # then the made-up keys share their address's queue: the data key waits for one of them, the other address for
+    # one of them and the data key, not for a queue per made-up key
+    assert order == ["held", "flood0", "real", "other", "flood1", "flood2", "flood3", "flood4"]
+    # and each was still answered as its key deserves
+    assert codes["real"] == 200 and codes["other"] == 401
+    assert all(codes[f"flood{k}"] == 401 for k in range(5))
+    services(app).engine.dispose()
+
+
+def _get(app, path: str, authorization: str | None, address: str):
+    """``GET path`` through the whole app, turns included, as a trusted proxy (10.0.0.1) sends it for ``address``."""
+    headers = {"X-Forwarded-For": address, **({"Authorization": authorization} if authorization else {})}
+    return app.test_client().get(path, headers=headers, environ_base={"REMOTE_ADDR": "10.0.0.1"})
 
 
 def test_a_slow_body_holds_a_thread_not_a_turn():

@@ -1,5 +1,5 @@
 """What the API accepts and answers: page sizes, the boost rule's limits, the live seen filter, limits on batches,
-bodies and event times, authentication, keys' rates and cursors."""
+bodies and event times, authentication, keys' rates and cursors, how long a health check is reused."""
 
 from __future__ import annotations
 
@@ -36,11 +36,17 @@ class ServingSettings:
                                     "(clock skew): an event's `ts` and an item's `created_at`, by the API and by "
                                     "imports", unit="s", minimum=0)
     api_concurrency: int = setting(4, "PREFEED_API_CONCURRENCY", "requests one API process runs at once; the others "
-                                   "wait their turn, their bodies read first, a queue per client (its key) served "
-                                   "in rounds so one key cannot fill the queue (`api/turns.py`): under overload a "
+                                   "wait their turn, their bodies read first, a queue per client (its key if this "
+                                   "process knows it, else its address) served in rounds so one client cannot fill "
+                                   "the queue (`api/turns.py`): under overload a "
                                    "request waits once instead of at every step for Python's interpreter lock. "
                                    "`/livez`, `/healthz` and `/metrics` never wait",
                                    unit="requests")
+    healthz_ttl: float = setting(1.0, "PREFEED_HEALTHZ_TTL", "an API process checks the database and Redis for "
+                                 "`/healthz` at most once in this long and answers the probes meanwhile from that "
+                                 "check (one probe checks, those arriving during it wait for its answer), so a flood "
+                                 "of probes holds no database connection; 0: every probe checks", unit="s",
+                                 minimum=0.0, maximum=60.0)
     request_body_max: int = setting(1 << 20, "PREFEED_REQUEST_BODY_MAX", "largest request body", unit="bytes")
     auth: bool = setting(True, "PREFEED_AUTH", "`off`: the data routes (feed, events, items) answer without a key, "
                          "for a trusted network (a warning at start); admin and metrics routes still need one")
