@@ -1,9 +1,10 @@
 """The API as it is deployed, for tests: under gunicorn as ``manage.py serve`` runs it, and the shipped nginx in front.
 
-nginx runs ``deploy/nginx/prefeed.conf`` as it is, with only its upstream address and its listen address replaced,
-inside the few lines of ``nginx.conf`` a process of its own needs (a pid file, logs and temporary folders in the
-test's folder, no daemon). Tests take the nginx binary from the ``nginx`` fixture (tests/conftest.py), which skips
-them without one, or fails them where ``PREFEED_TEST_REQUIRE_NGINX=1`` (CI)."""
+nginx runs ``deploy/nginx/prefeed.conf`` as it is, with only its upstream address and its listen address replaced
+(and, where a test asks, addresses added to its trusted front proxies), inside the few lines of ``nginx.conf`` a
+process of its own needs (a pid file, logs and temporary folders in the test's folder, no daemon). Tests take the
+nginx binary from the ``nginx`` fixture (tests/conftest.py), which skips them without one, or fails them where
+``PREFEED_TEST_REQUIRE_NGINX=1`` (CI)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from cli.net import free_port, wait_for_http
@@ -22,6 +23,8 @@ from tests.conftest import ROOT
 
 SITE = ROOT / "deploy/nginx/prefeed.conf"
 UPSTREAM, LISTEN = "server api:8000;", "listen 8000;"
+#: The line that closes the site's list of trusted front proxies: a test's own go just before it.
+FRONTS_END = "# ==== end of trusted front proxies"
 
 
 @contextlib.contextmanager
@@ -40,20 +43,24 @@ def serve(settings: Settings, log_path: Path, *args: str) -> Iterator[str]:
             api.wait(timeout=30)
 
 
-def shipped_site(api_base: str, port: int) -> str:
-    """The shipped site, its upstream ``api_base`` (``http://host:port``) and listening on 127.0.0.1:``port``."""
+def shipped_site(api_base: str, port: int, fronts: Sequence[str] = ()) -> str:
+    """The shipped site, its upstream ``api_base`` (``http://host:port``), listening on 127.0.0.1:``port``, and
+    trusting the front proxies at ``fronts`` (addresses or CIDRs) besides those it lists itself."""
     site = SITE.read_text()
-    for line in (UPSTREAM, LISTEN):
+    for line in (UPSTREAM, LISTEN, FRONTS_END):
         assert site.count(line) == 1, f"{SITE} no longer has one {line!r}: update tests/proxy.py"
+    trusted = "".join(f"set_real_ip_from {front};\n    " for front in fronts)
     return site.replace(UPSTREAM, f"server {api_base.removeprefix('http://')};") \
-               .replace(LISTEN, f"listen 127.0.0.1:{port};")
+               .replace(LISTEN, f"listen 127.0.0.1:{port};") \
+               .replace(FRONTS_END, trusted + FRONTS_END)
 
 
 @contextlib.contextmanager
-def behind_nginx(nginx: str, api_base: str, folder: Path, timeout: float = 30.0) -> Iterator[str]:
-    """Run ``nginx`` (the binary's path) with the shipped site in front of ``api_base``, its files in ``folder``;
-    yields its base URL once ``/healthz`` answers through it, and stops it at the end (SIGTERM, nginx's fast
-    shutdown: the master stops its workers and removes its pid file)."""
+def behind_nginx(nginx: str, api_base: str, folder: Path, timeout: float = 30.0,
+                 fronts: Sequence[str] = ()) -> Iterator[str]:
+    """Run ``nginx`` (the binary's path) with the shipped site in front of ``api_base``, its files in ``folder``,
+    trusting the front proxies at ``fronts`` too; yields its base URL once ``/healthz`` answers through it, and
+    stops it at the end (SIGTERM, nginx's fast shutdown: the master stops its workers and removes its pid file)."""
     port = free_port()
     temp = {name: folder / f"nginx-{name}" for name in ("body", "proxy", "fastcgi", "uwsgi", "scgi")}
     conf, errors = folder / "nginx.conf", folder / "nginx-error.log"
@@ -70,7 +77,7 @@ http {{
     access_log off;
     client_body_temp_path {temp['body']}; proxy_temp_path {temp['proxy']}; fastcgi_temp_path {temp['fastcgi']};
     uwsgi_temp_path {temp['uwsgi']}; scgi_temp_path {temp['scgi']};
-    {shipped_site(api_base, port)}
+    {shipped_site(api_base, port, fronts)}
 }}""")
     proxy = subprocess.Popen([nginx, "-c", str(conf), "-p", str(folder), "-e", str(errors)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
