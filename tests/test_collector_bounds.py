@@ -14,7 +14,7 @@ import numpy as np
 from sqlalchemy import insert, select, text
 
 from precompute.data.tables import Attribution, Event, Exposure, Item, ServedPage, User
-from precompute.experiments import collect as collector
+from precompute.experiments import collect as collector, intake
 from precompute.experiments.collect import collect
 from precompute.experiments.impressions import ImpressionBuffer, pack, unpack
 from precompute.feeds.keys import Keys
@@ -132,7 +132,7 @@ def test_a_collection_whose_lock_was_taken_over_trims_nothing(own, r):
     r.set(keys.impressions_lock, "another collection")
     done = collector.Collected()
     # then the first stops without trimming: the other reads the batch again
-    assert collector._move_pages(engine, r, keys, lock, float("-inf"), done) is False
+    assert intake.move_pages(engine, r, keys, lock, float("-inf"), done) is False
     assert r.llen(keys.impressions) == 2
     # and when the lock is free again, a collection stores nothing twice and empties the list
     r.delete(keys.impressions_lock)
