@@ -17,7 +17,7 @@ from .lab.world import Skipped
 NAMES = {"precompute": "precompute", "fork": "fork", "serve": "serve", "freshness": "freshness", "memory": "memory",
          "scaling": "scaling", "soak": "soak", "import": "import_", "quality": "quality", "hosts": "hosts",
          "protocols": "protocols", "ablation": "ablation", "served": "served", "experiment": "experiment",
-         "abuse": "abuse", "report": "pages.report"}
+         "abuse": "abuse", "hot_user": "hot_user", "report": "pages.report"}
 HELP = {"all": "Run every benchmark, then report. One this machine cannot run is skipped, saying why.",
         "report": "Render docs/quality.md and docs/performance.md. Each figure is one a results file holds."}
 

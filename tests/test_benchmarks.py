@@ -27,6 +27,7 @@ EXPECTED = {
     "served": ["served", "evaluated", "served_vs_evaluated", "same_score_share", "late_reads"],
     "experiment": ["exact", "reports", "simulated", "verdict", "ratio_interval", "aa", "late_reads"],
     "abuse": ["offered_rate", "flood", "real", "keys", "machine"],
+    "hot_user": ["hot", "real", "redis", "collector", "machine"],
 }   # hosts needs root and network namespaces: tests/test_hosts.py runs it, or says why it cannot
 #: Counts of things that went wrong, which a quick run must leave at zero: a soak request answered with an error
 #: (or not at all), a freshness event whose feed never carried its version within the deadline, a failed job.
@@ -65,6 +66,11 @@ def test_benchmark_runs_in_quick_mode(name, tmp_path):
     if name == "experiment":    # the report's counts are the simulation's, arm by arm, and it saw clicks
         assert result["exact"] is True, result["simulated"]
         assert sum(v["clicks"] for v in result["simulated"].values()) > 0 and result["aa"]["sample_ratio_flagged"] == 0
+    if name == "hot_user":      # one key reading one user at its full rate: every real click attributed, its
+        # pages recorded within the cap, the collector caught up after the run and never failed
+        assert result["real"]["clicks"] > 0 and result["real"]["exact"] is True, result["real"]
+        assert result["hot"]["refused_429"] > 0 and result["hot"]["within_cap"] is True, result["hot"]
+        assert result["collector"]["caught_up"] is True and result["collector"]["failed_jobs"] == 0, result
     if name == "freshness":
         assert result["events"] > 0 and result["measured"] == result["events"]
 

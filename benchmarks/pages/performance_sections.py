@@ -245,6 +245,23 @@ def _abuse(res: dict) -> list[str]:
             "malformed ones."]
 
 
+def _hot_user(res: dict) -> list[str]:
+    h, real, rd, c = res["hot"], res["real"], res["redis"], res["collector"]
+    return [f"One key with the shipped limits read user {h['user']}'s feed for {res['config']['seconds']} s "
+            f"honouring 429 and Retry-After ({figure(h['served_per_s'], 0)} pages/s served); "
+            f"{real['users']} real users read and clicked beside it.", "",
+            *table(["", "result", "bound"], [
+                ["hot key answered 200 / 429", f"{h['served']:,} / {h['refused_429']:,}", ""],
+                ["its pages stored", f"{h['pages_stored']:,}", f"{h['pages_cap']:,}"],
+                ["real clicks / attributed by the report", f"{real['clicks']:,} / {real['attributed']:,}",
+                 "equal" if real["exact"] else "**not equal**"],
+                ["impressions list, most pages / KiB", f"{rd['list_len_max']:,} / {figure(rd['list_bytes_max'] / 1024, 0)}",
+                 ""],
+                ["attribution caught up after the run", f"{figure(c['caught_up_s_after_run'])} s"
+                 if c["caught_up"] else "**not within 180 s**", ""],
+                ["failed collector jobs", f"{c['failed_jobs']}", "0"]])]
+
+
 #: The page's sections in order: a benchmark's name, what it measures (from its module's docstring) and how its
 #: figures are shown.
 SECTIONS = {
@@ -284,4 +301,6 @@ SECTIONS = {
                    "A/A. The report's counts are checked against the simulation's own.", experiment),
     "abuse": ("One key floods `POST /events` with made-up user ids while real users post events and read feeds; "
               "then a storm of random bearer keys: what the limits let through, and what real users feel.", _abuse),
+    "hot_user": ("One key reads one user's feed at its full rate while real users read and click: every click "
+                 "attributed, the user's pages recorded within their cap, the collector never stuck.", _hot_user),
 }
