@@ -109,13 +109,23 @@ def enqueue_recovery(settings: Settings, r: redis.Redis, token: str, offset: int
         queue.enqueue_at(datetime.fromtimestamp(at, tz=timezone.utc), RECOVER, **kwargs)
 
 
+#: How long a collector's schedule flag outlives its job's time, should the job never start (a queue Redis that lost
+#: it): another is scheduled then.
+COLLECT_FLAG_SLACK = 60.0
+
+
 def schedule_collect(settings: Settings, r: redis.Redis, delay: float | None = None) -> bool:
     """Make sure a collector job (``collect_impressions``) runs ``delay`` seconds from now (default
-    ``PREFEED_IMPRESSIONS_COLLECT_INTERVAL``), unless one is already scheduled: a flag that lives until then keeps it
-    one at a time. True if this call scheduled it."""
+    ``PREFEED_IMPRESSIONS_COLLECT_INTERVAL``), unless one is already scheduled: a flag, dropped by the job as it
+    starts (``collect_started``), keeps it one at a time. True if this call scheduled it.
+
+    The job drops the flag rather than the flag expiring at the job's time: RQ keeps a scheduled time in whole
+    seconds, so a job may start up to a second early; a collection that then found the flag still set when it
+    scheduled its successor (events still waiting for attribution) would schedule none, and attribution would stop
+    until the next event."""
     delay = settings.impressions_collect_interval if delay is None else delay
     flag = Keys(settings.key_prefix).impressions_scheduled
-    if not r.set(flag, 1, nx=True, px=max(1, int(delay * 1000))):
+    if not r.set(flag, 1, nx=True, px=max(1, int((delay + COLLECT_FLAG_SLACK) * 1000))):
         return False
     try:
         make_queue(settings, r).enqueue_at(datetime.fromtimestamp(time.time() + delay, tz=timezone.utc), COLLECT,
@@ -124,6 +134,11 @@ def schedule_collect(settings: Settings, r: redis.Redis, delay: float | None = N
         r.delete(flag)
         raise
     return True
+
+
+def collect_started(settings: Settings, r: redis.Redis) -> None:
+    """A collector job has started: the next ``schedule_collect`` schedules another."""
+    r.delete(Keys(settings.key_prefix).impressions_scheduled)
 
 
 def backlog(settings: Settings, r: redis.Redis) -> dict:

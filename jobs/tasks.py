@@ -170,6 +170,7 @@ def collect_impressions() -> dict:
 
     pipeline = context.get()
     settings, r = pipeline.settings, context.queue_redis()
+    queues.collect_started(settings, r)
     done = collect(pipeline.engine, r, settings)
     if done is None:                    # another collection is running: it reschedules itself if needed
         queues.schedule_collect(settings, r)

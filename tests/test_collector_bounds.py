@@ -198,3 +198,16 @@ def test_a_key_reading_made_up_ids_changes_neither_the_sample_ratio_check_nor_th
     assert [a["users"] for a in after["arms"]] == [a["users"] for a in before["arms"]]
     assert (after["sample_ratio_p"], after["sample_ratio_flagged"], after["verdict"]) == \
         (before["sample_ratio_p"], before["sample_ratio_flagged"], before["verdict"])
+
+
+def test_a_collector_job_that_starts_early_still_schedules_the_next(own, r):
+    # given a collector job scheduled 5 s from now (RQ keeps the time in whole seconds: it may start a second early)
+    settings, _ = own
+    from jobs.queues import collect_started, schedule_collect
+
+    assert schedule_collect(settings, r, delay=5)
+    assert not schedule_collect(settings, r, delay=5)          # one at a time
+    # when the job starts, before the time it was scheduled for
+    collect_started(settings, r)
+    # then the collection can schedule its successor (events still wait for attribution): the chain goes on
+    assert schedule_collect(settings, r, delay=5)

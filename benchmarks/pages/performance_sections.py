@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from .figures import figure, interval, percent, table, times
+from .abuse_sections import abuse, hot_user
 from .quality_sections import ablation, experiment, protocols, served
 
 
@@ -227,41 +228,6 @@ def _hosts(res: dict) -> list[str]:
             f"({probe['items']:,} items) {figure(probe['init_s'])} s."]
 
 
-def _abuse(res: dict) -> list[str]:
-    o, f, real, k = res["offered_rate"], res["flood"], res["real"], res["keys"]
-    return [f"Offered: {o['flood_requests_per_s']:,} requests/s of {o['events_per_request']} made-up user ids from "
-            f"one key for {o['flood_seconds']} s (one core; {figure(f['achieved_per_s'], 0)} requests/s reached), "
-            f"{o['real_users']} real users posting {o['real_events_per_s']} events/s and reading as many feeds.", "",
-            *table(["", "result", "cap"], [
-                ["flood answered 202 / 429", f"{f['accepted']:,} / {f['refused_429']:,}", ""],
-                ["user rows added", f"{f['users_added']:,}", f"{f['users_cap']:,}"],
-                ["Redis bytes added", f"{f['redis_bytes_added']:,}", f"{f['redis_cap_bytes']:,}"],
-                *[[f"real users' event → fresh feed p99, without / with the flood ({db})",
-                   f"{figure(r['p99_ms_without'], 0)} / {figure(r['p99_ms_with'], 0)} ms",
-                   f"**{times(r['ratio'])}** (target 2×)"]
-                  for db, r in (("SQLite", real), ("PostgreSQL", res.get("postgresql", {}).get("real"))) if r]]),
-            "", f"Random bearer keys: {k['requests']:,} ({k['distinct_well_formed']:,} distinct well-formed): "
-            f"{k['queries_unknown']:,} database queries for the unknown ones, {k['queries_malformed']} for the "
-            "malformed ones."]
-
-
-def _hot_user(res: dict) -> list[str]:
-    h, real, rd, c = res["hot"], res["real"], res["redis"], res["collector"]
-    return [f"One key with the shipped limits read user {h['user']}'s feed for {res['config']['seconds']} s "
-            f"honouring 429 and Retry-After ({figure(h['served_per_s'], 0)} pages/s served); "
-            f"{real['users']} real users read and clicked beside it.", "",
-            *table(["", "result", "bound"], [
-                ["hot key answered 200 / 429", f"{h['served']:,} / {h['refused_429']:,}", ""],
-                ["its pages stored", f"{h['pages_stored']:,}", f"{h['pages_cap']:,}"],
-                ["real clicks / attributed by the report", f"{real['clicks']:,} / {real['attributed']:,}",
-                 "equal" if real["exact"] else "**not equal**"],
-                ["impressions list, most pages / KiB", f"{rd['list_len_max']:,} / {figure(rd['list_bytes_max'] / 1024, 0)}",
-                 ""],
-                ["attribution caught up after the run", f"{figure(c['caught_up_s_after_run'])} s"
-                 if c["caught_up"] else "**not within 180 s**", ""],
-                ["failed collector jobs", f"{c['failed_jobs']}", "0"]])]
-
-
 #: The page's sections in order: a benchmark's name, what it measures (from its module's docstring) and how its
 #: figures are shown.
 SECTIONS = {
@@ -300,7 +266,7 @@ SECTIONS = {
                    "users clicking what they chose on the pages they read; the ranker against `recent:1d`, and an "
                    "A/A. The report's counts are checked against the simulation's own.", experiment),
     "abuse": ("One key floods `POST /events` with made-up user ids while real users post events and read feeds; "
-              "then a storm of random bearer keys: what the limits let through, and what real users feel.", _abuse),
+              "then a storm of random bearer keys: what the limits let through, and what real users feel.", abuse),
     "hot_user": ("One key reads one user's feed at its full rate while real users read and click: every click "
-                 "attributed, the user's pages recorded within their cap, the collector never stuck.", _hot_user),
+                 "attributed, the user's pages recorded within their cap, the collector never stuck.", hot_user),
 }
