@@ -20,7 +20,7 @@ from jobs.queues import enqueue_batches, make_queue
 from precompute.data.history import load_histories
 from precompute.ranking import features, scoring
 from precompute.settings import Settings
-from precompute.ranking.pipeline import STAGES
+from precompute.pipeline.pipeline import STAGES
 
 from .lab.arm_costs import bundle_memory, per_arm_cost
 from .lab.results import median, table, write_result

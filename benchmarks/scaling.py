@@ -8,7 +8,7 @@ import dataclasses
 import time
 
 from precompute.settings import Settings
-from precompute.ranking.pipeline import STAGES, Pipeline
+from precompute.pipeline.pipeline import STAGES, Pipeline
 
 from .lab.results import RESULTS, table, write_result
 from .lab.world import make_world

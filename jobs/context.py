@@ -18,7 +18,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 from precompute.data.engine import make_engine
 from precompute.feeds.client import clients
-from precompute.ranking.pipeline import Pipeline
+from precompute.pipeline.pipeline import Pipeline
 from precompute.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from rq.results import Result
 
 from precompute.errors import ConfigError
 from precompute.metric_files import ProcessFiles
-from precompute.ranking.pipeline import STAGES, Pipeline
+from precompute.pipeline.pipeline import STAGES, Pipeline
 
 log = logging.getLogger("prefeed.jobs")
 

@@ -99,7 +99,7 @@ def local_rss_mib(hostname: str | None, pid: int | None) -> float | None:
 
 
 def bundles_status(engine, model_dir: Path, promoted: int | None) -> dict:
-    """The bundles a worker loads before fork and holds for its lifetime (``ranking/arms.py``): the promoted one,
+    """The bundles a worker loads before fork and holds for its lifetime (``pipeline/arms.py``): the promoted one,
     and every other one a running experiment's model arm names, each once, with the arms that use it and its size
     on disk (``model.cbm`` and ``covisit.npz``; the memory it takes in a worker is measured by ``python -m benchmarks
     precompute``, not here). ``extra``: the bundles beyond the promoted one."""

@@ -14,7 +14,7 @@ from precompute.errors import InvalidInput
 from precompute.feeds.dirty import DirtyUsers, NewUserPace
 from precompute.feeds.keys import Keys
 from precompute.feeds.refresh import FeedClocks
-from precompute.ranking.pipeline import STAGES
+from precompute.pipeline.pipeline import STAGES
 
 from . import context, queues
 

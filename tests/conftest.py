@@ -24,7 +24,7 @@ from precompute.data import api_keys, bulk, engine as db, synthetic
 from precompute.learning import train as training
 from precompute.ranking import bundle
 from precompute.settings import Settings, normalize_database_url
-from precompute.ranking.pipeline import Pipeline
+from precompute.pipeline.pipeline import Pipeline
 from precompute.feeds.client import redis_client
 
 ROOT = Path(__file__).resolve().parent.parent

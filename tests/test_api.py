@@ -332,7 +332,7 @@ def test_scores_in_the_feed_are_finite_numbers(client, pipeline, user_id):
 
 def test_fallback_interleaves_the_users_top_categories_then_global_popular(client, settings, world, r, admin,
                                                                           new_user_ids):
-    from precompute.ranking.pipeline import Pipeline
+    from precompute.pipeline.pipeline import Pipeline
 
     # given a worker published popular lists shorter than every category's active items and the catalogue's
     small = dataclasses.replace(settings, category_popular=4, global_popular=6)

@@ -15,7 +15,7 @@ from precompute.experiments import registry
 from precompute.feeds.codec import NO_ARM
 from precompute.learning.fit import fit_ranker
 from precompute.ranking import bundle
-from precompute.ranking.pipeline import Pipeline
+from precompute.pipeline.pipeline import Pipeline
 from tests.conftest import own_database, with_key
 
 N_USERS = 300

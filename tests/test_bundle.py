@@ -135,7 +135,7 @@ def test_a_bundle_recording_another_dtype_is_refused(settings, world):
 def test_a_bundle_trained_with_other_attributes_or_event_types_is_refused(settings, world, r, change):
     import dataclasses
 
-    from precompute.ranking.pipeline import Pipeline
+    from precompute.pipeline.pipeline import Pipeline
 
     # given today's bundle, trained with the synthetic world's three attributes and four event types
     # when a worker declares other attributes or one more event type

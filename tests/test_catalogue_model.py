@@ -18,7 +18,7 @@ from precompute.learning.fit import fit_ranker
 from precompute.ranking import bundle, candidates, features, scoring
 from precompute.ranking.covisit import index_for
 from precompute.ranking.item_loader import load_item_table
-from precompute.ranking.pipeline import Pipeline
+from precompute.pipeline.pipeline import Pipeline
 from tests.conftest import own_database, with_key
 
 BIG = 2**62 + 5                     # a category id near 2**62

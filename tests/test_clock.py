@@ -13,7 +13,7 @@ from precompute.data.log import load_events
 from precompute.learning import periods
 from precompute.ranking.covisit import index_for
 from precompute.ranking.item_loader import load_item_table
-from precompute.ranking.pipeline import Pipeline
+from precompute.pipeline.pipeline import Pipeline
 from precompute.units import DAY
 
 

@@ -250,7 +250,7 @@ def own_redis(tmp_path):
 @pytest.mark.timeout(300)
 def test_redis_going_away_gives_503s_and_everything_recovers(own_redis, settings, world, new_user_ids):
     from api import create_app
-    from precompute.ranking.pipeline import Pipeline
+    from precompute.pipeline.pipeline import Pipeline
     from precompute.feeds.client import redis_client
 
     server, port = own_redis

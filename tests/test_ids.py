@@ -15,7 +15,7 @@ from api.services import services
 from precompute.data import bulk, engine as db, synthetic
 from precompute.learning.fit import fit_ranker
 from precompute.ranking import bundle
-from precompute.ranking.pipeline import Pipeline
+from precompute.pipeline.pipeline import Pipeline
 from tests.conftest import own_database, with_key
 
 BASE = 2**62                  # item ids BASE + 3k and BASE + 3k + 1 differ by less than a double's spacing there

@@ -99,12 +99,39 @@ def test_no_circle_of_imports_type_only_ones_included():
     assert circles(graph()) == []
 
 
+def folders(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The import graph between folders: ``precompute``'s sub-folders (``precompute.ranking``), else the top
+    package (``api``); a module at ``precompute``'s root is a folder of its own."""
+    def folder(name: str) -> str:
+        parts = name.split(".")
+        return ".".join(parts[:2]) if parts[0] == "precompute" and len(parts) > 2 else ".".join(parts[:2]) \
+            if parts[0] == "precompute" else parts[0]
+
+    out: dict[str, set[str]] = {}
+    for name, deps in edges.items():
+        out.setdefault(folder(name), set()).update(folder(d) for d in deps)
+    return {f: deps - {f} for f, deps in out.items()}
+
+
+def test_the_folder_graph_sees_two_folders_that_import_each_other():
+    # given modules of two folders that import each other, through different modules
+    edges = {"precompute.a.x": {"precompute.b.y"}, "precompute.b.z": {"precompute.a.w"}, "precompute.a.w": set(),
+             "precompute.b.y": set()}
+    # then the module graph has no circle, and the folders' graph has one
+    assert circles(edges) == [] and circles(folders(edges)) == [["precompute.a", "precompute.b"]]
+
+
+def test_no_folder_imports_a_folder_that_imports_it():
+    assert circles(folders(graph())) == []
+
+
 def test_ranking_imports_nothing_of_learning():
     # what a worker needs to rank a user never reaches for training or evaluation code
     edges = graph()
     reached = {m: sorted(n for n in deps if n.startswith("precompute.learning"))
                for m, deps in edges.items() if m.startswith(("precompute.ranking", "precompute.feeds",
-                                                               "precompute.data", "jobs", "api"))}
+                                                               "precompute.data", "precompute.pipeline",
+                                                               "precompute.experiments", "jobs", "api"))}
     assert {m: v for m, v in reached.items() if v} == {}
 
 

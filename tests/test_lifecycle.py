@@ -16,7 +16,7 @@ import pytest
 from precompute.data import bulk, engine as db
 from precompute.data.synthetic import Marketplace
 from precompute.ranking import bundle
-from precompute.ranking.pipeline import Pipeline
+from precompute.pipeline.pipeline import Pipeline
 from precompute.units import DAY
 
 from tests.conftest import every_user_with_history, manage

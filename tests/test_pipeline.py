@@ -16,7 +16,7 @@ from precompute.data.log import load_events
 from precompute.learning import periods
 from precompute.ranking import candidates, covisit, features, popularity
 from precompute.ranking.item_loader import load_item_table
-from precompute.ranking.pipeline import STAGES
+from precompute.pipeline.pipeline import STAGES
 from precompute.units import DAY
 from tests import reference
 
@@ -302,7 +302,7 @@ def test_new_items_reach_candidates_and_feeds_once_the_item_matrices_reload(sett
     from sqlalchemy import delete, insert
 
     from precompute.data.tables import Event, ItemCategory
-    from precompute.ranking.pipeline import Pipeline
+    from precompute.pipeline.pipeline import Pipeline
 
     # given a worker's pipeline whose popular lists are shorter than the catalogue, reading the whole log every 2 s
     # (the purchases below are dated at the matrices' clock: an incremental reload would count them in the
@@ -359,7 +359,7 @@ def test_wall_clock_reloads_carry_the_item_matrices_forward_and_a_full_reload_re
     from sqlalchemy import delete
 
     from precompute.data.tables import Event
-    from precompute.ranking.pipeline import Pipeline
+    from precompute.pipeline.pipeline import Pipeline
 
     # given a worker's pipeline reloading every second of wall time, and reading the whole log every 3 s
     s = dataclasses.replace(settings, item_table_max_age=1, item_table_full_reload=3)
@@ -395,7 +395,7 @@ def test_wall_clock_reloads_carry_the_item_matrices_forward_and_a_full_reload_re
 
 
 def test_the_item_matrices_reload_once_the_logs_clock_moves_past_their_max_age(settings, world, r, new_user_ids):
-    from precompute.ranking.pipeline import Pipeline
+    from precompute.pipeline.pipeline import Pipeline
 
     # given a worker's pipeline loaded at the log's clock, reloading every 300 s (of wall time or of the log's)
     s = dataclasses.replace(settings, item_table_max_age=300)

@@ -13,7 +13,7 @@ from precompute.learning import replay
 from precompute.learning.activity import Activity
 from precompute.ranking import candidates
 from precompute.ranking.item_loader import load_item_table
-from precompute.ranking.pipeline import Pipeline
+from precompute.pipeline.pipeline import Pipeline
 from precompute.learning.steps import ByUser, Steps, find
 from precompute.units import DAY, HOUR
 from tests.conftest import own_database

@@ -10,7 +10,7 @@ from sqlalchemy import select, text, update
 from precompute.data import bulk, engine as db, history, seen, synthetic
 from precompute.data.tables import User
 from precompute.data.recording import NewEvent, record
-from precompute.ranking.pipeline import Pipeline
+from precompute.pipeline.pipeline import Pipeline
 from precompute.units import DAY, HOUR
 
 

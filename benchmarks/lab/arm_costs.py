@@ -1,5 +1,5 @@
 """What an experiment's arms cost a worker: the precompute time per user in each kind of arm, and the resident
-memory each extra model-arm bundle adds to a worker (``precompute/ranking/arms.py``: a worker loads every running
+memory each extra model-arm bundle adds to a worker (``precompute/pipeline/arms.py``: a worker loads every running
 model arm's bundle before fork, beside the promoted one).
 
 Time: two pipelines in one process, on one world: ``plain``, loaded with no experiment (every user ranked by the
@@ -27,7 +27,7 @@ from precompute.feeds.client import redis_client
 from precompute.learning.fit import fit_ranker
 from precompute.ranking import bundle
 from precompute.ranking.layout import for_settings
-from precompute.ranking.pipeline import STAGES, Pipeline
+from precompute.pipeline.pipeline import STAGES, Pipeline
 
 from .results import median
 from .world import ROOT

@@ -11,7 +11,7 @@ from flask import Flask, Response
 from precompute.settings import Settings
 from precompute.data.engine import make_engine
 from precompute.data.history import load_histories
-from precompute.ranking.pipeline import STAGES, Pipeline
+from precompute.pipeline.pipeline import STAGES, Pipeline
 from precompute.feeds.client import redis_client
 
 

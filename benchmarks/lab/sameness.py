@@ -70,7 +70,7 @@ def snapshot(root: Path, out: Path) -> None:
     from precompute.learning.evaluate import evaluate
     from precompute.feeds.client import redis_client
     from precompute.feeds.codec import decode
-    from precompute.ranking.pipeline import STAGES, Pipeline
+    from precompute.pipeline.pipeline import STAGES, Pipeline
 
     server = start_valkey()
     try:

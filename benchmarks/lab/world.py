@@ -55,7 +55,7 @@ class World:
 
     def pipeline(self):
         """A loaded precompute pipeline on this world's database and Redis."""
-        from precompute.ranking.pipeline import Pipeline
+        from precompute.pipeline.pipeline import Pipeline
         from precompute.feeds.client import redis_client
 
         pipeline = Pipeline(self.settings, self.engine, redis_client(self.settings.feed_url))

@@ -1,5 +1,5 @@
 """The ranker as a method: trained on the pre-cut log only, then ranked at the cut through the code the workers
-run (``ranking/pipeline.py``): histories read at the cut, ``candidates.for_batch``, ``features.build``,
+run (``pipeline/pipeline.py``): histories read at the cut, ``candidates.for_batch``, ``features.build``,
 ``scoring.score``, ``arrays.top_desc_grouped``, with the co-visitation index of the pre-cut log (what the model was
 trained with, and what the baselines use).
 

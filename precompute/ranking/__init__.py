@@ -1,2 +1,2 @@
-"""Ranking: item matrices, co-visitation, candidates, features, the CatBoost ranker, model bundles, and the
-``Pipeline`` that reads histories from ``data`` and writes ranked feeds through ``feeds``."""
+"""Ranking: item matrices, co-visitation, candidates, features, the CatBoost ranker, model bundles and the simple
+methods; nothing of experiments (``precompute/pipeline/`` glues both)."""

@@ -21,15 +21,15 @@ from ..errors import BundleError
 from ..feeds.codec import encode_many
 from ..feeds.store import FeedStore
 from ..settings import Settings
-from . import bundle as bundles
+from ..ranking import bundle as bundles
+from ..ranking import candidates, features, methods, scoring
+from ..ranking.arrays import top_desc_grouped
+from ..ranking.covisit import CoVisit, index_for
+from ..ranking.item_loader import load_item_table
+from ..ranking.item_table import ItemTable
+from ..ranking.layout import for_settings
+from ..ranking.workspace import Workspace
 from . import arms as experiment_arms
-from . import candidates, features, scoring
-from .arrays import top_desc_grouped
-from .covisit import CoVisit, index_for
-from .item_loader import load_item_table
-from .item_table import ItemTable
-from .layout import for_settings
-from .workspace import Workspace
 
 log = logging.getLogger(__name__)
 STAGES = ("history", "candidates", "features", "model", "store")
@@ -227,7 +227,7 @@ class Pipeline:
             rows, n, kept = cand.rows[top], len(scores), scores[top]
         else:
             t0 = time.perf_counter()
-            rows, kept, offsets = experiment_arms.by_method(kind, arg, self.items, self.cov, part, self.settings)
+            rows, kept, offsets = methods.by_method(kind, arg, self.items, self.cov, part, self.settings)
             version, n = 0, 0
             seconds["candidates"] += time.perf_counter() - t0
             t0 = time.perf_counter()
