@@ -43,7 +43,7 @@ def run(quick: bool = False) -> dict:
 
         def variant(**changes) -> Pipeline:
             p = Pipeline(dataclasses.replace(world.settings, **changes.pop("settings", {})), world.engine, r)
-            p.items, p.cov, p.bundle = base.items, base.cov, changes.get("bundle", base.bundle)
+            p.items, p.index, p.bundle = base.items, base.index, changes.get("bundle", base.bundle)
             return p
 
         by_users = [rebuild(base, n) for n in cfg["user_steps"]]

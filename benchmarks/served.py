@@ -25,7 +25,7 @@ import numpy as np
 from precompute.data.log import load_events
 from precompute.learning import bootstrap, replay
 from precompute.learning.split import cut_time
-from precompute.ranking import covisit
+from precompute.ranking import source_index
 from precompute.ranking.item_loader import load_item_table
 from precompute.learning.steps import find
 
@@ -46,13 +46,13 @@ def run(quick: bool = False) -> dict:
         with Product(source, source_settings, events, cut, cfg) as product:
             # The judged users and steps, and what the replay protocol says of them, with the product's model.
             items = load_item_table(source, product.settings, as_of=cut)
-            cov = covisit.index_for(items, product.trained.pairs)
+            index = source_index.for_items(items, product.trained.pairs)
             steps = find(events, items, cut, float("inf"), cfg["steps"])
             who = steps.users()
             if len(who) > cfg["users"]:
                 who = np.sort(np.random.default_rng(0).choice(who, size=cfg["users"], replace=False))
             detail: dict = {}
-            judged = replay.judge_replay(items, cov, events, cut, product.trained.model, product.settings,
+            judged = replay.judge_replay(items, index, events, cut, product.trained.model, product.settings,
                                          n_steps=cfg["steps"], only=who, k=cfg["k"], detail=detail)
             steps = detail["steps"]
             t0 = time.perf_counter()

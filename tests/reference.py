@@ -22,7 +22,7 @@ def weight_of(items, t) -> float:
     return float(items.type_weights[t]) if 0 <= t < len(items.type_weights) else 0.0
 
 
-def candidates_of(settings, items, cov, rows, types, seen: set[int]) -> dict[int, tuple[float, int, int]]:
+def candidates_of(settings, items, index, rows, types, seen: set[int]) -> dict[int, tuple[float, int, int]]:
     """``{item row: (co-visitation score, count, score from the newest item, source bits, kNN score, latent
     score)}`` of one user,
     uncapped; ``seen``:
@@ -33,6 +33,7 @@ def candidates_of(settings, items, cov, rows, types, seen: set[int]) -> dict[int
         if r not in recent:
             recent.append(r)
     score, count, last, flags = {}, {}, {}, {}
+    cov, knn = index.covisit, index.knn
     for i, r in enumerate(recent[: settings.covisit_recent_items]):
         for j in range(cov.indptr[r], cov.indptr[r + 1]):
             n = int(cov.nbr[j])
@@ -45,8 +46,8 @@ def candidates_of(settings, items, cov, rows, types, seen: set[int]) -> dict[int
     # not co-visited ones are candidates of their own, ties by row
     near = {}
     for r in recent:
-        for j in range(cov.knn.indptr[r], cov.knn.indptr[r + 1]):
-            near[int(cov.knn.nbr[j])] = near.get(int(cov.knn.nbr[j]), 0.0) + cov.knn.weight[j]
+        for j in range(knn.indptr[r], knn.indptr[r + 1]):
+            near[int(knn.nbr[j])] = near.get(int(knn.nbr[j]), 0.0) + knn.weight[j]
     close = sorted((n for n in near if items.active[n] and n not in seen and n not in score),
                    key=lambda n: (-near[n], n))[: settings.knn_candidates]
     for n in close:
@@ -54,9 +55,10 @@ def candidates_of(settings, items, cov, rows, types, seen: set[int]) -> dict[int
     # the latent model: the history's distinct items' factors summed, dotted with each item's; the best active,
     # unseen ones with a positive score are candidates, ties by row
     factor = {}
-    if cov.latent is not None:
-        vector = [sum(float(cov.latent[r, d]) for r in recent) for d in range(cov.latent.shape[1])]
-        factor = {n: sum(a * float(b) for a, b in zip(vector, cov.latent[n])) for n in range(len(items))}
+    if index.latent is not None:
+        v = index.latent.factors
+        vector = [sum(float(v[r, d]) for r in recent) for d in range(v.shape[1])]
+        factor = {n: sum(a * float(b) for a, b in zip(vector, v[n])) for n in range(len(items))}
         # (compared at latent.DECIMALS: items with the same users tie, and go by row)
         near9 = {n: round(v, latent.DECIMALS) for n, v in factor.items()}
         best = sorted((n for n in factor if items.active[n] and n not in seen and near9[n] > 0),
@@ -163,7 +165,7 @@ def item_features(items, now: float) -> list[dict[str, float]]:
     return out
 
 
-def feature_rows(settings, items, cov, rows, types, ts, now: float, per_item,
+def feature_rows(settings, items, index, rows, types, ts, now: float, per_item,
                  seen: set[int]) -> dict[int, dict[str, float]]:
     """``{candidate row: {feature name: value}}`` of one user whose history (oldest first) is ``rows`` (item rows,
     -1 unknown), ``types`` and ``ts``; ``per_item`` is ``item_features(items, now)``."""
@@ -199,7 +201,7 @@ def feature_rows(settings, items, cov, rows, types, ts, now: float, per_item,
     pop = [per_item[r]["item_log_pop_rank"] for r, _, _ in known]
     pop_mean = sum(pop) / len(pop) if pop else NAN
     history = {r for r, _, _ in known}
-    cand = candidates_of(settings, items, cov, rows, types, seen)
+    cand = candidates_of(settings, items, index, rows, types, seen)
     best = max((c[0] for c in cand.values()), default=0.0)
     out = {}
     for r, (score, count, last_score, flags, near, factor) in cand.items():

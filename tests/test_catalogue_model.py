@@ -16,7 +16,7 @@ from precompute.data.history import histories_from_arrays
 from precompute.data.tables import Event, Item, ItemAttribute, ItemCategory, User
 from precompute.learning.fit import fit_ranker
 from precompute.ranking import bundle, candidates, features, scoring
-from precompute.ranking.covisit import index_for
+from precompute.ranking.source_index import for_items
 from precompute.ranking.item_loader import load_item_table
 from precompute.pipeline.pipeline import Pipeline
 from tests.conftest import own_database, with_key
@@ -53,7 +53,7 @@ def batch(items, settings, events, users):
     ev = [np.array(col) for col in zip(*events)]
     hist = histories_from_arrays(np.array(users), ev[0], ev[1], ev[2], ev[3].astype(float), items, settings,
                                  clock=NOW)
-    return hist, candidates.for_batch(items, index_for(items, NO_PAIRS), hist, settings)
+    return hist, candidates.for_batch(items, for_items(items, NO_PAIRS), hist, settings)
 
 
 def test_an_item_in_two_categories_is_on_both_lists_and_a_candidate_through_either(settings, own_url):

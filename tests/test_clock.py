@@ -11,7 +11,7 @@ from sqlalchemy import text
 from precompute.data.history import load_histories
 from precompute.data.log import load_events
 from precompute.learning import periods
-from precompute.ranking.covisit import index_for
+from precompute.ranking.source_index import for_items
 from precompute.ranking.item_loader import load_item_table
 from precompute.pipeline.pipeline import Pipeline
 from precompute.units import DAY
@@ -33,8 +33,8 @@ def test_precompute_builds_the_feature_rows_training_builds_at_the_same_clock(se
     items_t = load_item_table(world.engine, s, as_of=clock)
     pipeline = Pipeline(s, world.engine, r)
     pipeline.load()
-    cov_t = index_for(items_t, pipeline.bundle.pairs)
-    _, cand_t, X_t = periods.feature_rows(items_t, cov_t, load_events(world.engine, clock), np.array(users),
+    index_t = for_items(items_t, pipeline.bundle.pairs)
+    _, cand_t, X_t = periods.feature_rows(items_t, index_t, load_events(world.engine, clock), np.array(users),
                                          clock, s)
     # ... and precompute's path reads the batch from the database and builds them at the clock it reads
     hist = load_histories(world.engine, users, pipeline.items, s)

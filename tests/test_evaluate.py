@@ -19,7 +19,7 @@ from precompute.learning import baselines, bootstrap, evaluate, metrics, ranker_
 from precompute.learning.fit import fit_ranker
 from precompute.learning.lists import Ranked
 from precompute.learning.split import Truth, cut_time, split_log
-from precompute.ranking import covisit
+from precompute.ranking import covisit, source_index
 from precompute.ranking.item_loader import load_item_table
 from precompute.units import DAY, HOUR
 from tests.conftest import ROOT, manage, own_database
@@ -151,7 +151,7 @@ def test_covisit_beats_popular_when_users_go_on_to_the_co_visited_item(own, tmp_
     user, item, type_, ts = split.pre.user, split.pre.item, split.pre.type, split.pre.ts
     pairs = covisit.build_pairs(user, item, ts, s.covisit_window, s.session_gap, s.covisit_neighbours,
                                 covisit.event_factors(type_, s))
-    ranked = baselines.rank_all(split, items, covisit.index_for(items, pairs), s, 100)
+    ranked = baselines.rank_all(split, items, source_index.for_items(items, pairs), s, 100)
     got = {name: metrics.summarize(split.truth, r, 10, int(items.active.sum())) for name, r in ranked.items()}
     # then co-visitation puts each user's b first, popularity puts item 1 first: co-visitation wins
     assert got["covisit"]["ndcg"] == pytest.approx(1.0)
@@ -172,10 +172,10 @@ def test_no_method_lists_an_item_the_user_had_before_the_cut(world):
     user, item, type_, ts = split.pre.user, split.pre.item, split.pre.type, split.pre.ts
     pairs = covisit.build_pairs(user, item, ts, s.covisit_window, s.session_gap, s.covisit_neighbours,
                                 covisit.event_factors(type_, s))
-    cov = covisit.index_for(items, pairs)
-    ranked = baselines.rank_all(split, items, cov, s, 100)
+    index = source_index.for_items(items, pairs)
+    ranked = baselines.rank_all(split, items, index, s, 100)
     ranked["ranker"] = ranker_lists.rank(fit_ranker(world.engine, s, iterations=20, events=split.pre).model, split,
-                                        items, cov, s, 100)
+                                        items, index, s, 100)
     # then no list of any method holds an item its user interacted with before the cut, and the ranker ranks
     for name, r in ranked.items():
         for u in range(len(split.users)):

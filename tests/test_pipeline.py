@@ -14,7 +14,7 @@ from precompute.data.tables import Item, User
 from precompute.data.recording import NewEvent, record
 from precompute.data.log import load_events
 from precompute.learning import periods
-from precompute.ranking import candidates, covisit, features, popularity
+from precompute.ranking import candidates, features, latent, popularity
 from precompute.ranking.item_loader import load_item_table
 from precompute.pipeline.pipeline import STAGES
 from precompute.units import DAY
@@ -78,20 +78,19 @@ def test_candidates_match_a_plain_python_reference(pipeline, world, own_users, n
     # given a batch of users with histories and one without (a user who does not exist)
     batch = [*own_users(3), *new_user_ids(1)]
     hist = histories(pipeline, batch)
-    cov = pipeline.cov
+    index = pipeline.index
     if factorless:
         # and a latent model in which every third item has no factor (nobody interacted with it before the fit):
         # the batch product leaves those out, and the rest must still be found by item row
-        cov = dataclasses.replace(cov)
-        factors = cov.latent.copy()
+        factors = index.latent.factors.copy()
         factors[::3] = 0.0
-        covisit.attach_latent(cov, factors)
+        index = dataclasses.replace(index, latent=latent.LatentIndex.of(factors))
     # when candidates are generated without a cap
     uncapped = dataclasses.replace(pipeline.settings, max_candidates=10**9)
-    cand = candidates.for_batch(pipeline.items, cov, hist, uncapped)
+    cand = candidates.for_batch(pipeline.items, index, hist, uncapped)
     for k in range(len(batch)):
         a, b = hist.offsets[k], hist.offsets[k + 1]
-        want = reference.candidates_of(pipeline.settings, pipeline.items, cov, hist.item_rows[a:b],
+        want = reference.candidates_of(pipeline.settings, pipeline.items, index, hist.item_rows[a:b],
                                        hist.types[a:b], seen_in_window(pipeline, batch[k]))
         lo, hi = cand.offsets[k], cand.offsets[k + 1]
         got = {int(r): (s, c, s0, f, kn, lt) for r, s, c, s0, f, kn, lt in zip(
@@ -113,7 +112,7 @@ def test_candidates_match_a_plain_python_reference(pipeline, world, own_users, n
     hot = set(full[(cand.flags[: cand.offsets[1]] & recent) > 0].tolist()) - covisited
     assert hot, "the test world has items interacted with in the last day"
     cap = len(covisited) + len(hot) + 100
-    capped = candidates.for_batch(pipeline.items, cov, hist.slice(0, 1),
+    capped = candidates.for_batch(pipeline.items, index, hist.slice(0, 1),
                                   dataclasses.replace(pipeline.settings, max_candidates=cap))
     kept = set(capped.rows.tolist())
     assert len(kept) == len(capped.rows) == cap and covisited | hot < kept < set(full.tolist())
@@ -137,7 +136,7 @@ def test_every_feature_column_matches_a_plain_python_reference(pipeline, world, 
     per_item = reference.item_features(pipeline.items, now)
     for k in range(len(batch)):
         a, b = hist.offsets[k], hist.offsets[k + 1]
-        want = reference.feature_rows(pipeline.settings, pipeline.items, pipeline.cov, hist.item_rows[a:b],
+        want = reference.feature_rows(pipeline.settings, pipeline.items, pipeline.index, hist.item_rows[a:b],
                                       hist.types[a:b], hist.ts[a:b], now, per_item,
                                       seen_in_window(pipeline, batch[k]))
         rows = cand.rows[cand.offsets[k]: cand.offsets[k + 1]].tolist()
@@ -153,7 +152,7 @@ def test_training_and_precompute_build_identical_feature_rows(pipeline, world, u
     # given the same user, history and clock, through training's path (in-memory log) and precompute's (SQL)
     now = time.time()
     events = load_events(world.engine)
-    _, cand_t, X_t = periods.feature_rows(pipeline.items, pipeline.cov, events, np.array([user_id]), now,
+    _, cand_t, X_t = periods.feature_rows(pipeline.items, pipeline.index, events, np.array([user_id]), now,
                                          pipeline.settings)
     hist = histories(pipeline, [user_id])
     cand_s = pipeline.candidates(hist)

@@ -25,13 +25,13 @@ def own_url(tmp_path_factory):
     yield from own_database(tmp_path_factory, "replay")
 
 
-def replayed(items, cov, events, step: Steps, model, settings, n: int) -> list[int]:
+def replayed(items, index, events, step: Steps, model, settings, n: int) -> list[int]:
     """The ids a replay ranks for one step, through the evaluation's own code (``replay.rank``), at its feed
     clock."""
     hist = ByUser(events).histories(step, items, settings)
     live = Activity(items, events.ts, events.item, events.type).live(
         step.feed_clock, candidates.recent_lengths(settings), step.feed_known)
-    cand, top, offsets = replay.rank(items, cov, hist, step.feed_clock, live, model, settings, n)
+    cand, top, offsets = replay.rank(items, index, hist, step.feed_clock, live, model, settings, n)
     return items.ids[cand.rows[top]].tolist()
 
 
@@ -45,7 +45,7 @@ def test_a_replayed_step_ranks_what_a_worker_stores_for_the_same_history_and_clo
     step = Steps(user=np.array([user_id]), ts=np.array([clock + 1.0]), clock=np.array([clock]),
                  known=np.array([len(events)]), offsets=np.array([0, 1]), rows=np.array([0]),
                  rel=np.array([1.0]))
-    got = replayed(items, pipeline.cov, events, step, pipeline.bundle.model, s, s.feed_length)
+    got = replayed(items, pipeline.index, events, step, pipeline.bundle.model, s, s.feed_length)
     # then its list is, item by item, the feed the worker computes and stores for that user
     pipeline.recompute([user_id])
     assert got == pipeline.store.read(user_id).items.tolist() and len(got) > 100
@@ -98,8 +98,8 @@ def test_three_replayed_steps_are_the_feeds_a_worker_serves_before_each(world, s
         served.append(pipeline.store.read(7).items[:10].tolist())
         # then the replay of that step, through the evaluation's code with the table of its feed clock, lists the
         # same ten items in the same order
-        cov = pipeline.cov
-        assert replayed(table, cov, events, steps.take(np.array([k])), model, s, 10) == served[k]
+        index = pipeline.index
+        assert replayed(table, index, events, steps.take(np.array([k])), model, s, 10) == served[k]
         # (while the crowd kept moving: the next steps' clocks are hours after their feed's)
         assert k == 0 or steps.clock[k] - steps.feed_clock[k] > HOUR
     # and what the user did moves the feed: an item of a step is never served after it

@@ -12,8 +12,8 @@
 - ``item_knn``: cosine item-kNN over the binary pre-cut user × item matrix (1 = any interaction of positive type
   weight): score(u, j) = Σ_{i ∈ I_u} cos(i, j), computed per batch as (X_u · Xnᵀ) · Xn with Xn the column-normalised
   matrix, so no item × item matrix is ever formed.
-- ``latent``: the latent model fitted on the pre-cut log (``ranking/latent.py``, carried by ``cov``): the user's
-  vector is the sum of their pre-cut items' factors; empty lists when no latent model was fitted.
+- ``latent``: the latent model fitted on the pre-cut log (``ranking/latent.py``, carried by the source index): the
+  user's vector is the sum of their pre-cut items' factors; empty lists when no latent model was fitted.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from scipy import sparse
 from ..data.history import histories_from_arrays
 from ..data.log import EventLog
 from ..ranking import candidates
-from ..ranking.covisit import CoVisit
 from ..ranking.item_table import ItemTable
+from ..ranking.source_index import SourceIndex
 from ..settings import Settings
 from ..units import DAY
 from .lists import Collector, Ranked, batches, from_dense, from_order, from_sparse
@@ -103,14 +103,14 @@ def category_popular(split: Split, items: ItemTable, n: int) -> Ranked:
     return out.ranked()
 
 
-def covisit(split: Split, items: ItemTable, cov: CoVisit, settings: Settings, n: int) -> Ranked:
+def covisit(split: Split, items: ItemTable, index: SourceIndex, settings: Settings, n: int) -> Ranked:
     out = Collector()
     for a, b in batches(split, BATCH * 2):
         ev = split.events_of(a, b)
         hist = histories_from_arrays(split.users[a:b], ev.user, ev.item, ev.type, ev.ts, items, settings,
                                      clock=split.cut)
         recent, owner, rank = candidates.recent_items(hist, settings.covisit_recent_items)
-        rows, w, per_recent = cov.gather(recent, settings.recency_decay ** rank)
+        rows, w, per_recent = index.covisit.gather(recent, settings.recency_decay ** rank)
         from_sparse(split, np.repeat(owner, per_recent), rows, w, items.active, a, b, n, out)
     return out.ranked()
 
@@ -132,8 +132,8 @@ def item_knn(split: Split, items: ItemTable, n: int) -> Ranked:
     return out.ranked()
 
 
-def latent(split: Split, items: ItemTable, cov: CoVisit, n: int) -> Ranked:
-    factors = cov.latent if cov.latent is not None else np.zeros((len(items), 1), dtype=np.float32)
+def latent(split: Split, items: ItemTable, index: SourceIndex, n: int) -> Ranked:
+    factors = index.latent.factors if index.latent is not None else np.zeros((len(items), 1), dtype=np.float32)
     users = np.unique(split.pre.user)
     x = user_item_matrix(split, items, users, weighted=False)
     at = np.searchsorted(users, split.users)
@@ -144,16 +144,16 @@ def latent(split: Split, items: ItemTable, cov: CoVisit, n: int) -> Ranked:
     return out.ranked()
 
 
-def rank_all(split: Split, items: ItemTable, cov: CoVisit, settings: Settings, n: int, *, recent_days: float = 7.0,
-             progress: Callable[[str], None] = lambda msg: None) -> dict[str, Ranked]:
+def rank_all(split: Split, items: ItemTable, index: SourceIndex, settings: Settings, n: int, *,
+             recent_days: float = 7.0, progress: Callable[[str], None] = lambda msg: None) -> dict[str, Ranked]:
     """Every baseline's top-``n`` lists of the judged users of ``split``, by name (``BASELINES`` order)."""
     methods = {
         "popular": lambda: popular(split, items, n),
         "recent_popular": lambda: recent_popular(split, items, n, recent_days),
         "category_popular": lambda: category_popular(split, items, n),
-        "covisit": lambda: covisit(split, items, cov, settings, n),
+        "covisit": lambda: covisit(split, items, index, settings, n),
         "item_knn": lambda: item_knn(split, items, n),
-        "latent": lambda: latent(split, items, cov, n),
+        "latent": lambda: latent(split, items, index, n),
     }
     ranked = {}
     for name, method in methods.items():

@@ -18,10 +18,9 @@ from sqlalchemy import Engine
 from ..data.log import EventLog, load_events
 from ..errors import InvalidInput
 from ..progress import indented
-from ..ranking import covisit
-from ..ranking.covisit import CoVisit
 from ..ranking.item_loader import load_item_table
 from ..ranking.item_table import ItemTable
+from ..ranking.source_index import SourceIndex, for_items
 from ..settings import Settings
 from . import baselines, bootstrap, metrics, periods, ranker_lists, replay
 from .fit import fit_ranker
@@ -62,19 +61,19 @@ class Evaluation:
 
 @dataclasses.dataclass
 class Scene:
-    """What every method ranks from at a cut: the split, the item table and the co-visitation index as of it."""
+    """What every method ranks from at a cut: the split, the item table and the fitted sources as of it."""
 
     split: Split
     items: ItemTable
-    cov: CoVisit
+    index: SourceIndex
 
 
 def scene(engine: Engine, settings: Settings, events: EventLog, cut: float, *, users: int | None = None,
           seed: int = 0, exclude: np.ndarray | None = None, known: Period | None = None,
           progress: Callable[[str], None] = lambda msg: None) -> Scene:
-    """The split of ``events`` at ``cut`` with the item table and co-visitation known at it; refuses a split with
+    """The split of ``events`` at ``cut`` with the item table and fitted sources known at it; refuses a split with
     nobody to judge. ``users``: judge a seeded random sample of that many; ``exclude``: user ids not judged;
-    ``known``: training's period at this cut, whose item table and co-visitation are reused (both are built from
+    ``known``: training's period at this cut, whose item table and source index are reused (both are built from
     the log up to the cut with the same settings)."""
     items = load_item_table(engine, settings, as_of=cut) if known is None else known.items
     split = split_log(events, cut, items, users=users, seed=seed, exclude=exclude)
@@ -84,10 +83,9 @@ def scene(engine: Engine, settings: Settings, events: EventLog, cut: float, *, u
     progress(f"time split at {cut:.0f}: {split.n_before} events before, {split.n_after} after; "
              f"{len(split.users)} users judged")
     if known is not None:
-        return Scene(split=split, items=items, cov=known.cov)
+        return Scene(split=split, items=items, index=known.index)
     progress("building co-visitation and item-kNN neighbours from the pre-cut log")
-    return Scene(split=split, items=items, cov=covisit.index_for(items, periods.pairs(split.pre, slice(None),
-                                                                                      settings)))
+    return Scene(split=split, items=items, index=for_items(items, periods.pairs(split.pre, slice(None), settings)))
 
 
 def judge_static(at: Scene, settings: Settings, ranker_model, *, k: int = 10, recent_days: float = 7.0, seed: int = 0,
@@ -97,9 +95,9 @@ def judge_static(at: Scene, settings: Settings, ranker_model, *, k: int = 10, re
     cut and summarized; returns the metrics by method ("ranker" last), the best baseline's name and the 95 %
     bootstrap interval of the ranker / best baseline NDCG@k ratio over the judged users (None when undefined)."""
     n = max(k, LIST_LENGTH)
-    ranked = baselines.rank_all(at.split, at.items, at.cov, settings, n, recent_days=recent_days, progress=progress)
+    ranked = baselines.rank_all(at.split, at.items, at.index, settings, n, recent_days=recent_days, progress=progress)
     progress(f"ranking {len(at.split.users)} users with the ranker")
-    ranked["ranker"] = ranker_lists.rank(ranker_model, at.split, at.items, at.cov, settings, n)
+    ranked["ranker"] = ranker_lists.rank(ranker_model, at.split, at.items, at.index, settings, n)
     n_active = int(at.items.active.sum())
     summary = {name: metrics.summarize(at.split.truth, r, k, n_active) for name, r in ranked.items()}
     best = max(baselines.BASELINES, key=lambda name: summary[name]["ndcg"])
@@ -138,7 +136,7 @@ def evaluate(engine: Engine, settings: Settings, *, cut_quantile: float = 0.8, k
         ratio = summary["ranker"]["ndcg"] / base if base > 0 else None
     replayed = None
     if protocol in ("replay", "both"):
-        replayed = replay.judge_replay(at.items, at.cov, log, at.split.cut, result.model,
+        replayed = replay.judge_replay(at.items, at.index, log, at.split.cut, result.model,
                                 settings, n_steps=steps, users=users, k=k, seed=seed, progress=progress)
     split = at.split
     return Evaluation(cut=split.cut, cut_quantile=cut_quantile, k=k, users=len(split.users),

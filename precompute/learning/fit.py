@@ -183,7 +183,7 @@ def _step_examples(at: Period, events: EventLog, by_user: replayed.ByUser, found
 def _step_batches(at: Period, events: EventLog, by_user: replayed.ByUser, found: replayed.Steps,
                   user_ids: np.ndarray, settings: Settings) -> Iterator[tuple]:
     """``user_ids``' replayed steps after ``at.cut`` in batches, each step's candidates as a worker computes them
-    before it (history up to it, popularity at its feed clock; the item table and co-visitation of the cut) with
+    before it (history up to it, popularity at its feed clock; the item table and source index of the cut) with
     their grades: ``(start, steps, histories, candidates, live popularity, grades)``, candidates owned by step."""
     mine = found.take(np.flatnonzero(np.isin(found.user, user_ids)))
     act = Activity(at.items, events.ts, events.item, events.type)
@@ -193,7 +193,7 @@ def _step_batches(at: Period, events: EventLog, by_user: replayed.ByUser, found:
         part = mine.take(np.arange(start, min(start + 200, len(mine))))
         hist = by_user.histories(part, at.items, settings)
         live = act.live(part.feed_clock, lengths, part.feed_known)
-        cand = candidates.for_batch(at.items, at.cov, hist, settings, live)
+        cand = candidates.for_batch(at.items, at.index, hist, settings, live)
         rel = arrays.lookup(part.owner * span + part.rows, part.rel, cand.owner * span + cand.rows)
         yield start, part, hist, cand, live, rel
 

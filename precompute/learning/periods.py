@@ -3,7 +3,7 @@
 Training uses two cuts: examples are built at the first (features from the log up to it, labels from the events
 between the two cuts), and the model is judged at the second (features from the log up to it, labels after it), so
 it is always judged on a later period than it learned from, as a model in production is. Each cut has its own item
-table (statistics ``as_of`` the cut) and its own co-visitation index (built from the log up to the cut): nothing
+table (statistics ``as_of`` the cut) and its own source index (the sources fitted on the log up to the cut): nothing
 after a cut leaks into what is known at it.
 
 The log is in (ts, id) order, so the events up to a cut are a prefix and a period after it a contiguous range:
@@ -24,9 +24,9 @@ from ..data.log import EventLog
 from ..settings import Settings
 from ..ranking import arrays, candidates, covisit, features, knn, latent
 from ..ranking.candidates import Candidates
-from ..ranking.covisit import CoVisit
 from ..ranking.item_loader import load_item_table
 from ..ranking.item_table import ItemTable
+from ..ranking.source_index import SourceIndex, for_items
 from . import ahead, steps
 from .steps import Steps
 
@@ -72,7 +72,7 @@ class Period:
     cut: float
     known: EventLog           # the log up to the cut (views)
     items: ItemTable        # statistics as of the cut
-    cov: CoVisit            # co-visitation from the log up to the cut
+    index: SourceIndex      # the sources fitted on the log up to the cut
     labels: Labels
 
     def eligible(self) -> np.ndarray:
@@ -82,23 +82,23 @@ class Period:
     def candidates(self, user_ids: np.ndarray, settings: Settings) -> tuple[Histories, Candidates, np.ndarray]:
         """Histories, candidates and their grades of ``user_ids`` at the cut (their features: ``features.build``
         at the cut)."""
-        hist, cand = candidates_at(self.items, self.cov, self.known, user_ids, self.cut, settings)
+        hist, cand = candidates_at(self.items, self.index, self.known, user_ids, self.cut, settings)
         return hist, cand, self.labels.grade(hist.user_ids[cand.owner], cand.rows)
 
 
-def candidates_at(items: ItemTable, cov: CoVisit, events: EventLog, user_ids: np.ndarray, now: float,
+def candidates_at(items: ItemTable, index: SourceIndex, events: EventLog, user_ids: np.ndarray, now: float,
                   settings: Settings) -> tuple[Histories, Candidates]:
     """Training's path from an in-memory event log to candidates: the same candidate function precompute uses, on
     histories truncated the same way, read at ``now``."""
     hist = histories_from_arrays(user_ids, events.user, events.item, events.type, events.ts, items, settings,
                                  clock=now)
-    return hist, candidates.for_batch(items, cov, hist, settings)
+    return hist, candidates.for_batch(items, index, hist, settings)
 
 
-def feature_rows(items: ItemTable, cov: CoVisit, events: EventLog, user_ids: np.ndarray, now: float,
+def feature_rows(items: ItemTable, index: SourceIndex, events: EventLog, user_ids: np.ndarray, now: float,
                  settings: Settings) -> tuple[Histories, Candidates, np.ndarray]:
     """``candidates_at`` and the candidates' feature rows (``features.build`` at ``now``)."""
-    hist, cand = candidates_at(items, cov, events, user_ids, now, settings)
+    hist, cand = candidates_at(items, index, events, user_ids, now, settings)
     return hist, cand, features.build(items, hist, cand, now=now)
 
 
@@ -135,10 +135,10 @@ def each(engine: Engine, settings: Settings, events: EventLog, cuts: list[tuple[
     training's periods on two cores. The caller holds two periods at a time, the child a third while it works."""
 
     def fit(cut: float, end: float, since: ItemTable | None = None) -> tuple:
-        items, cov, lab = _fit(engine, settings, events, cut, end, users, since)
+        items, index, lab = _fit(engine, settings, events, cut, end, users, since)
         if n_steps is None:
-            return items, cov, lab, None
-        return items, cov, lab, steps.find(events, items, cut, end, n_steps, refresh=settings.feed_refresh,
+            return items, index, lab, None
+        return items, index, lab, steps.find(events, items, cut, end, n_steps, refresh=settings.feed_refresh,
                                            horizon=settings.feed_ttl)
 
     pending = None
@@ -151,28 +151,28 @@ def each(engine: Engine, settings: Settings, events: EventLog, cuts: list[tuple[
             since = got[0] if got is not None and k + 1 < len(cuts) and cut <= cuts[k + 1][0] else None
             pending = ahead.Ahead(functools.partial(fit, *cuts[k + 1], since), engine) if k + 1 < len(cuts) \
                 else None
-            items, cov, lab, found = got if got is not None else fit(cut, end)
-            yield _known(events, cut, items, cov, lab), found
+            items, index, lab, found = got if got is not None else fit(cut, end)
+            yield _known(events, cut, items, index, lab), found
     finally:
         if pending is not None:
             pending.close()
 
 
 def _fit(engine: Engine, settings: Settings, events: EventLog, cut: float, end: float,
-         users: np.ndarray | None, since: ItemTable | None = None) -> tuple[ItemTable, CoVisit, Labels]:
+         users: np.ndarray | None, since: ItemTable | None = None) -> tuple[ItemTable, SourceIndex, Labels]:
     ev_user, ev_ts = events.user, events.ts
     n_known = int(np.searchsorted(ev_ts, cut, side="right"))
     n_end = len(ev_ts) if end == float("inf") else int(np.searchsorted(ev_ts, end, side="right"))
     items = load_item_table(engine, settings, as_of=cut, since=since)
-    cov = covisit.index_for(items, pairs(events, slice(0, n_known), settings))
+    index = for_items(items, pairs(events, slice(0, n_known), settings))
     users = np.unique(ev_user) if users is None else users
-    return items, cov, labels(events, items, users, cut, n_known, n_end, settings)
+    return items, index, labels(events, items, users, cut, n_known, n_end, settings)
 
 
-def _known(events: EventLog, cut: float, items: ItemTable, cov: CoVisit, lab: Labels) -> Period:
+def _known(events: EventLog, cut: float, items: ItemTable, index: SourceIndex, lab: Labels) -> Period:
     """The period at ``cut``: the log up to it as views of ``events`` (never copied into or out of a child)."""
     n_known = int(np.searchsorted(events.ts, cut, side="right"))
-    return Period(cut=cut, known=events.head(n_known), items=items, cov=cov, labels=lab)
+    return Period(cut=cut, known=events.head(n_known), items=items, index=index, labels=lab)
 
 
 def pairs(events: EventLog, part: slice, settings: Settings) -> dict[str, np.ndarray]:

@@ -1,6 +1,6 @@
 """The ranker as a method: trained on the pre-cut log only, then ranked at the cut through the code the workers
 run (``pipeline/pipeline.py``): histories read at the cut, ``candidates.for_batch``, ``features.build``,
-``scoring.score``, ``arrays.top_desc_grouped``, with the co-visitation index of the pre-cut log (what the model was
+``scoring.score``, ``arrays.top_desc_grouped``, with the source index of the pre-cut log (what the model was
 trained with, and what the baselines use).
 
 The one difference from serving: every item a user interacted with before the cut is left out, not only those of
@@ -18,8 +18,8 @@ import numpy as np
 from ..data.history import histories_from_arrays
 from ..ranking import candidates, features, scoring
 from ..ranking.arrays import top_desc_grouped
-from ..ranking.covisit import CoVisit
 from ..ranking.item_table import ItemTable
+from ..ranking.source_index import SourceIndex
 from ..settings import Settings
 from .lists import Collector, Ranked, batches, seen_of, truth_of
 from .split import Split
@@ -37,9 +37,9 @@ def all_seen(settings: Settings, split: Split) -> Settings:
                                seen_max_items=max(settings.seen_max_items, most + 1))
 
 
-def rank(model, split: Split, items: ItemTable, cov: CoVisit, settings: Settings, n: int) -> Ranked:
+def rank(model, split: Split, items: ItemTable, index: SourceIndex, settings: Settings, n: int) -> Ranked:
     """``model``'s (a CatBoost ranker's) top-``n`` lists of the judged users, from candidates gathered with the
-    co-visitation index ``cov`` of the pre-cut log; its candidate set is what the workers would score."""
+    source index ``index`` of the pre-cut log; its candidate set is what the workers would score."""
     at_cut = all_seen(settings, split)
     span = len(items) + 1
     out = Collector()
@@ -50,7 +50,7 @@ def rank(model, split: Split, items: ItemTable, cov: CoVisit, settings: Settings
         for start in range(0, len(hist), settings.rank_chunk_users):
             stop = min(start + settings.rank_chunk_users, len(hist))
             part = hist.slice(start, stop)
-            cand = candidates.for_batch(items, cov, part, at_cut)
+            cand = candidates.for_batch(items, index, part, at_cut)
             X = features.build(items, part, cand, part.clock)
             scores = scoring.score(model, X) if len(X) else np.empty(0, dtype=np.float32)
             top, offsets = top_desc_grouped(scores, cand.offsets, n)

@@ -33,9 +33,9 @@ from ..data.log import EventLog
 from ..progress import Count
 from ..ranking import candidates, features, latent, scoring
 from ..ranking.arrays import top_desc_grouped
-from ..ranking.covisit import CoVisit
 from ..ranking.item_table import ItemTable
 from ..ranking.popularity import BatchPopularity
+from ..ranking.source_index import SourceIndex
 from ..settings import Settings
 from ..units import DAY, HOUR
 from . import bootstrap
@@ -75,12 +75,13 @@ def baseline_names() -> tuple[str, ...]:
     return ("popular", *(f"recent_{w}" for w, _ in BASELINE_WINDOWS), "covisit", "item_knn", "latent")
 
 
-def judge_replay(items: ItemTable, cov: CoVisit, events: EventLog, cut: float, model, settings: Settings, *, n_steps: int = 10,
-          end: float = float("inf"), users: int | None = None, exclude: np.ndarray | None = None, k: int = 10,
-          seed: int = 0, progress: Callable[[str], None] = lambda msg: None, only: np.ndarray | None = None,
-          detail: dict | None = None) -> ReplayResult:
+def judge_replay(items: ItemTable, index: SourceIndex, events: EventLog, cut: float, model, settings: Settings, *,
+                 n_steps: int = 10, end: float = float("inf"), users: int | None = None,
+                 exclude: np.ndarray | None = None, k: int = 10, seed: int = 0,
+                 progress: Callable[[str], None] = lambda msg: None, only: np.ndarray | None = None,
+                 detail: dict | None = None) -> ReplayResult:
     """Replay the first ``n_steps`` steps after ``cut`` of every user with pre-cut history (a seeded sample of
-    ``users`` of them, or ``only`` these; never ``exclude``), ranking each with every method; ``items`` and ``cov``
+    ``users`` of them, or ``only`` these; never ``exclude``), ranking each with every method; ``items`` and ``index``
     as of the cut. ``detail``, when given, receives the judged ``steps`` and each method's per-step ``ndcg``."""
     t0 = time.perf_counter()
     ev_item, ev_type, ev_ts = events.item, events.type, events.ts
@@ -123,18 +124,18 @@ def judge_replay(items: ItemTable, cov: CoVisit, events: EventLog, cut: float, m
         for m, per_clock in scores.items():
             dense[:] = np.asarray(per_clock, dtype=np.float32)[which]
             _score_dense(m, dense, part, hist_all, items.active, k, a, ndcg, hit)
-        dense[:] = _covisit_scores(hist, cov, settings, len(items))
+        dense[:] = _covisit_scores(hist, index, settings, len(items))
         _score_dense("covisit", dense, part, hist_all, items.active, k, a, ndcg, hit)
         dense[:] = knn.scores(hist_all)
         _score_dense("item_knn", dense, part, hist_all, items.active, k, a, ndcg, hit)
-        dense[:] = _latent_scores(hist_all, cov)
+        dense[:] = _latent_scores(hist_all, index)
         _score_dense("latent", dense, part, hist_all, items.active, k, a, ndcg, hit)
         # The ranker, as a worker computes it for these histories at these clocks.
         for start in range(0, len(part), settings.rank_chunk_users):
             stop = min(start + settings.rank_chunk_users, len(part))
             sub, h = part.take(np.arange(start, stop)), hist.slice(start, stop)
             live = feed_act.live(sub.feed_clock, lengths, sub.feed_known)
-            cand, top, offsets = rank(items, cov, h, sub.feed_clock, live, model, settings, k)
+            cand, top, offsets = rank(items, index, h, sub.feed_clock, live, model, settings, k)
             lists_ = [cand.rows[top[offsets[j]:offsets[j + 1]]] for j in range(len(sub))]
             score_lists("ranker", lists_, sub, a + start, k, ndcg, hit)
             # Which truth entries the candidates held, and through which sources.
@@ -168,11 +169,11 @@ def judge_replay(items: ItemTable, cov: CoVisit, events: EventLog, cut: float, m
                         ratio_interval=interval, seconds=time.perf_counter() - t0)
 
 
-def rank(items: ItemTable, cov: CoVisit, hist, clocks: np.ndarray, live: BatchPopularity, model,
+def rank(items: ItemTable, index: SourceIndex, hist, clocks: np.ndarray, live: BatchPopularity, model,
          settings: Settings, n: int) -> tuple[candidates.Candidates, np.ndarray, np.ndarray]:
     """What a worker computes for these histories at these clocks (``Pipeline.build_feeds``): candidates, features,
     scores, and each row's top ``n`` (``top[offsets[j]:offsets[j+1]]`` indexes ``cand.rows``, best first)."""
-    cand = candidates.for_batch(items, cov, hist, settings, live)
+    cand = candidates.for_batch(items, index, hist, settings, live)
     X = features.build(items, hist, cand, clocks, live)
     scores = scoring.score(model, X) if len(X) else np.empty(0, dtype=np.float32)
     top, offsets = top_desc_grouped(scores, cand.offsets, n)
@@ -211,21 +212,22 @@ def score_lists(name: str, lists: list[np.ndarray], part: Steps, a: int, k: int,
         hit[name][a + j] = float((rel > 0).any())
 
 
-def _covisit_scores(hist, cov: CoVisit, settings: Settings, n_items: int) -> np.ndarray:
+def _covisit_scores(hist, index: SourceIndex, settings: Settings, n_items: int) -> np.ndarray:
     """Co-visitation scores of each step's candidates from its most recent items (dense, one row per step)."""
     recent, owner, rank = candidates.recent_items(hist, settings.covisit_recent_items)
-    rows, w, per_recent = cov.gather(recent, settings.recency_decay ** rank)
+    rows, w, per_recent = index.covisit.gather(recent, settings.recency_decay ** rank)
     out = np.zeros((len(hist), n_items), dtype=np.float32)
     np.add.at(out, (np.repeat(owner, per_recent), rows), w)
     return out
 
 
-def _latent_scores(hist_all, cov: CoVisit) -> np.ndarray | float:
+def _latent_scores(hist_all, index: SourceIndex) -> np.ndarray | float:
     """The latent model's scores of every item for each step's whole history (0 without a latent model)."""
-    if cov.latent is None:
+    if index.latent is None:
         return 0.0
     owner = np.repeat(np.arange(len(hist_all)), np.diff(hist_all.seen_offsets))
-    return latent.user_vectors(cov.latent, hist_all.seen_rows, owner, len(hist_all)) @ cov.latent.T
+    factors = index.latent.factors
+    return latent.user_vectors(factors, hist_all.seen_rows, owner, len(hist_all)) @ factors.T
 
 
 class _Knn:

@@ -59,11 +59,11 @@ def validate(engine: Engine, settings: Settings, events: EventLog, result: Fitte
                     candidate_recall=summary["ranker"]["candidate_recall"], valid_users=len(at.split.users),
                     **static)
     # The model learned to rank steps as they are lived: promotion asks whether it beats every baseline there.
-    rp = replay.judge_replay(at.items, at.cov, events, cut, result.model, settings, n_steps=settings.replay_steps,
-                      users=users, exclude=result.stopping_users, seed=seed, progress=progress)
+    rp = replay.judge_replay(at.items, at.index, events, cut, result.model, settings, n_steps=settings.replay_steps,
+                             users=users, exclude=result.stopping_users, seed=seed, progress=progress)
     if rp.steps == 0:
-        rp = replay.judge_replay(at.items, at.cov, events, cut, result.model, settings, n_steps=settings.replay_steps,
-                          users=users, seed=seed, progress=progress)
+        rp = replay.judge_replay(at.items, at.index, events, cut, result.model, settings,
+                                 n_steps=settings.replay_steps, users=users, seed=seed, progress=progress)
     best = rp.best_baseline
     return dict(ndcg10=rp.methods["ranker"]["ndcg"], baseline=best, baseline_ndcg10=rp.methods[best]["ndcg"],
                 ratio_interval=None if rp.ratio_interval is None else list(rp.ratio_interval), protocol="replay",

@@ -17,9 +17,9 @@ from ..experiments import Experiment, assign, method_of, registry
 from ..experiments.experiment import RUNNING
 from ..feeds.codec import NO_ARM
 from ..ranking import bundle as bundles
-from ..ranking.covisit import CoVisit, index_for
 from ..ranking.item_table import ItemTable
 from ..ranking.layout import FeatureLayout
+from ..ranking.source_index import SourceIndex, for_items
 from ..settings import Settings
 
 #: The ranker of a user: ("model", "<version>") or a simple method and its argument ("recent", "1d").
@@ -34,7 +34,7 @@ class Arms:
     experiments: list[Experiment] = dataclasses.field(default_factory=list)
     assignment: int = 0
     #: model version → (bundle, candidate index over ``items``); the promoted bundle is not in it.
-    bundles: dict[int, tuple[bundles.Bundle, CoVisit]] = dataclasses.field(default_factory=dict)
+    bundles: dict[int, tuple[bundles.Bundle, SourceIndex]] = dataclasses.field(default_factory=dict)
     items: ItemTable | None = None
 
     @classmethod
@@ -47,11 +47,11 @@ class Arms:
         for version in sorted({int(v) for e in experiments for a in e.arms
                                for kind, v in [method_of(a.spec)] if kind == "model"} - {promoted}):
             if known is not None and version in known.bundles:
-                b, cov = known.bundles[version]
-                held[version] = (b, cov if known.items is items else index_for(items, b.pairs))
+                b, index = known.bundles[version]
+                held[version] = (b, index if known.items is items else for_items(items, b.pairs))
                 continue
             b = bundles.load(settings.model_dir, version, layout)
-            held[version] = (b, index_for(items, b.pairs))
+            held[version] = (b, for_items(items, b.pairs))
         return cls(list(experiments), assignment, held, items)
 
     @staticmethod

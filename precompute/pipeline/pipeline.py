@@ -1,6 +1,6 @@
 """The precompute pipeline: histories → candidates → features → CatBoost → feed values in Redis.
 
-A ``Pipeline`` holds what is expensive to build (model bundle, item matrices, co-visitation index). Workers build
+A ``Pipeline`` holds what is expensive to build (model bundle, item matrices, the bundle's source index). Workers build
 it once in the parent process before forking; ``refresh()`` picks up a newly promoted bundle or stale item
 matrices between jobs.
 """
@@ -24,10 +24,10 @@ from ..settings import Settings
 from ..ranking import bundle as bundles
 from ..ranking import candidates, features, methods, scoring
 from ..ranking.arrays import top_desc_grouped
-from ..ranking.covisit import CoVisit, index_for
 from ..ranking.item_loader import load_item_table
 from ..ranking.item_table import ItemTable
 from ..ranking.layout import for_settings
+from ..ranking.source_index import SourceIndex, for_items
 from ..ranking.workspace import Workspace
 from . import arms as experiment_arms
 
@@ -60,7 +60,7 @@ class Pipeline:
         self.store = FeedStore(r, settings)
         self.bundle: bundles.Bundle | None = None
         self.items: ItemTable | None = None
-        self.cov: CoVisit | None = None
+        self.index: SourceIndex | None = None
         self.work: Workspace | None = None      # the candidate stage's scratch for ``items``
         self.arms = experiment_arms.Arms()      # the running experiments' arms (``arms.py``)
         self.loads = 0          # bundle + matrices loads in this process (a forked horse inherits the count)
@@ -74,7 +74,7 @@ class Pipeline:
         self._install(new_bundle, load_item_table(self.engine, self.settings))
 
     def _install(self, new_bundle: bundles.Bundle, items: ItemTable) -> None:
-        self.cov = index_for(items, new_bundle.pairs)
+        self.index = for_items(items, new_bundle.pairs)
         # Warm CatBoost's evaluator here, so a worker does it once before forking instead of every work horse doing
         # it on its first batch (the item table's blocks are built when it is made).
         scoring.score(new_bundle.model, np.zeros((1, len(items.layout)), dtype=np.float32, order="F"))
@@ -152,8 +152,8 @@ class Pipeline:
         return True
 
     # -- ranking ----------------------------------------------------------------------------------------
-    def candidates(self, hist: Histories, cov: CoVisit | None = None) -> candidates.Candidates:
-        return candidates.for_batch(self.items, cov or self.cov, hist, self.settings, work=self.work)
+    def candidates(self, hist: Histories, index: SourceIndex | None = None) -> candidates.Candidates:
+        return candidates.for_batch(self.items, index or self.index, hist, self.settings, work=self.work)
 
     def features(self, hist: Histories) -> tuple[candidates.Candidates, np.ndarray]:
         """Candidates and their feature matrix."""
@@ -166,13 +166,13 @@ class Pipeline:
         return features.build(self.items, hist, cand, hist.clock)
 
     def rank(self, hist: Histories, seconds: dict[str, float], bundle: bundles.Bundle | None = None,
-             cov: CoVisit | None = None) -> tuple[candidates.Candidates, np.ndarray]:
+             index: SourceIndex | None = None) -> tuple[candidates.Candidates, np.ndarray]:
         """Candidates and their scores for a batch of histories, timing each stage into ``seconds``; by ``bundle``
-        with its index ``cov`` (default: the promoted bundle's)."""
+        with its source index ``index`` (default: the promoted bundle's)."""
         if self.bundle is None:
             raise BundleError("pipeline has no model bundle loaded")
         t0 = time.perf_counter()
-        cand = self.candidates(hist, cov)
+        cand = self.candidates(hist, index)
         t1 = time.perf_counter()
         X = self._build(hist, cand)
         t2 = time.perf_counter()
@@ -220,14 +220,14 @@ class Pipeline:
         kind, arg = key
         if kind == "model":
             version = int(arg)
-            bundle, cov = (self.bundle, self.cov) if version == self.bundle.version else self.arms.bundles[version]
-            cand, scores = self.rank(part, seconds, bundle, cov)
+            bundle, index = (self.bundle, self.index) if version == self.bundle.version else self.arms.bundles[version]
+            cand, scores = self.rank(part, seconds, bundle, index)
             t0 = time.perf_counter()
             top, offsets = top_desc_grouped(scores, cand.offsets, self.settings.feed_length)
             rows, n, kept = cand.rows[top], len(scores), scores[top]
         else:
             t0 = time.perf_counter()
-            rows, kept, offsets = methods.by_method(kind, arg, self.items, self.cov, part, self.settings)
+            rows, kept, offsets = methods.by_method(kind, arg, self.items, self.index, part, self.settings)
             version, n = 0, 0
             seconds["candidates"] += time.perf_counter() - t0
             t0 = time.perf_counter()

@@ -18,9 +18,9 @@ from ..data.history import Histories
 from ..feeds import taste
 from ..settings import Settings
 from . import arrays, latent
-from .covisit import CoVisit
 from .item_table import POPULAR_CATEGORY, POPULAR_GLOBAL, ItemTable
 from .popularity import FROM_RECENT_1D, FROM_RECENT_1H, SOURCES, BatchPopularity
+from .source_index import SourceIndex
 from .workspace import Workspace
 
 FROM_COVISIT = 1
@@ -200,7 +200,7 @@ def recent_lengths(settings: Settings) -> tuple[int, ...]:
     return settings.recent_popular_1h, settings.recent_popular_1d
 
 
-def for_batch(items: ItemTable, cov: CoVisit, hist: Histories, settings: Settings,
+def for_batch(items: ItemTable, index: SourceIndex, hist: Histories, settings: Settings,
               live: BatchPopularity | None = None, work: Workspace | None = None) -> Candidates:
     """Candidates of every user of ``hist``; list lengths, weights and the cap from ``settings``; popularity at each
     user's clock from ``live`` (default: the item table's, at its ``as_of``, as in serving); ``work``: the caller's
@@ -214,26 +214,26 @@ def for_batch(items: ItemTable, cov: CoVisit, hist: Histories, settings: Setting
     k = settings.user_top_categories
     # Co-visited neighbours of every user's recent items in one gather, grouped by user.
     recent, recent_owner, recent_rank = recent_items(hist, settings.covisit_recent_items)
-    cov_rows, cov_w, per_recent = cov.gather(recent, settings.recency_decay ** recent_rank)
+    cov_rows, cov_w, per_recent = index.covisit.gather(recent, settings.recency_decay ** recent_rank)
     cov_at = np.r_[0, np.cumsum(np.bincount(recent_owner, weights=per_recent, minlength=n_users))].astype(np.int64)
     cov_w0 = np.where(np.repeat(recent_rank, per_recent) == 0, cov_w, 0.0)     # from the most recent item alone
     # kNN neighbours of every distinct item of each user's (kept) history, weight 1 each.
     mine, mine_owner, _ = recent_items(hist, settings.history_limit)
-    if cov.knn is not None and settings.knn_candidates >= 0:
-        knn_rows, knn_w, per_item = cov.knn.gather(mine)
+    if index.knn is not None and settings.knn_candidates >= 0:
+        knn_rows, knn_w, per_item = index.knn.gather(mine)
         knn_at = np.r_[0, np.cumsum(np.bincount(mine_owner, weights=per_item, minlength=n_users))].astype(np.int64)
     else:
         knn_rows, knn_w, knn_at = np.empty(0, np.int64), np.empty(0), np.zeros(n_users + 1, dtype=np.int64)
     # The latent model: each user's vector from their history's distinct items, their best unseen active items.
     dense = latent_top = None
-    if cov.latent is not None:
+    if index.latent is not None:
         # Every item's score for every user of the batch, one float32 product over the items with a factor (the
         # others score 0): the candidates' scores are gathered from it, and the best items found in it are re-scored
         # exactly.
-        vectors = latent.user_vectors(cov.latent, mine, mine_owner, n_users)
-        dense = vectors.astype(np.float32) @ cov.latent32
+        vectors = latent.user_vectors(index.latent.factors, mine, mine_owner, n_users)
+        dense = vectors.astype(np.float32) @ index.latent.factors32
         if settings.latent_candidates > 0:
-            latent_top = _latent_top(items, hist, dense, vectors, cov, settings.latent_candidates)
+            latent_top = _latent_top(items, hist, dense, vectors, index.latent, settings.latent_candidates)
     no_rows = np.empty(0, dtype=np.int64)
     parts = []
     for u in range(n_users):
@@ -251,7 +251,7 @@ def for_batch(items: ItemTable, cov: CoVisit, hist: Histories, settings: Setting
     rows = cat(0, np.int64)
     latent_score = np.zeros(len(rows))
     if dense is not None and len(rows):
-        col = cov.latent_col[rows]
+        col = index.latent.column[rows]
         has = np.flatnonzero(col >= 0)
         # One flat index into the product (~2x faster than indexing it by row and column arrays).
         at = np.repeat(np.arange(n_users) * dense.shape[1], sizes)[has] + col[has]
@@ -270,19 +270,19 @@ def for_batch(items: ItemTable, cov: CoVisit, hist: Histories, settings: Setting
     )
 
 
-def _latent_top(items: ItemTable, hist: Histories, scores: np.ndarray, vectors: np.ndarray, cov: CoVisit,
-                n: int) -> np.ndarray:
+def _latent_top(items: ItemTable, hist: Histories, scores: np.ndarray, vectors: np.ndarray,
+                model: latent.LatentIndex, n: int) -> np.ndarray:
     """``(B, n)`` each user's best active items (rows) by the latent model that they have not seen (-1 past the
     end), by their exact scores (``vectors`` times the float64 factors). ``scores`` (the float32 product, one column
-    per item with a factor: ``cov.latent_col``) get -inf at the items left out: no candidate is one of them, so the
+    per item with a factor: ``model.column``) get -inf at the items left out: no candidate is one of them, so the
     candidates' scores gathered from it are unaffected."""
-    col = cov.latent_col[items.inactive_rows]
+    col = model.column[items.inactive_rows]
     scores[:, col[col >= 0]] = -np.inf
-    col = cov.latent_col[hist.seen_rows]
+    col = model.column[hist.seen_rows]
     has = col >= 0
     scores[np.repeat(np.arange(len(hist)), np.diff(hist.seen_offsets))[has], col[has]] = -np.inf
-    factors, item_row = cov.latent, cov.latent_rows
+    factors, item_row = model.factors, model.rows
     top = latent.top(scores, n, rescore=lambda rows, cols: np.einsum("ij,ij->i", vectors[rows],
                                                                      factors[item_row[cols]]),
-                     error=latent.float32_error(vectors, cov.latent_norm))[0]
+                     error=latent.float32_error(vectors, model.norm))[0]
     return np.where(top >= 0, item_row[np.maximum(top, 0)], -1)

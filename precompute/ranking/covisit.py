@@ -1,57 +1,17 @@
-"""Co-visitation neighbours: items viewed close together in the same session, as a CSR index over item rows.
+"""Fitting co-visitation: items viewed close together in the same session, as each item's strongest neighbours.
 
-Built from the event log with whole-array numpy (no per-event Python); stored in the model bundle keyed by item
-id, and mapped onto the rows of the current ``ItemTable`` when a worker loads it.
+Built from the event log with whole-array numpy (no per-event Python), as id pairs (``src``, ``dst``, ``weight``);
+stored in the model bundle keyed by item id (``covisit.npz``), and mapped onto the rows of the current
+``ItemTable`` when a worker loads it (``neighbours.Neighbours``, held by ``source_index.SourceIndex``).
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 import numpy as np
 
 from ..data import event_types
 from ..settings import Settings
-from . import arrays, latent
-from .item_table import ItemTable
-
-
-@dataclasses.dataclass
-class CoVisit:
-    """Neighbours of item row ``r`` are ``nbr[indptr[r]:indptr[r+1]]`` with ``weight``, strongest first."""
-
-    indptr: np.ndarray
-    nbr: np.ndarray
-    weight: np.ndarray
-    #: The item-kNN neighbours (``knn.py``) in the same shape, built from the same bundle file; None: none built.
-    knn: CoVisit | None = None
-    #: The latent model's item factors by item row (``latent.py``), from the same file; None: none built.
-    latent: np.ndarray | None = None
-    #: The item rows with a factor (an item nobody interacted with before the fit has none: its score is 0 for every
-    #: user), their factors in float32 for the catalogue product of a batch (``candidates.for_batch``; ``(k, columns)``,
-    #: transposed and contiguous: BLAS reads it ~1.6x faster than a transposed view), each item row's column in that
-    #: product (-1: no factor), and the largest factor norm (which bounds the product's error).
-    latent_rows: np.ndarray | None = None
-    latent32: np.ndarray | None = None
-    latent_col: np.ndarray | None = None
-    latent_norm: float = 0.0
-
-    def gather(self, rows: np.ndarray, row_weight: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray,
-                                                                                     np.ndarray]:
-        """All neighbours of ``rows`` (one flat array, in ``rows`` order), their weight times the source row's
-        weight (None: their weight as it is), and how many each row contributed."""
-        starts, ends = self.indptr[rows], self.indptr[rows + 1]
-        lens = ends - starts
-        total = int(lens.sum())
-        if total == 0:
-            return np.empty(0, dtype=np.int64), np.empty(0), lens
-        first = np.r_[0, np.cumsum(lens)[:-1]]
-        idx = np.arange(total) - np.repeat(first - starts, lens)
-        weight = self.weight[idx]
-        if row_weight is not None:
-            weight *= np.repeat(row_weight, lens)
-        return self.nbr[idx], weight, lens
-
+from . import arrays
 
 #: Upper bound on the (src, dst) contributions reduced at once (~75 bytes each with the sort's temporaries, ~75 MB
 #: per million): the log is swept by ranges of source item so that memory stays bounded whatever its length.
@@ -143,35 +103,3 @@ def _top_of_range(pos, it, session, factor, window: int, top_k: int, lo: int, hi
 
 def _no_pairs() -> dict[str, np.ndarray]:
     return {"src": np.empty(0, np.int64), "dst": np.empty(0, np.int64), "weight": np.empty(0)}
-
-
-def index_for(items: ItemTable, pairs: dict[str, np.ndarray]) -> CoVisit:
-    """Map id pairs onto ``items`` rows; pairs touching an unknown item are dropped. The item-kNN pairs
-    (``knn.KEYS``) and latent factors (``latent.KEYS``), when ``pairs`` has them, become the index's ``knn`` and
-    ``latent``."""
-    cov = _csr(items, pairs["src"], pairs["dst"], pairs["weight"])
-    if "knn_src" in pairs:
-        cov.knn = _csr(items, pairs["knn_src"], pairs["knn_dst"], pairs["knn_weight"])
-    if "latent_ids" in pairs and len(pairs["latent_ids"]):
-        attach_latent(cov, latent.by_row(items, pairs))
-    return cov
-
-
-def attach_latent(cov: CoVisit, factors: np.ndarray) -> None:
-    """Give ``cov`` the latent model's item factors by row, with what the batch product needs of them."""
-    cov.latent = factors
-    cov.latent_rows = np.flatnonzero(np.any(factors != 0, axis=1))
-    cov.latent32 = np.ascontiguousarray(factors[cov.latent_rows].T, dtype=np.float32)
-    cov.latent_col = np.full(len(factors), -1, dtype=np.int64)
-    cov.latent_col[cov.latent_rows] = np.arange(len(cov.latent_rows))
-    cov.latent_norm = float(np.sqrt(np.einsum("ij,ij->i", factors, factors).max(initial=0.0)))
-
-
-def _csr(items: ItemTable, src: np.ndarray, dst: np.ndarray, weight: np.ndarray) -> CoVisit:
-    s, d = items.rows(src), items.rows(dst)
-    ok = (s >= 0) & (d >= 0)
-    s, d, w = s[ok], d[ok], weight[ok]
-    order = np.lexsort((-w, s))
-    s, d, w = s[order], d[order], w[order]
-    indptr = np.r_[0, np.cumsum(np.bincount(s, minlength=len(items)))].astype(np.int64)
-    return CoVisit(indptr=indptr, nbr=d.astype(np.int64), weight=w.astype(np.float64))

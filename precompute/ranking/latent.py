@@ -14,10 +14,13 @@ on MovieLens-1M. Its neighbours of the history become candidates (``candidates.f
 (``ux_latent_score``).
 
 Stored in the bundle beside the co-visitation pairs (``latent_ids``, ``latent_factors``); older bundles load
-without them and the source is then absent.
+without them and the source is then absent. A worker maps them onto its item rows (``by_row``) and holds them, with
+what the batch product needs, as a ``LatentIndex``.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 from scipy import sparse
@@ -59,6 +62,32 @@ def by_row(items, stored: dict[str, np.ndarray]) -> np.ndarray:
     ok = rows >= 0
     out[rows[ok]] = v[ok]
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class LatentIndex:
+    """The model's item factors by item row, with what the catalogue product of a batch needs of them
+    (``candidates.for_batch``).
+
+    ``rows``: the item rows with a factor (an item nobody interacted with before the fit has none: its score is 0
+    for every user); ``factors32``: their factors in float32 (``(k, len(rows))``, transposed and contiguous: BLAS
+    reads it ~1.6x faster than a transposed view); ``column``: each item row's column in that product (-1: no
+    factor); ``norm``: the largest factor norm (which bounds the product's error, ``float32_error``)."""
+
+    factors: np.ndarray
+    rows: np.ndarray
+    factors32: np.ndarray
+    column: np.ndarray
+    norm: float
+
+    @classmethod
+    def of(cls, factors: np.ndarray) -> LatentIndex:
+        """The index of ``factors`` (``(items, k)`` by item row, as ``by_row`` gives them)."""
+        rows = np.flatnonzero(np.any(factors != 0, axis=1))
+        column = np.full(len(factors), -1, dtype=np.int64)
+        column[rows] = np.arange(len(rows))
+        return cls(factors=factors, rows=rows, factors32=np.ascontiguousarray(factors[rows].T, dtype=np.float32),
+                   column=column, norm=float(np.sqrt(np.einsum("ij,ij->i", factors, factors).max(initial=0.0))))
 
 
 def user_vectors(factors: np.ndarray, rows: np.ndarray, owner: np.ndarray, n_users: int) -> np.ndarray:

@@ -17,15 +17,15 @@ import numpy as np
 from ..data.history import Histories
 from ..settings import Settings
 from . import candidates
-from .covisit import CoVisit
 from .item_table import ItemTable
 from .layout import WINDOWS
+from .source_index import SourceIndex
 
 #: The candidate score of each candidate-based method.
 SOURCE_SCORE = {"covisit": "cov_score", "item_knn": "knn_score", "latent": "latent_score"}
 
 
-def by_method(method: str, arg: str | None, items: ItemTable, cov: CoVisit, hist: Histories, settings: Settings
+def by_method(method: str, arg: str | None, items: ItemTable, index: SourceIndex, hist: Histories, settings: Settings
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A simple method's lists for a batch: item rows, scores (float32) and offsets (user ``k``'s list at
     ``offsets[k]:offsets[k+1]``), best first, ``settings.feed_length`` at most each."""
@@ -43,7 +43,7 @@ def by_method(method: str, arg: str | None, items: ItemTable, cov: CoVisit, hist
             rows.append(mine), sizes.append(len(mine))
         rows = np.concatenate(rows) if rows else np.empty(0, dtype=np.int64)
         return rows, score[rows].astype(np.float32), np.r_[0, np.cumsum(sizes)].astype(np.int64)
-    cand = candidates.for_batch(items, cov, hist, settings)
+    cand = candidates.for_batch(items, index, hist, settings)
     score = getattr(cand, SOURCE_SCORE[method])
     order = np.lexsort((cand.rows, -score, cand.owner))             # by user, best first, ties by popularity
     place = np.arange(len(order)) - np.repeat(cand.offsets[:-1], np.diff(cand.offsets))
