@@ -18,10 +18,11 @@ from pathlib import Path
 
 from ..errors import InvalidInput
 from ..ranking.layout import WINDOWS, FeatureLayout
+from ..ranking.sources import METHODS
 
 MODEL = "model"
-#: The simple methods: name → whether it takes an argument (the window).
-SIMPLE = {"popular": False, "recent": True, "covisit": False, "item_knn": False, "latent": False}
+#: The simple methods: name → whether it takes an argument (the window); declared in ``ranking/sources.py``.
+SIMPLE = METHODS
 WINDOW_NAMES = tuple(name for name, _ in WINDOWS)
 
 

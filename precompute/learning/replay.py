@@ -31,7 +31,7 @@ from scipy import sparse
 
 from ..data.log import EventLog
 from ..progress import Count
-from ..ranking import candidates, features, latent, scoring
+from ..ranking import candidates, features, latent, scoring, sources
 from ..ranking.arrays import top_desc_grouped
 from ..ranking.item_table import ItemTable
 from ..ranking.popularity import BatchPopularity
@@ -47,11 +47,8 @@ BASELINE_WINDOWS = (("1h", HOUR), ("1d", DAY), ("3d", 3 * DAY), ("7d", 7 * DAY),
                     ("30d", 30 * DAY))
 #: Steps ranked together: the dense methods hold a (batch, items) float32 matrix.
 BATCH = 128
-#: Source bits reported in the candidate-recall table.
-SOURCES = {"covisit": candidates.FROM_COVISIT, "knn": candidates.FROM_KNN, "latent": candidates.FROM_LATENT,
-           "recent_1h": candidates.FROM_RECENT_1H,
-           "recent_1d": candidates.FROM_RECENT_1D, "category": candidates.FROM_CATEGORY,
-           "global": candidates.FROM_GLOBAL}
+#: Source bits reported in the candidate-recall table, in its order (``ranking/sources.py``).
+SOURCES = {name: sources.bit(name) for name in sources.REPORT_ORDER}
 
 
 @dataclasses.dataclass

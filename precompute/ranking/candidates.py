@@ -17,18 +17,18 @@ import numpy as np
 from ..data.history import Histories
 from ..feeds import taste
 from ..settings import Settings
-from . import arrays, latent
+from . import arrays, latent, sources
 from .item_table import POPULAR_CATEGORY, POPULAR_GLOBAL, ItemTable
-from .popularity import FROM_RECENT_1D, FROM_RECENT_1H, SOURCES, BatchPopularity
+from .popularity import SOURCES, BatchPopularity
 from .source_index import SourceIndex
 from .workspace import Workspace
 
-FROM_COVISIT = 1
+#: Each source's flag bit (``sources.py``, where they are declared).
+FROM_COVISIT, FROM_KNN, FROM_LATENT = sources.bit("covisit"), sources.bit("knn"), sources.bit("latent")
 FROM_CATEGORY, FROM_GLOBAL = POPULAR_CATEGORY, POPULAR_GLOBAL
-FROM_KNN = 32
-FROM_LATENT = 64
+FROM_RECENT_1H, FROM_RECENT_1D = sources.bit("recent_1h"), sources.bit("recent_1d")
 #: Every source bit (``FROM_*``) set: flags are below ``ALL_SOURCES + 1``.
-ALL_SOURCES = FROM_COVISIT | FROM_CATEGORY | FROM_GLOBAL | FROM_RECENT_1H | FROM_RECENT_1D | FROM_KNN | FROM_LATENT
+ALL_SOURCES = sources.ALL
 
 
 @dataclasses.dataclass

@@ -13,11 +13,11 @@ import numpy as np
 
 from ..data.history import Histories
 from .arrays import unique_sorted
-from .candidates import (ALL_SOURCES, FROM_CATEGORY, FROM_COVISIT, FROM_GLOBAL, FROM_KNN, FROM_LATENT,
-                         Candidates)
+from . import sources
+from .candidates import ALL_SOURCES, Candidates
 from .item_table import ItemTable, rates
 from .layout import FeatureLayout
-from .popularity import FROM_RECENT_1D, FROM_RECENT_1H, BatchPopularity
+from .popularity import BatchPopularity
 from ..units import DAY
 
 #: The user's last events whose category shares ``ux_category_share_recent`` gives: what the user does now.
@@ -26,18 +26,11 @@ LAST_EVENTS = 10
 _USER_ITEM = ("ux_price_diff", "ux_price_z", "ux_price_ratio", "ux_covisit_score", "ux_log_covisit_score",
               "ux_covisit_count", "ux_covisit_norm", "ux_covisit_last", "ux_knn_score", "ux_knn_norm",
               "ux_latent_score", "ux_popularity_vs_user", "ux_seen_before")
-#: The source group's columns by candidate flags (index = the FROM_* bits), looked up per candidate.
+#: The source group's columns by candidate flags (index = the flag bits), looked up per candidate: one per declared
+#: source (``sources.py``), and how many sources proposed the candidate.
 _BITS = range(ALL_SOURCES + 1)
-_FLAGS = {
-    "ux_from_covisit": [(f & FROM_COVISIT) > 0 for f in _BITS],
-    "ux_from_category": [(f & FROM_CATEGORY) > 0 for f in _BITS],
-    "ux_from_global": [(f & FROM_GLOBAL) > 0 for f in _BITS],
-    "ux_from_recent_1h": [(f & FROM_RECENT_1H) > 0 for f in _BITS],
-    "ux_from_recent_1d": [(f & FROM_RECENT_1D) > 0 for f in _BITS],
-    "ux_from_knn": [(f & FROM_KNN) > 0 for f in _BITS],
-    "ux_from_latent": [(f & FROM_LATENT) > 0 for f in _BITS],
-    "ux_n_sources": [bin(f).count("1") for f in _BITS],
-}
+_FLAGS = {**{s.column: [(f & s.bit) > 0 for f in _BITS] for s in sources.SOURCES},
+          "ux_n_sources": [bin(f).count("1") for f in _BITS]}
 
 
 def build(items: ItemTable, hist: Histories, cand: Candidates, now: float | np.ndarray,

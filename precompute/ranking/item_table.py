@@ -23,11 +23,11 @@ import pandas as pd
 
 from ..data import event_types
 from ..units import DAY
-from . import arrays
+from . import arrays, sources
 from .layout import WINDOWS, FeatureLayout
 from .popularity import BatchPopularity, block, top_lists
-#: Bits of the candidate sources for popular lists (``candidates.FROM_CATEGORY``/``FROM_GLOBAL``).
-POPULAR_CATEGORY, POPULAR_GLOBAL = 2, 4
+#: Bits of the candidate sources for popular lists (``sources.py``).
+POPULAR_CATEGORY, POPULAR_GLOBAL = sources.bit("category"), sources.bit("global")
 #: Sets of categories whose popular union ``ItemTable.popular`` keeps.
 POPULAR_CACHE = 4096
 

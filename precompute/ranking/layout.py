@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import BundleError, ConfigError
 from ..units import DAY, HOUR
+from . import sources
 
 #: Windows (name, seconds before the clock) of the type-weighted popularity counts (``ItemTable.windowed``;
 #: columns ``item_log_weighted_<name>``, ``item_log_share_<name>``; ``popularity.py``).
@@ -130,6 +131,5 @@ def for_declaration(attributes: tuple[str, ...], types: tuple[str, ...]) -> Feat
             "ux_covisit_count", "ux_covisit_norm", "ux_covisit_last", "ux_knn_score", "ux_knn_norm",
             "ux_latent_score", "ux_popularity_vs_user", "ux_seen_before")),
         # Which candidate sources produced the item.
-        ("source", ("ux_from_covisit", "ux_from_category", "ux_from_global", "ux_from_recent_1h",
-                    "ux_from_recent_1d", "ux_from_knn", "ux_from_latent", "ux_n_sources")),
+        ("source", (*(s.column for s in sources.SOURCES), "ux_n_sources")),
     ))

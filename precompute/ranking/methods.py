@@ -16,13 +16,13 @@ import numpy as np
 
 from ..data.history import Histories
 from ..settings import Settings
-from . import candidates
+from . import candidates, sources
 from .item_table import ItemTable
 from .layout import WINDOWS
 from .source_index import SourceIndex
 
-#: The candidate score of each candidate-based method.
-SOURCE_SCORE = {"covisit": "cov_score", "item_knn": "knn_score", "latent": "latent_score"}
+#: The candidate score of each candidate-based method (``sources.py``).
+SOURCE_SCORE = sources.METHOD_SCORE
 
 
 def by_method(method: str, arg: str | None, items: ItemTable, index: SourceIndex, hist: Histories, settings: Settings

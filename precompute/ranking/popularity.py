@@ -19,11 +19,13 @@ import dataclasses
 
 import numpy as np
 
+from . import sources
 from .layout import WINDOWS
 
-#: The recent-popularity candidate sources: (window name, candidate flag bit), each list's length from the settings.
-FROM_RECENT_1H, FROM_RECENT_1D = 8, 16
-SOURCES = (("1h", FROM_RECENT_1H), ("1d", FROM_RECENT_1D))
+#: The recent-popularity candidate sources (``sources.py``): (window name, candidate flag bit), each list's length
+#: from the settings.
+FROM_RECENT_1H, FROM_RECENT_1D = sources.bit("recent_1h"), sources.bit("recent_1d")
+SOURCES = sources.RECENT
 
 
 def block(windowed: np.ndarray, ever: np.ndarray) -> np.ndarray:
