@@ -13,6 +13,7 @@ import dataclasses
 
 import numpy as np
 
+from ..ranking.methods import best_per_user, first_unseen
 from .split import Split
 
 
@@ -71,8 +72,7 @@ def from_order(split: Split, order: np.ndarray, candidate: np.ndarray, a: int, b
     sizes, rows = [], []
     for u in range(a, b):
         drop = split.seen(u) if taken is None else np.concatenate([split.seen(u), taken[u - a]])
-        head = order[: n + len(drop)]
-        head = head[~np.isin(head, drop)][:n]
+        head = first_unseen(order, drop, n)
         sizes.append(len(head))
         rows.append(head)
     _, t_rows = truth_of(split, a, b)
@@ -124,8 +124,5 @@ def from_sparse(split: Split, owner: np.ndarray, rows: np.ndarray, scores: np.nd
     t_owner, t_rows = truth_of(split, a, b)
     hit = np.isin(t_owner * span + t_rows, code)
     c_owner, c_rows = code // span, code % span
-    order = np.lexsort((c_rows, -total, c_owner))
-    c_owner, c_rows = c_owner[order], c_rows[order]
-    rank = np.arange(len(c_owner)) - np.searchsorted(c_owner, c_owner, side="left")
-    top = rank < n
+    top = best_per_user(c_owner, c_rows, total, n)
     out.add(np.bincount(c_owner[top], minlength=b - a), c_rows[top], hit)

@@ -7,7 +7,11 @@ model, from what the worker holds already, each list as long as a ranked feed (`
 - ``covisit``, ``item_knn``, ``latent``: the user's candidates (the promoted bundle's sources) by that source's
   score, ties (most often 0: a candidate another source brought) by popularity.
 
-The score stored with each item is the method's own (interactions, or the source's score).
+The score stored with each item is the method's own (interactions, or the source's score). ``evaluate`` judges the
+same methods as baselines, by the same ranking rules (``first_unseen``, ``best_per_user``), with the scores it
+computes exactly from the log before its cut (a worker holds only the item table and the bundle's sources); the
+lists differ where their purposes do: an arm's list is as long as a feed, with zero-score items filling it by
+popularity, a baseline's holds the items the method scores at all.
 """
 
 from __future__ import annotations
@@ -25,6 +29,23 @@ from .source_index import SourceIndex
 SOURCE_SCORE = sources.METHOD_SCORE
 
 
+def first_unseen(order: np.ndarray, seen: np.ndarray, n: int) -> np.ndarray:
+    """The first ``n`` rows of ``order`` (item rows, best first) not in ``seen``: one user's list from a global
+    order. Shared by the arms' lists and evaluate's baselines, so that the rule is one."""
+    head = order[: n + len(seen)]                  # enough to fill the list past the seen items
+    return head[~np.isin(head, seen)][:n]
+
+
+def best_per_user(owner: np.ndarray, rows: np.ndarray, score: np.ndarray, n: int) -> np.ndarray:
+    """Indices into ``owner``/``rows``/``score`` (scored candidates of several users) of each user's best ``n``,
+    by user, best first, ties by row (rows are in popularity order: the more popular first). Shared by the arms'
+    lists and evaluate's baselines."""
+    order = np.lexsort((rows, -score, owner))
+    by_user = owner[order]
+    rank = np.arange(len(order)) - np.searchsorted(by_user, by_user, side="left")
+    return order[rank < n]
+
+
 def by_method(method: str, arg: str | None, items: ItemTable, index: SourceIndex, hist: Histories, settings: Settings
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A simple method's lists for a batch: item rows, scores (float32) and offsets (user ``k``'s list at
@@ -38,15 +59,12 @@ def by_method(method: str, arg: str | None, items: ItemTable, index: SourceIndex
             order = order[np.lexsort((order, -score[order]))]       # ties by row: by popularity
         rows, sizes = [], []
         for k in range(len(hist)):
-            head = order[: n + len(hist.seen(k))]                    # enough to fill the list past the seen items
-            mine = head[~np.isin(head, hist.seen(k))][:n]
+            mine = first_unseen(order, hist.seen(k), n)
             rows.append(mine), sizes.append(len(mine))
         rows = np.concatenate(rows) if rows else np.empty(0, dtype=np.int64)
         return rows, score[rows].astype(np.float32), np.r_[0, np.cumsum(sizes)].astype(np.int64)
     cand = candidates.for_batch(items, index, hist, settings)
     score = getattr(cand, SOURCE_SCORE[method])
-    order = np.lexsort((cand.rows, -score, cand.owner))             # by user, best first, ties by popularity
-    place = np.arange(len(order)) - np.repeat(cand.offsets[:-1], np.diff(cand.offsets))
-    keep = order[place < n]
+    keep = best_per_user(cand.owner, cand.rows, score, n)
     sizes = np.minimum(np.diff(cand.offsets), n)
     return cand.rows[keep], score[keep].astype(np.float32), np.r_[0, np.cumsum(sizes)].astype(np.int64)
