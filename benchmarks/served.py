@@ -72,17 +72,22 @@ def run(quick: bool = False) -> dict:
             log=name, cut=cut, cut_quantile=cfg["cut"], users=int(len(who)), steps=len(steps), late_reads=late,
             replay_seconds=seconds, events_per_request=per_request, best_baseline=best, baseline_ndcg=base,
             served=dict(ndcg=served_mean, hit_rate=float(hit["served"].mean()) if len(steps) else 0.0,
+                        repeat_share=replay.repeat_share(steps.user, [rows[:cfg["k"]] for rows in lists]),
                         ratio=served_mean / base if base > 0 else None,
                         interval=bootstrap.ratio_interval(per_user["served"], per_user[best])),
-            evaluated=dict(ndcg=judged.methods["ranker"]["ndcg"], ratio=judged.ratio, interval=judged.ratio_interval),
+            evaluated=dict(ndcg=judged.methods["ranker"]["ndcg"], ratio=judged.ratio, interval=judged.ratio_interval,
+                           repeat_share=judged.methods["ranker"]["repeat_share"]),
             served_vs_evaluated=bootstrap.ratio_interval(per_user["served"], per_user["evaluated"]),
             same_score_share=float(np.mean(np.isclose(ndcg["served"], evaluated))) if len(steps) else None,
             methods=judged.methods)
         print(table(f"replay on {name} at cut {cfg['cut']:g}: {len(steps)} steps of {len(who)} users",
-                    ["feed", "NDCG@10", f"/ {best}", "95% interval"],
-                    [["served (HTTP)", served_mean, _x(out["served"]["ratio"]), _iv(out["served"]["interval"])],
-                     ["evaluated", judged.methods["ranker"]["ndcg"], _x(judged.ratio), _iv(judged.ratio_interval)],
-                     [best, base, "1.00x", ""]]))
+                    ["feed", "NDCG@10", f"/ {best}", "95% interval", "repeated"],
+                    [["served (HTTP)", served_mean, _x(out["served"]["ratio"]), _iv(out["served"]["interval"]),
+                      out["served"]["repeat_share"]],
+                     ["evaluated", judged.methods["ranker"]["ndcg"], _x(judged.ratio), _iv(judged.ratio_interval),
+                      out["evaluated"]["repeat_share"]],
+                     [best, base, "1.00x", "", judged.methods[best]["repeat_share"]]]))
+        print("repeated: the share of a step's page its user's previous page held")
         print(f"served / evaluated: {_iv(out['served_vs_evaluated'])} (95% interval); steps scoring the same: "
               f"{out['same_score_share']:.1%}; reads that waited over {CATCH_UP:g}s: {late}; "
               f"replay through HTTP {seconds:.0f}s, {per_request} events per request")

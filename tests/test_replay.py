@@ -105,3 +105,40 @@ def test_three_replayed_steps_are_the_feeds_a_worker_serves_before_each(world, s
     # and what the user did moves the feed: an item of a step is never served after it
     assert 16 not in served[1] + served[2] and 24 not in served[2]
     engine.dispose()
+
+
+def test_the_repeated_share_is_how_much_of_a_page_its_users_previous_page_held():
+    # given steps in log order: user 1 three times, user 2 twice (the second time an empty page)
+    users = np.array([1, 1, 2, 1, 2])
+    pages = [np.array([1, 2]), np.array([2, 3]), np.array([5]), np.array([3, 4, 9, 2]), np.array([], dtype=np.int64)]
+    # then user 1's second page repeats half of the first, the third half of the second; nothing else counts
+    assert replay.repeat_share(users, pages) == pytest.approx(0.5)
+    assert replay.repeat_share(np.array([1, 2]), [np.array([1]), np.array([1])]) == 0.0
+
+
+def test_replay_reports_for_each_method_the_share_of_its_pages_repeated(world, pipeline):
+    # given the world's log cut at 0.8 and the promoted model
+    from precompute.ranking import source_index
+    from precompute.learning.split import cut_time
+
+    events = load_events(world.engine)
+    cut = cut_time(events.ts, 0.8)
+    items = load_item_table(world.engine, world.settings, as_of=cut)
+    index = source_index.for_items(items, pipeline.bundle.pairs)
+    detail: dict = {}
+    # when the replay protocol judges 60 users' next steps
+    result = replay.judge_replay(items, index, events, cut, pipeline.bundle.model, world.settings, users=60, k=10,
+                                 detail=detail)
+    steps = detail["steps"]
+    # then every method's repeated share is the mean, over steps after a user's first, of the share of the page
+    # that user's page before it held (counted here pair by pair)
+    by_user: dict[int, list[int]] = {}
+    for s, u in enumerate(steps.user.tolist()):
+        by_user.setdefault(u, []).append(s)
+    assert any(len(v) > 1 for v in by_user.values())
+    for method, m in result.methods.items():
+        pages = detail["pages"][method]
+        shares = [len(set(pages[b].tolist()) & set(pages[a].tolist())) / len(pages[b])
+                  for ss in by_user.values() for a, b in zip(ss, ss[1:]) if len(pages[b])]
+        assert all(len(p) <= 10 for p in pages)
+        assert m["repeat_share"] == pytest.approx(np.mean(shares) if shares else 0.0), method

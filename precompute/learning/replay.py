@@ -79,7 +79,8 @@ def judge_replay(items: ItemTable, index: SourceIndex, events: EventLog, cut: fl
                  detail: dict | None = None) -> ReplayResult:
     """Replay the first ``n_steps`` steps after ``cut`` of every user with pre-cut history (a seeded sample of
     ``users`` of them, or ``only`` these; never ``exclude``), ranking each with every method; ``items`` and ``index``
-    as of the cut. ``detail``, when given, receives the judged ``steps`` and each method's per-step ``ndcg``."""
+    as of the cut. ``detail``, when given, receives the judged ``steps``, each method's per-step ``ndcg`` and its
+    ``pages`` (each step's top k)."""
     t0 = time.perf_counter()
     ev_item, ev_type, ev_ts = events.item, events.type, events.ts
     steps = find(events, items, cut, end, n_steps, refresh=settings.feed_refresh, horizon=settings.feed_ttl)
@@ -95,6 +96,7 @@ def judge_replay(items: ItemTable, index: SourceIndex, events: EventLog, cut: fl
     names = (*baseline_names(), "ranker")
     ndcg = {m: np.zeros(len(steps)) for m in names}
     hit = {m: np.zeros(len(steps)) for m in names}
+    pages: dict[str, list] = {m: [None] * len(steps) for m in names}     # each step's top k, for repeat_share
     held = np.zeros(len(steps.rows), dtype=np.int64)            # source bits of each truth entry's candidate
     in_cand = np.zeros(len(steps.rows), dtype=bool)
     by_user = ByUser(events)
@@ -120,13 +122,13 @@ def judge_replay(items: ItemTable, index: SourceIndex, events: EventLog, cut: fl
         dense = np.empty((len(part), len(items)), dtype=np.float32)
         for m, per_clock in scores.items():
             dense[:] = np.asarray(per_clock, dtype=np.float32)[which]
-            _score_dense(m, dense, part, hist_all, items.active, k, a, ndcg, hit)
+            _score_dense(m, dense, part, hist_all, items.active, k, a, ndcg, hit, pages)
         dense[:] = _covisit_scores(hist, index, settings, len(items))
-        _score_dense("covisit", dense, part, hist_all, items.active, k, a, ndcg, hit)
+        _score_dense("covisit", dense, part, hist_all, items.active, k, a, ndcg, hit, pages)
         dense[:] = knn.scores(hist_all)
-        _score_dense("item_knn", dense, part, hist_all, items.active, k, a, ndcg, hit)
+        _score_dense("item_knn", dense, part, hist_all, items.active, k, a, ndcg, hit, pages)
         dense[:] = _latent_scores(hist_all, index)
-        _score_dense("latent", dense, part, hist_all, items.active, k, a, ndcg, hit)
+        _score_dense("latent", dense, part, hist_all, items.active, k, a, ndcg, hit, pages)
         # The ranker, as a worker computes it for these histories at these clocks.
         for start in range(0, len(part), settings.rank_chunk_users):
             stop = min(start + settings.rank_chunk_users, len(part))
@@ -134,7 +136,7 @@ def judge_replay(items: ItemTable, index: SourceIndex, events: EventLog, cut: fl
             live = feed_act.live(sub.feed_clock, lengths, sub.feed_known)
             cand, top, offsets = rank(items, index, h, sub.feed_clock, live, model, settings, k)
             lists_ = [cand.rows[top[offsets[j]:offsets[j + 1]]] for j in range(len(sub))]
-            score_lists("ranker", lists_, sub, a + start, k, ndcg, hit)
+            score_lists("ranker", lists_, sub, a + start, k, ndcg, hit, pages)
             # Which truth entries the candidates held, and through which sources.
             span = len(items) + 1
             code = cand.owner * span + cand.rows
@@ -150,9 +152,11 @@ def judge_replay(items: ItemTable, index: SourceIndex, events: EventLog, cut: fl
     user_pos = np.unique(steps.user, return_inverse=True)[1].ravel()
     n_users = int(user_pos.max()) + 1 if len(user_pos) else 0
     if detail is not None:
-        detail.update(steps=steps, ndcg=ndcg)
+        detail.update(steps=steps, ndcg=ndcg, pages=pages)
     summary = {m: dict(ndcg=float(ndcg[m].mean()) if len(steps) else 0.0,
                        hit_rate=float(hit[m].mean()) if len(steps) else 0.0) for m in names}
+    for m in names:
+        summary[m]["repeat_share"] = repeat_share(steps.user, pages[m])
     summary["ranker"]["candidate_recall"] = float(in_cand.mean()) if len(in_cand) else 0.0
     sources = {name: float(((held & bit) > 0).mean()) if len(held) else 0.0 for name, bit in SOURCES.items()}
     best = max(baseline_names(), key=lambda m: summary[m]["ndcg"])
@@ -164,6 +168,21 @@ def judge_replay(items: ItemTable, index: SourceIndex, events: EventLog, cut: fl
     return ReplayResult(cut=cut, k=k, steps=len(steps), users=n_users, methods=summary, sources=sources,
                         best_baseline=best, ratio=summary["ranker"]["ndcg"] / base if base > 0 else None,
                         ratio_interval=interval, seconds=time.perf_counter() - t0)
+
+
+def repeat_share(users: np.ndarray, pages: list) -> float:
+    """The mean share of a step's page (its top k) that the same user's previous step's page held: how much of what
+    a user is shown, coming back, they were shown last time. Steps are in log order, so a user's previous step is
+    their last one before; a user's first step, and an empty page, count for nothing. 0 when no user has two."""
+    last: dict[int, np.ndarray] = {}
+    shares = []
+    for user, page in zip(users.tolist(), pages):
+        before = last.get(user)
+        if before is not None and page is not None and len(page):
+            shares.append(float(np.isin(page, before).mean()))
+        if page is not None:
+            last[user] = page
+    return float(np.mean(shares)) if shares else 0.0
 
 
 def rank(items: ItemTable, index: SourceIndex, hist, clocks: np.ndarray, live: BatchPopularity, model,
@@ -178,7 +197,7 @@ def rank(items: ItemTable, index: SourceIndex, hist, clocks: np.ndarray, live: B
 
 
 def _score_dense(name: str, scores: np.ndarray, part: Steps, hist_all, active: np.ndarray, k: int, a: int,
-                 ndcg: dict, hit: dict) -> None:
+                 ndcg: dict, hit: dict, pages: dict) -> None:
     """Top ``k`` of each step's row of ``scores`` (positive, active, not in the user's history), judged."""
     scores[:, ~active] = -np.inf
     owner = np.repeat(np.arange(len(part)), np.diff(hist_all.seen_offsets))
@@ -191,16 +210,20 @@ def _score_dense(name: str, scores: np.ndarray, part: Steps, hist_all, active: n
         o = np.lexsort((top[j], -val[j]))
         o = o[val[j][o] > 0]
         lists.append(top[j][o])
-    score_lists(name, lists, part, a, k, ndcg, hit)
+    score_lists(name, lists, part, a, k, ndcg, hit, pages)
 
 
-def score_lists(name: str, lists: list[np.ndarray], part: Steps, a: int, k: int, ndcg: dict, hit: dict) -> None:
-    """NDCG@k and HitRate@k of each step's list against its truth, stored at the steps' places ``a + j``."""
+def score_lists(name: str, lists: list[np.ndarray], part: Steps, a: int, k: int, ndcg: dict, hit: dict,
+                pages: dict | None = None) -> None:
+    """NDCG@k and HitRate@k of each step's list against its truth, stored at the steps' places ``a + j`` (and the
+    list's top ``k`` itself in ``pages``, when given)."""
     disc = 1.0 / np.log2(np.arange(k) + 2)
     for j, rows in enumerate(lists):
         t_rows = part.rows[part.offsets[j]:part.offsets[j + 1]]
         t_rel = part.rel[part.offsets[j]:part.offsets[j + 1]]
         rows = rows[:k]
+        if pages is not None:
+            pages[name][a + j] = rows
         at = np.minimum(np.searchsorted(t_rows, rows), len(t_rows) - 1)
         rel = np.where(t_rows[at] == rows, t_rel[at], 0.0)
         ideal = np.sort(t_rel)[::-1][:k]

@@ -33,15 +33,18 @@ def table(ev: Evaluation) -> str:
 
 
 def replay_table(rp) -> str:
-    """The replay protocol's table: NDCG@k and HitRate@k per method, candidate recall per source, the ratio."""
+    """The replay protocol's table: NDCG@k, HitRate@k and the share of a page its user's previous page held, per
+    method; candidate recall per source; the ratio."""
     lines = [f"replay protocol ({rp.steps} steps of {rp.users} users; the ranker at each step's feed clock, the "
              "baselines live):"]
     width = max(len(name) for name in rp.methods) + 2
     lines.append("method".ljust(width) + f"{'NDCG@' + str(rp.k):>12}  {'HitRate@' + str(rp.k):>12}  "
-                 f"{'cand. recall':>12}")
+                 f"{'repeated':>12}  {'cand. recall':>12}")
     for name, m in rp.methods.items():
         recall = f"{m['candidate_recall']:12.4f}" if "candidate_recall" in m else " " * 12
-        lines.append(name.ljust(width) + f"{m['ndcg']:12.4f}  {m['hit_rate']:12.4f}  {recall}")
+        lines.append(name.ljust(width) + f"{m['ndcg']:12.4f}  {m['hit_rate']:12.4f}  "
+                     f"{m.get('repeat_share', float('nan')):12.4f}  {recall}")
+    lines.append("repeated: the share of a step's page its user's previous page held")
     lines.append("candidate recall by source: " + ", ".join(f"{s} {v:.3f}" for s, v in rp.sources.items()))
     ratio = _ratio(rp.ratio, rp.ratio_interval, f"{rp.users} users")
     lines.append(f"ranker / best baseline ({rp.best_baseline}, its window chosen on the truth) = {ratio}")
