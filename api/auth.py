@@ -119,12 +119,11 @@ def check_dashboard() -> None:
     scheme, _, given = request.headers.get("Authorization", "").strip().partition(" ")
     scheme = scheme.lower()
     if scheme == "basic":
-        try:
-            decoded = base64.b64decode(given.strip(), validate=True).decode("utf-8")
-        except (binascii.Error, UnicodeDecodeError, ValueError):
+        password = basic_password(given)
+        if password is None:
             addresses.guard().failed(request.environ)
-            raise Forbidden("malformed basic credentials") from None
-        given = decoded.partition(":")[2]
+            raise Forbidden("malformed basic credentials")
+        given = password
     elif scheme != "bearer" or not given.strip():
         raise Unauthorized("the dashboard needs an admin key (basic auth password or bearer token)",
                            challenge=CHALLENGE)
@@ -132,6 +131,15 @@ def check_dashboard() -> None:
         authorize("admin", given)
     except Unauthorized:
         raise Forbidden("unknown or revoked key") from None
+
+
+def basic_password(credentials: str) -> str | None:
+    """The password of HTTP basic ``credentials`` (base64 of ``user:password``; any user name), None when they are
+    not base64 of UTF-8 text."""
+    try:
+        return base64.b64decode(credentials.strip(), validate=True).decode("utf-8").partition(":")[2]
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return None
 
 
 def dashboard_required(view):

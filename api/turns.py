@@ -24,14 +24,13 @@ of each other waiting client. Within a client, arrival order.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import io
 import threading
 from collections import deque
 from collections.abc import Callable
 
 from .addresses import Network, client_address
+from .auth import basic_password
 from .keyring import Keyring
 
 #: The environ key that says the request's body was read whole off the connection (``errors.body_left_unread``).
@@ -144,8 +143,5 @@ def credential(authorization: str) -> str:
     if scheme == "bearer":
         return given.strip()
     if scheme == "basic":
-        try:
-            return base64.b64decode(given.strip(), validate=True).decode("utf-8").partition(":")[2].strip()
-        except (binascii.Error, UnicodeDecodeError, ValueError):
-            return ""
+        return (basic_password(given) or "").strip()
     return ""

@@ -87,10 +87,7 @@ def move_pages(engine: Engine, r: redis.Redis, keys: Keys, lock, oldest: float, 
         done.pages += len(raw)
         done.stored += len(new)
         done.lost += lost
-        for arm, (n, m) in served.items():
-            counts = done.served.setdefault(arm, [0, 0])
-            counts[0] += n
-            counts[1] += m
+        _add_served(done.served, served)
 
 
 def _readable(raw: list[bytes], oldest: float, done: Intake) -> list[tuple[Impression, bytes]]:
@@ -143,10 +140,7 @@ def _store_each(engine: Engine, r: redis.Redis, keys: Keys, insert, records: lis
                 continue
             new += one_new
             lost += one_lost
-            for arm, (n, m) in one_served.items():
-                counts = served.setdefault(arm, [0, 0])
-                counts[0] += n
-                counts[1] += m
+            _add_served(served, one_served)
     if refused:
         with r.pipeline(transaction=False) as pipe:
             pipe.rpush(keys.impressions_rejected, *refused)
@@ -156,6 +150,14 @@ def _store_each(engine: Engine, r: redis.Redis, keys: Keys, insert, records: lis
         log.error("impressions: %d pages refused by the database, set aside in %s", len(refused),
                   keys.impressions_rejected)
     return new, lost, served
+
+
+def _add_served(into: dict, served: dict) -> None:
+    """Add ``served``'s (experiment, arm) -> [pages, impressions] to ``into``'s."""
+    for arm, (n, m) in served.items():
+        counts = into.setdefault(arm, [0, 0])
+        counts[0] += n
+        counts[1] += m
 
 
 def _count_exposures(conn, insert, pages: list[Impression]) -> dict:
