@@ -30,7 +30,7 @@ from ..data.log import EventLog, load_events
 from ..errors import InvalidInput
 from ..ranking import arrays, candidates, features
 from ..settings import Settings
-from . import ahead, objective, periods
+from . import ahead, derived, objective, periods
 from . import steps as replayed
 from .activity import Activity
 from .periods import Period
@@ -167,13 +167,13 @@ def _step_examples(at: Period, events: EventLog, by_user: replayed.ByUser, found
     judges, so the model learns that question."""
     negatives = max(settings.train_negatives // 3, 1)
     Xs, ys, gs = [], [], []
-    for start, part, hist, cand, live, rel in _step_batches(at, events, by_user, found, user_ids, settings):
+    for start, part, hist, cand, live, rel, shown in _step_batches(at, events, by_user, found, user_ids, settings):
         owner = cand.owner
         keep = (rel > 0) | group_smallest(owner, cand.offsets, rng.random(len(rel)), negatives)
         has_pos = np.bincount(owner[rel > 0], minlength=len(part)) > 0
         keep &= has_pos[owner]
         # Features of the sampled examples only (~1 % of the candidates), the rows the whole set would give them.
-        Xs.append(features.build(at.items, hist, cand.take(keep), part.feed_clock, live))
+        Xs.append(features.build(at.items, hist, cand.take(keep), part.feed_clock, live, shown))
         ys.append(rel[keep]), gs.append(start + owner[keep])
     if not Xs:
         return (np.empty((0, len(at.items.layout)), dtype=np.float32), np.empty(0), np.empty(0, dtype=np.int64))
@@ -184,18 +184,28 @@ def _step_batches(at: Period, events: EventLog, by_user: replayed.ByUser, found:
                   user_ids: np.ndarray, settings: Settings) -> Iterator[tuple]:
     """``user_ids``' replayed steps after ``at.cut`` in batches, each step's candidates as a worker computes them
     before it (history up to it, popularity at its feed clock; the item table and source index of the cut) with
-    their grades: ``(start, steps, histories, candidates, live popularity, grades)``, candidates owned by step."""
+    their grades, and what each step was shown before it: ``(start, steps, histories, candidates, live popularity,
+    grades, shown)``, candidates owned by step. With the "shown" columns, the pages before each step are those
+    ``derived.stand_in_pages`` ranks at the user's earlier steps (None without them)."""
     mine = found.take(np.flatnonzero(np.isin(found.user, user_ids)))
     act = Activity(at.items, events.ts, events.item, events.type)
     lengths = candidates.recent_lengths(settings)
     span = len(at.items) + 1
+    shown_on = bool(dict(at.items.layout.groups).get("shown"))
+    pages = derived.DerivedPages()
     for start in range(0, len(mine), 200):
-        part = mine.take(np.arange(start, min(start + 200, len(mine))))
+        index = np.arange(start, min(start + 200, len(mine)))
+        part = mine.take(index)
         hist = by_user.histories(part, at.items, settings)
         live = act.live(part.feed_clock, lengths, part.feed_known)
         cand = candidates.for_batch(at.items, at.index, hist, settings, live)
         rel = arrays.lookup(part.owner * span + part.rows, part.rel, cand.owner * span + cand.rows)
-        yield start, part, hist, cand, live, rel
+        shown = None
+        if shown_on:
+            # Steps are in log order: a user's earlier steps are in this batch or an earlier one.
+            pages.add(part.user, index, part.clock, derived.stand_in_pages(cand, at.index))
+            shown = pages.shown(part.user, index, span)
+        yield start, part, hist, cand, live, rel, shown
 
 
 def _whole_lists(at: Period, events: EventLog, by_user: replayed.ByUser | None, found: replayed.Steps | None,
@@ -212,8 +222,8 @@ def _whole_lists(at: Period, events: EventLog, by_user: replayed.ByUser | None, 
     users, counts = np.unique(found.user, return_counts=True)
     n_steps = arrays.lookup(users, counts, user_ids)
     kept = user_ids[np.cumsum(n_steps) <= objective.CHOICE_LISTS]
-    for _, part, hist, cand, live, rel in _step_batches(at, events, by_user, found, kept, settings):
-        yield features.build(at.items, hist, cand, part.feed_clock, live), rel, cand.offsets, part.user
+    for _, part, hist, cand, live, rel, shown in _step_batches(at, events, by_user, found, kept, settings):
+        yield features.build(at.items, hist, cand, part.feed_clock, live, shown), rel, cand.offsets, part.user
 
 
 def _sample(eligible: np.ndarray, n: int, rng: np.random.Generator, what: str) -> np.ndarray:

@@ -29,17 +29,20 @@ from collections.abc import Callable
 import numpy as np
 from scipy import sparse
 
+from ..data.history import ranges
 from ..data.log import EventLog
 from ..progress import Count
 from ..ranking import candidates, features, latent, scoring, sources
 from ..ranking.arrays import top_desc_grouped
 from ..ranking.item_table import ItemTable
 from ..ranking.popularity import BatchPopularity
+from ..ranking.shown import Shown
 from ..ranking.source_index import SourceIndex
 from ..settings import Settings
 from ..units import DAY, HOUR
 from . import bootstrap
 from .activity import Activity
+from .derived import DerivedPages
 from .steps import ByUser, Steps, find
 
 #: The live popularity baselines' windows; "popular" is all time.
@@ -104,7 +107,6 @@ def judge_replay(items: ItemTable, index: SourceIndex, events: EventLog, cut: fl
     act = Activity(items, ev_ts, ev_item, ev_type)
     feed_act = Activity(items, ev_ts, ev_item, ev_type)      # the ranker's: at each step's feed clock
     knn = _Knn(items, events.head(n_pre))
-    lengths = candidates.recent_lengths(settings)
     base_cols = {f"recent_{w}": col for col, (w, _) in enumerate(BASELINE_WINDOWS)}
     everything = float("inf")
     for a in range(0, len(steps), BATCH):
@@ -129,25 +131,9 @@ def judge_replay(items: ItemTable, index: SourceIndex, events: EventLog, cut: fl
         _score_dense("item_knn", dense, part, hist_all, items.active, k, a, ndcg, hit, pages)
         dense[:] = _latent_scores(hist_all, index)
         _score_dense("latent", dense, part, hist_all, items.active, k, a, ndcg, hit, pages)
-        # The ranker, as a worker computes it for these histories at these clocks.
-        for start in range(0, len(part), settings.rank_chunk_users):
-            stop = min(start + settings.rank_chunk_users, len(part))
-            sub, h = part.take(np.arange(start, stop)), hist.slice(start, stop)
-            live = feed_act.live(sub.feed_clock, lengths, sub.feed_known)
-            cand, top, offsets = rank(items, index, h, sub.feed_clock, live, model, settings, k)
-            lists_ = [cand.rows[top[offsets[j]:offsets[j + 1]]] for j in range(len(sub))]
-            score_lists("ranker", lists_, sub, a + start, k, ndcg, hit, pages)
-            # Which truth entries the candidates held, and through which sources.
-            span = len(items) + 1
-            code = cand.owner * span + cand.rows
-            t_code = sub.owner * span + sub.rows
-            order = np.argsort(code)
-            at = np.minimum(np.searchsorted(code[order], t_code), max(len(code) - 1, 0))
-            found = (code[order][at] == t_code) if len(code) else np.zeros(len(t_code), dtype=bool)
-            lo = part.offsets[start] + steps.offsets[a]
-            in_cand[lo:lo + len(t_code)] = found
-            held[lo:lo + len(t_code)] = np.where(found, cand.flags[order][at] if len(code) else 0, 0)
-        progress(Count(min(a + BATCH, len(steps)), len(steps), "steps"))
+        progress(Count(min(a + BATCH, len(steps)), len(steps), "baseline steps"))
+    _replay_ranker(items, index, steps, by_user, feed_act, model, settings, k, ndcg, hit, pages, in_cand, held,
+                   progress)
     # Means over steps; the interval resamples users with their steps (sums per user).
     user_pos = np.unique(steps.user, return_inverse=True)[1].ravel()
     n_users = int(user_pos.max()) + 1 if len(user_pos) else 0
@@ -170,6 +156,53 @@ def judge_replay(items: ItemTable, index: SourceIndex, events: EventLog, cut: fl
                         ratio_interval=interval, seconds=time.perf_counter() - t0)
 
 
+def _replay_ranker(items: ItemTable, index: SourceIndex, steps: Steps, by_user: ByUser, feed_act: Activity, model,
+                   settings: Settings, k: int, ndcg: dict, hit: dict, pages: dict, in_cand: np.ndarray,
+                   held: np.ndarray, progress: Callable[[str], None]) -> None:
+    """The ranker on every step, as a worker computes it for the step's history at its feed clock, and which truth
+    entries its candidates held (``in_cand``, through which sources: ``held``). Steps are ranked round by round
+    (every user's first step, then every user's second, ...), so that with the "shown" columns each step knows the
+    pages the ranker itself served before the user's earlier steps (``derived.py``)."""
+    shown_on = bool(dict(items.layout.groups).get("shown"))
+    derived = DerivedPages()
+    lengths = candidates.recent_lengths(settings)
+    span = len(items) + 1
+    rounds = occurrence(steps.user)
+    done = 0
+    for r in range(int(rounds.max(initial=-1)) + 1):
+        in_round = np.flatnonzero(rounds == r)
+        for start in range(0, len(in_round), settings.rank_chunk_users):
+            at = in_round[start:start + settings.rank_chunk_users]
+            sub = steps.take(at)
+            h = by_user.histories(sub, items, settings)
+            live = feed_act.live(sub.feed_clock, lengths, sub.feed_known)
+            shown = derived.shown(sub.user, at, span) if shown_on else None
+            cand, top, offsets = rank(items, index, h, sub.feed_clock, live, model, settings, k, shown)
+            lists_ = [cand.rows[top[offsets[j]:offsets[j + 1]]] for j in range(len(sub))]
+            score_lists("ranker", lists_, sub, 0, k, ndcg, hit, pages, at=at)
+            derived.add(sub.user, at, sub.clock, lists_)
+            # Which truth entries the candidates held, and through which sources.
+            code = cand.owner * span + cand.rows
+            t_code = sub.owner * span + sub.rows
+            order = np.argsort(code)
+            found_at = np.minimum(np.searchsorted(code[order], t_code), max(len(code) - 1, 0))
+            found = (code[order][found_at] == t_code) if len(code) else np.zeros(len(t_code), dtype=bool)
+            truth = ranges(steps.offsets[at], steps.offsets[at + 1])
+            in_cand[truth] = found
+            held[truth] = np.where(found, cand.flags[order][found_at] if len(code) else 0, 0)
+            done += len(at)
+            progress(Count(done, len(steps), "ranker steps"))
+
+
+def occurrence(users: np.ndarray) -> np.ndarray:
+    """Each entry's count of earlier entries of the same user: 0 for a user's first step, 1 for their second ..."""
+    order = np.argsort(users, kind="stable")
+    sorted_users = users[order]
+    out = np.empty(len(users), dtype=np.int64)
+    out[order] = np.arange(len(users)) - np.searchsorted(sorted_users, sorted_users, side="left")
+    return out
+
+
 def repeat_share(users: np.ndarray, pages: list) -> float:
     """The mean share of a step's page (its top k) that the same user's previous step's page held: how much of what
     a user is shown, coming back, they were shown last time. Steps are in log order, so a user's previous step is
@@ -186,11 +219,12 @@ def repeat_share(users: np.ndarray, pages: list) -> float:
 
 
 def rank(items: ItemTable, index: SourceIndex, hist, clocks: np.ndarray, live: BatchPopularity, model,
-         settings: Settings, n: int) -> tuple[candidates.Candidates, np.ndarray, np.ndarray]:
+         settings: Settings, n: int, shown: Shown | None = None) -> tuple[candidates.Candidates, np.ndarray, np.ndarray]:
     """What a worker computes for these histories at these clocks (``Pipeline.build_feeds``): candidates, features,
-    scores, and each row's top ``n`` (``top[offsets[j]:offsets[j+1]]`` indexes ``cand.rows``, best first)."""
+    scores, and each row's top ``n`` (``top[offsets[j]:offsets[j+1]]`` indexes ``cand.rows``, best first).
+    ``shown``: what each row was shown."""
     cand = candidates.for_batch(items, index, hist, settings, live)
-    X = features.build(items, hist, cand, clocks, live)
+    X = features.build(items, hist, cand, clocks, live, shown)
     scores = scoring.score(model, X) if len(X) else np.empty(0, dtype=np.float32)
     top, offsets = top_desc_grouped(scores, cand.offsets, n)
     return cand, top, offsets
@@ -214,22 +248,24 @@ def _score_dense(name: str, scores: np.ndarray, part: Steps, hist_all, active: n
 
 
 def score_lists(name: str, lists: list[np.ndarray], part: Steps, a: int, k: int, ndcg: dict, hit: dict,
-                pages: dict | None = None) -> None:
-    """NDCG@k and HitRate@k of each step's list against its truth, stored at the steps' places ``a + j`` (and the
-    list's top ``k`` itself in ``pages``, when given)."""
+                pages: dict | None = None, at: np.ndarray | None = None) -> None:
+    """NDCG@k and HitRate@k of each step's list against its truth, stored at the steps' places ``a + j`` (or
+    ``at[j]``), and the list's top ``k`` itself in ``pages``, when given."""
     disc = 1.0 / np.log2(np.arange(k) + 2)
+    places = (a + np.arange(len(lists))) if at is None else at
     for j, rows in enumerate(lists):
         t_rows = part.rows[part.offsets[j]:part.offsets[j + 1]]
         t_rel = part.rel[part.offsets[j]:part.offsets[j + 1]]
         rows = rows[:k]
+        place = int(places[j])
         if pages is not None:
-            pages[name][a + j] = rows
+            pages[name][place] = rows
         at = np.minimum(np.searchsorted(t_rows, rows), len(t_rows) - 1)
         rel = np.where(t_rows[at] == rows, t_rel[at], 0.0)
         ideal = np.sort(t_rel)[::-1][:k]
         idcg = float(((2.0 ** ideal - 1) * disc[:len(ideal)]).sum())
-        ndcg[name][a + j] = float(((2.0 ** rel - 1) * disc[:len(rel)]).sum()) / idcg if idcg > 0 else 0.0
-        hit[name][a + j] = float((rel > 0).any())
+        ndcg[name][place] = float(((2.0 ** rel - 1) * disc[:len(rel)]).sum()) / idcg if idcg > 0 else 0.0
+        hit[name][place] = float((rel > 0).any())
 
 
 def _covisit_scores(hist, index: SourceIndex, settings: Settings, n_items: int) -> np.ndarray:

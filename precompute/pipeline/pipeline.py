@@ -17,12 +17,14 @@ from sqlalchemy import Engine
 
 from ..data import catalog, clock
 from ..data.history import Histories, load_histories
+from ..data.shown_pages import load_pages
 from ..errors import BundleError
 from ..feeds.codec import encode_many
 from ..feeds.store import FeedStore
 from ..settings import Settings
 from ..ranking import bundle as bundles
 from ..ranking import candidates, features, methods, scoring
+from ..ranking import shown as shown_columns
 from ..ranking.arrays import top_desc_grouped
 from ..ranking.item_loader import load_item_table
 from ..ranking.item_table import ItemTable
@@ -163,7 +165,16 @@ class Pipeline:
     def _build(self, hist: Histories, cand: candidates.Candidates) -> np.ndarray:
         """Features at the clock the histories were read at (``data/clock.py``), as training builds them at its
         time split; never the wall clock."""
-        return features.build(self.items, hist, cand, hist.clock)
+        return features.build(self.items, hist, cand, hist.clock, shown=self.shown(hist))
+
+    def shown(self, hist: Histories) -> shown_columns.Shown | None:
+        """What each of the batch's users was shown (the pages stored in the last ``PREFEED_IMPRESSIONS_KEEP``),
+        when the layout ranks with it; None otherwise."""
+        if not dict(self.items.layout.groups).get("shown"):
+            return None
+        pages = load_pages(self.engine, hist.user_ids, hist.clock - self.settings.impressions_keep)
+        imp = shown_columns.Impressions(pages.owner, self.items.rows(pages.item_ids), pages.ts, pages.position)
+        return shown_columns.aggregate(imp, len(self.items) + 1, np.full(len(hist), float(hist.clock)))
 
     def rank(self, hist: Histories, seconds: dict[str, float], bundle: bundles.Bundle | None = None,
              index: SourceIndex | None = None) -> tuple[candidates.Candidates, np.ndarray]:

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..data.history import Histories
 from .arrays import unique_sorted
-from . import sources
+from . import shown as shown_columns, sources
 from .candidates import ALL_SOURCES, Candidates
 from .item_table import ItemTable, rates
 from .layout import FeatureLayout
@@ -34,13 +34,14 @@ _FLAGS = {**{s.column: [(f & s.bit) > 0 for f in _BITS] for s in sources.SOURCES
 
 
 def build(items: ItemTable, hist: Histories, cand: Candidates, now: float | np.ndarray,
-          live: BatchPopularity | None = None) -> np.ndarray:
+          live: BatchPopularity | None = None, shown: shown_columns.Shown | None = None) -> np.ndarray:
     """The feature matrix of ``cand``, columns as ``items.layout`` declares them (the settings' attributes and
     event types). Missing values (an item without price, creation time or categories, a user without priced
     events) are NaN, which CatBoost handles, never a made-up number.
 
     ``now``: the clock of the batch (serving), or each user's (``(B,)``: replayed steps, each at its own instant);
-    ``live``: popularity at each user's clock (default: the item table's, as in serving)."""
+    ``live``: popularity at each user's clock (default: the item table's, as in serving); ``shown``: what each
+    row was shown (``shown.py``; None: nothing), read when the layout has the "shown" group."""
     layout = items.layout
     if set(_USER_ITEM) != set(layout.group("user_item")):     # a column declared but never written is garbage
         raise RuntimeError("features.build computes a different user_item group than the layout declares")
@@ -194,6 +195,10 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float | np.n
         code = owner[maybe] * len(items) + r[maybe]
         seen_before[maybe] = pair[np.minimum(np.searchsorted(pair, code), len(pair) - 1)] == code
     _gather(out, layout.start("source"), _flag_table(layout), cand.flags)   # source bits and their count
+    if dict(layout.groups).get("shown"):
+        built = shown_columns.columns(shown, owner, r, now_u, h_owner, hist.item_rows, hist.ts)
+        for name, column in built.items():
+            out[:, layout.index(name)] = column
     return out
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import BundleError, ConfigError
 from ..units import DAY, HOUR
-from . import sources
+from . import shown as shown_columns, sources
 
 #: Windows (name, seconds before the clock) of the type-weighted popularity counts (``ItemTable.windowed``;
 #: columns ``item_log_weighted_<name>``, ``item_log_share_<name>``; ``popularity.py``).
@@ -94,17 +94,18 @@ def for_settings(settings) -> FeatureLayout:
     """The layout a ``Settings`` implies: its declared item attributes and event types name columns.
     ``ConfigError`` when a declared name makes a column another column already is (a type named ``events``)."""
     try:
-        return for_declaration(tuple(settings.item_attributes), tuple(name for name, _ in settings.event_types))
+        return for_declaration(tuple(settings.item_attributes), tuple(name for name, _ in settings.event_types),
+                               shown=settings.rank_shown)
     except ValueError as exc:
         raise ConfigError(f"PREFEED_EVENT_TYPES / PREFEED_ITEM_ATTRIBUTES: {exc}; rename the type or "
                           "attribute") from None
 
 
 @functools.lru_cache(maxsize=16)
-def for_declaration(attributes: tuple[str, ...], types: tuple[str, ...]) -> FeatureLayout:
+def for_declaration(attributes: tuple[str, ...], types: tuple[str, ...], shown: bool = False) -> FeatureLayout:
     """The layout for these attribute names and event type names (weakest type first), built once per
     declaration. Per-type columns: a log count of each type, and the rate of each stronger type relative to the
-    first (``rate_names``)."""
+    first (``rate_names``). ``shown``: with the columns of what each user was shown (``shown.py``)."""
     return FeatureLayout(groups=(
         # Per item, independent of user and clock: computed once per item table (``ItemTable.static``).
         ("item_static", (
@@ -132,4 +133,6 @@ def for_declaration(attributes: tuple[str, ...], types: tuple[str, ...]) -> Feat
             "ux_latent_score", "ux_popularity_vs_user", "ux_seen_before")),
         # Which candidate sources produced the item.
         ("source", (*(s.column for s in sources.SOURCES), "ux_n_sources")),
+        # Per (user, item): the pages that showed it to the user (``shown.py``).
+        *((("shown", shown_columns.COLUMNS),) if shown else ()),
     ))

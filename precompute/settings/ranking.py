@@ -39,6 +39,10 @@ class RankingSettings:
     global_popular: int = setting(1000, "PREFEED_GLOBAL_POPULAR", "globally popular items added to every user's "
                                   "candidates", unit="items")
 
+    rank_shown: bool = setting(False, "PREFEED_RANK_SHOWN", "rank with what each user was shown: the pages that "
+                               "showed an item to the user, when, at which place, and whether they acted on it "
+                               "since (columns learned by `train`; a bundle trained with the other value is refused)")
+
     # -- training ------------------------------------------------------------------------------------------
     train_iterations: int = setting(1000, "PREFEED_TRAIN_ITERATIONS", "most CatBoost trees; early stopping "
                                     "chooses the count (`train --iterations`)", unit="trees")

@@ -1,0 +1,56 @@
+"""The pages each of a batch's users was served lately, as a worker reads them to rank with what was shown
+(``ranking/shown.py``): the collector's stored pages (``served_pages``), which are kept ``PREFEED_IMPRESSIONS_KEEP``.
+
+A page reaches the table within a collection interval of being served (``PREFEED_IMPRESSIONS_COLLECT_INTERVAL``):
+a feed recomputed sooner after a page does not know it yet, and knows it the next time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from sqlalchemy import Engine, select
+
+from .tables import ServedPage
+
+#: A user's newest pages read per recompute: a reader scrolling all day is described by their last hundred pages.
+PER_USER = 100
+
+
+@dataclasses.dataclass(frozen=True)
+class Pages:
+    """Impressions of a batch's users, one entry per (page, item): ``owner`` is the user's place in the batch,
+    ``item_ids`` the catalogue ids, ``ts`` the page's time (the events' clock when served), ``position`` the item's
+    0-based place in the user's scroll."""
+
+    owner: np.ndarray
+    item_ids: np.ndarray
+    ts: np.ndarray
+    position: np.ndarray
+
+
+def load_pages(engine: Engine, user_ids: np.ndarray, since: float, per_user: int = PER_USER) -> Pages:
+    """The newest ``per_user`` pages served to each of ``user_ids`` at or after ``since`` (one query on
+    ``ix_served_pages_user``)."""
+    place = {int(u): j for j, u in enumerate(user_ids.tolist())}
+    owner, ids, ts, pos = [], [], [], []
+    if place:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                select(ServedPage.user_id, ServedPage.served_at, ServedPage.position, ServedPage.items)
+                .where(ServedPage.user_id.in_(list(place)), ServedPage.served_at >= since)
+                .order_by(ServedPage.user_id, ServedPage.served_at.desc())).all()
+        count: dict[int, int] = {}
+        for user, served_at, position, items in rows:
+            n = count.get(user, 0)
+            if n >= per_user:
+                continue
+            count[user] = n + 1
+            page = np.frombuffer(items, dtype="<i8")
+            owner.append(np.full(len(page), place[user])), ids.append(page)
+            ts.append(np.full(len(page), served_at)), pos.append(position + np.arange(len(page)))
+    if not owner:
+        return Pages(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0), np.empty(0, np.int64))
+    return Pages(np.concatenate(owner), np.concatenate(ids).astype(np.int64), np.concatenate(ts),
+                 np.concatenate(pos))

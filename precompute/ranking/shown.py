@@ -1,0 +1,106 @@
+"""What each user was shown: the pages served to them, aggregated per (user, item), and the "shown" columns the
+ranker learns from (``layout.py``, group "shown", when ``PREFEED_RANK_SHOWN`` is on).
+
+An impression is one item on one page served to one user: the page's time (the events' clock when it was served)
+and the item's 0-based place in the user's scroll. Per (batch row, item) the ranker reads how many pages showed it,
+the days since the last and the first of them, its best place, and whether the user acted on it since it was last
+shown. Where the pages come from is the caller's: live, the pages the collector stored (``data/shown_pages.py``); in
+training and ``evaluate``, the pages the replay derives (``learning/derived.py``). An item never shown to the user
+has 0 pages and NaN elsewhere, which CatBoost reads as "missing", never a made-up number.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..units import DAY
+from .arrays import lookup
+
+#: The "shown" group's columns, in the layout's order.
+COLUMNS = ("ux_shown_pages", "ux_days_since_shown", "ux_days_since_first_shown", "ux_shown_best_position",
+           "ux_acted_since_shown")
+
+
+@dataclasses.dataclass(frozen=True)
+class Impressions:
+    """Impressions of a batch's rows, one entry per (page, item): ``owner`` is the batch row (the user, or the
+    replayed step), ``rows`` the item row in the caller's item table (< 0: an item the table does not know), ``ts``
+    the page's time (epoch s), ``position`` the item's 0-based place in the user's scroll."""
+
+    owner: np.ndarray
+    rows: np.ndarray
+    ts: np.ndarray
+    position: np.ndarray
+
+    @classmethod
+    def none(cls) -> Impressions:
+        return cls(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0), np.empty(0, np.int64))
+
+
+@dataclasses.dataclass(frozen=True)
+class Shown:
+    """Per distinct (batch row, item row), coded ``owner * span + row`` and sorted: how many pages showed it, the
+    first and the last page's time, and its best (smallest) place."""
+
+    span: int
+    code: np.ndarray
+    pages: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    best: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.code)
+
+
+def aggregate(imp: Impressions, span: int, clock: np.ndarray | None = None) -> Shown:
+    """``imp`` per (row, item); items the table does not know are left out, and so are pages after their row's
+    ``clock`` (``(B,)``, when given: a page served after the feed's clock is not known to it)."""
+    keep = imp.rows >= 0
+    if clock is not None:
+        keep &= imp.ts <= clock[imp.owner]
+    owner, rows, ts, pos = imp.owner[keep], imp.rows[keep], imp.ts[keep], imp.position[keep]
+    code, inv = np.unique(owner.astype(np.int64) * span + rows, return_inverse=True)
+    inv = inv.ravel()
+    first = np.full(len(code), np.inf)
+    last = np.full(len(code), -np.inf)
+    best = np.full(len(code), np.iinfo(np.int64).max)
+    np.minimum.at(first, inv, ts)
+    np.maximum.at(last, inv, ts)
+    np.minimum.at(best, inv, pos)
+    return Shown(span=span, code=code, pages=np.bincount(inv, minlength=len(code)), first=first, last=last,
+                 best=best)
+
+
+def columns(shown: Shown | None, owner: np.ndarray, rows: np.ndarray, now: np.ndarray, hist_owner: np.ndarray,
+            hist_rows: np.ndarray, hist_ts: np.ndarray) -> dict[str, np.ndarray]:
+    """The "shown" columns of candidates ``(owner, rows)`` (batch row, item row), each row at ``now[owner]``:
+    a dict by name. ``hist_*``: the batch's history events (row, item row, time), for "acted on it since"."""
+    n = len(rows)
+    out = {"ux_shown_pages": np.zeros(n), "ux_days_since_shown": np.full(n, np.nan),
+           "ux_days_since_first_shown": np.full(n, np.nan), "ux_shown_best_position": np.full(n, np.nan),
+           "ux_acted_since_shown": np.zeros(n)}
+    if shown is None or not len(shown) or not n:
+        return out
+    code = owner.astype(np.int64) * shown.span + rows
+    at = np.minimum(np.searchsorted(shown.code, code), len(shown) - 1)
+    hit = np.flatnonzero(shown.code[at] == code)
+    if not len(hit):
+        return out
+    k = at[hit]
+    t = now[owner[hit]]
+    out["ux_shown_pages"][hit] = shown.pages[k]
+    out["ux_days_since_shown"][hit] = (t - shown.last[k]) / DAY
+    out["ux_days_since_first_shown"][hit] = (t - shown.first[k]) / DAY
+    out["ux_shown_best_position"][hit] = shown.best[k]
+    # Acted on since last shown: the row's newest event on the item at or after the last page that showed it.
+    ok = hist_rows >= 0
+    h_code = hist_owner[ok].astype(np.int64) * shown.span + hist_rows[ok]
+    h_uniq, h_inv = np.unique(h_code, return_inverse=True)
+    newest = np.full(len(h_uniq), -np.inf)
+    np.maximum.at(newest, h_inv.ravel(), hist_ts[ok])
+    acted = lookup(h_uniq, newest, code[hit], missing=-np.inf)
+    out["ux_acted_since_shown"][hit] = acted >= shown.last[k]
+    return out

@@ -1,0 +1,131 @@
+"""What a user was shown, as the ranker reads it: the "shown" columns against a plain Python reference, the pages a
+replay derives (a step sees only its own user's earlier pages), and a worker reading the pages the collector stored."""
+
+import dataclasses
+import math
+
+import numpy as np
+from hypothesis import given, settings as hyp_settings, strategies as st
+from sqlalchemy import delete, insert
+
+from precompute.data.history import load_histories
+from precompute.data.shown_pages import load_pages
+from precompute.data.tables import ServedPage
+from precompute.learning.derived import PAGE, DerivedPages
+from precompute.ranking import shown
+from precompute.ranking.layout import for_declaration
+from precompute.units import DAY
+
+SPAN = 8        # item rows 0..6, and the table's "unknown" row
+
+
+def reference(impressions, events, owner, row, now):
+    """The columns of candidate ``(owner, row)`` at ``now``, the slow way: impressions are ``(owner, row, ts,
+    position)`` tuples, events ``(owner, row, ts)``."""
+    mine = [(ts, pos) for o, r, ts, pos in impressions if o == owner and r == row and r >= 0]
+    if not mine:
+        return [0.0, math.nan, math.nan, math.nan, 0.0]
+    last = max(ts for ts, _ in mine)
+    acted = any(o == owner and r == row and ts >= last for o, r, ts in events)
+    return [float(len(mine)), (now - last) / DAY, (now - min(ts for ts, _ in mine)) / DAY,
+            float(min(pos for _, pos in mine)), float(acted)]
+
+
+impression = st.tuples(st.integers(0, 2), st.integers(-1, SPAN - 2), st.floats(0, 10 * DAY), st.integers(0, 30))
+event = st.tuples(st.integers(0, 2), st.integers(-1, SPAN - 2), st.floats(0, 10 * DAY))
+
+
+def columns_of(impressions, events, cand, now):
+    imp = shown.Impressions(*(np.array([x[k] for x in impressions], dtype=dt) if impressions else np.empty(0, dt)
+                              for k, dt in enumerate((np.int64, np.int64, np.float64, np.int64))))
+    ev = [np.array([e[k] for e in events], dtype=dt) if events else np.empty(0, dt)
+          for k, dt in enumerate((np.int64, np.int64, np.float64))]
+    owner = np.array([c[0] for c in cand], dtype=np.int64)
+    rows = np.array([c[1] for c in cand], dtype=np.int64)
+    got = shown.columns(shown.aggregate(imp, SPAN), owner, rows, now, *ev)
+    return np.column_stack([got[name] for name in shown.COLUMNS])
+
+
+@hyp_settings(max_examples=200, deadline=None)
+@given(st.lists(impression, max_size=25), st.lists(event, max_size=10),
+       st.lists(st.tuples(st.integers(0, 2), st.integers(0, SPAN - 2)), min_size=1, max_size=12))
+def test_columns_equal_a_plain_python_reference(impressions, events, cand):
+    now = np.array([11 * DAY, 12 * DAY, 13 * DAY])
+    got = columns_of(impressions, events, cand, now)
+    want = np.array([reference(impressions, events, o, r, now[o]) for o, r in cand])
+    np.testing.assert_allclose(got, want, rtol=1e-9, equal_nan=True)
+
+
+def test_an_item_never_shown_has_no_pages_and_no_times():
+    # Given pages that showed items 1 and 2 to user 0
+    got = columns_of([(0, 1, DAY, 0), (0, 2, DAY, 1)], [], [(0, 3), (1, 1)], np.array([2 * DAY, 2 * DAY]))
+    # Then item 3, and item 1 for another user, were never shown: 0 pages, the times and place missing
+    assert (got[:, 0] == 0).all() and np.isnan(got[:, 1:4]).all() and (got[:, 4] == 0).all()
+
+
+@hyp_settings(max_examples=100, deadline=None)
+@given(st.lists(impression, max_size=25), st.lists(impression.filter(lambda x: x[0] != 0), max_size=25))
+def test_one_users_impressions_never_change_another_users_columns(mine, others):
+    cand = [(0, r) for r in range(SPAN - 1)]
+    now = np.array([11 * DAY] * 3)
+    alone = columns_of([x for x in mine if x[0] == 0], [], cand, now)
+    np.testing.assert_array_equal(columns_of([x for x in mine if x[0] == 0] + others, [], cand, now), alone)
+
+
+def test_a_replayed_step_sees_only_its_users_earlier_pages():
+    pages = DerivedPages()
+    # Given user 7's pages before steps 0 and 2, and user 8's before step 1
+    pages.add(np.array([7, 8, 7]), np.array([0, 1, 2]), np.array([10.0, 20.0, 30.0]),
+              [np.array([1, 2]), np.array([3]), np.array([2, 4, *range(10, 20)])])
+    imp = pages.impressions(np.array([7, 7, 8]), np.array([2, 3, 1]))
+    # Then user 7's step 2 sees its step 0's page only, step 3 both pages (cut to a page), user 8's step 1 nothing
+    assert imp.owner.tolist() == [0, 0, 1, 1, *[1] * PAGE]
+    assert imp.rows.tolist() == [1, 2, 1, 2, 2, 4, *range(10, 18)]
+    assert imp.position.tolist() == [0, 1, 0, 1, *range(PAGE)]
+
+
+def test_layout_has_the_shown_columns_only_when_asked():
+    assert "ux_shown_pages" not in for_declaration((), ("view", "buy")).names
+    with_shown = for_declaration((), ("view", "buy"), shown=True)
+    assert with_shown.names[-len(shown.COLUMNS):] == shown.COLUMNS
+
+
+def test_a_worker_reads_the_pages_stored_for_its_users_only(pipeline, world, own_users):
+    # Given two pages served to one user and one to another, and one served to the first long ago
+    a, b = own_users(2)
+    ids = pipeline.items.ids
+    hist = load_histories(pipeline.engine, [a, b], pipeline.items, pipeline.settings)
+    clock = float(hist.clock)
+    rows = [(a, clock - 60, 0, ids[[0, 1]]), (a, clock - 30, 2, ids[[1, 2]]), (b, clock - 10, 0, ids[[5]]),
+            (a, clock - 10 * DAY, 0, ids[[9]])]
+    writer = 991_000 + a
+    with pipeline.engine.begin() as conn:
+        conn.execute(insert(ServedPage), [dict(writer=writer, seq=k, user_id=u, experiment=0, arm=0, served_at=t,
+                                               position=p, items=np.asarray(i, "<i8").tobytes(), request_id="t")
+                                          for k, (u, t, p, i) in enumerate(rows)])
+    try:
+        pages = load_pages(pipeline.engine, hist.user_ids, clock - pipeline.settings.impressions_keep)
+        # Then the old page is left out, and each item has its place in the user's scroll
+        got = sorted(zip(pages.owner.tolist(), pages.item_ids.tolist(), pages.position.tolist()))
+        assert got == sorted([(0, ids[0], 0), (0, ids[1], 1), (0, ids[1], 2), (0, ids[2], 3), (1, ids[5], 0)])
+        # And with the "shown" layout a worker's columns say so: item 1 shown on two pages, at best place 1
+        layout = for_declaration(tuple(pipeline.settings.item_attributes),
+                                 tuple(n for n, _ in pipeline.settings.event_types), shown=True)
+        pipeline.items = dataclasses.replace(pipeline.items, layout=layout)
+        seen = pipeline.shown(hist)
+        at = np.searchsorted(seen.code, 0 * seen.span + 1)
+        assert seen.code[at] == 1 and seen.pages[at] == 2 and seen.best[at] == 1
+        assert (seen.code // seen.span).tolist().count(1) == 1
+    finally:
+        with pipeline.engine.begin() as conn:
+            conn.execute(delete(ServedPage).where(ServedPage.writer == writer))
+
+
+def test_acted_since_shown_counts_an_event_at_the_last_pages_time_not_before():
+    # Given item 1 shown to user 0 at 1 day and again at 2 days, item 2 at 2 days
+    imp = [(0, 1, DAY, 0), (0, 1, 2 * DAY, 3), (0, 2, 2 * DAY, 1)]
+    # When the user acted on item 1 at the last page's time, and on item 2 before its page
+    got = columns_of(imp, [(0, 1, 2 * DAY), (0, 2, DAY)], [(0, 1), (0, 2)], np.array([3 * DAY]))
+    # Then item 1 was acted on since it was shown, item 2 not
+    assert got[:, 4].tolist() == [1.0, 0.0]
+    assert got[0, :4].tolist() == [2.0, 1.0, 2.0, 0.0]
