@@ -177,6 +177,10 @@ def collect_impressions() -> dict:
         return {"collected": False}
     if done.waiting or r.llen(Keys(settings.key_prefix).impressions):
         queues.schedule_collect(settings, r, max(settings.impressions_collect_interval, settle_seconds(settings)))
+    if settings.rank_shown and done.users:
+        # What a user was shown is part of their feed's input: their feed is due again, coalesced and capped per
+        # user like an event's (PREFEED_RECOMPUTE_INTERVAL_MS).
+        queues.notify_changed(settings, r, sorted(done.users))
     names = {e.id: e for e in all_experiments(pipeline.engine)} if done.by_type or done.served else {}
     types = dict(enumerate(EventTypes.of(settings).names, start=1))
 

@@ -130,4 +130,5 @@ def test_a_batch_read_twice_stores_nothing_twice_and_gaps_are_counted_lost(api, 
         lost = conn.execute(select(ImpressionWriter.lost).where(ImpressionWriter.writer == writer)).scalar()
     assert (first.stored, first.lost, first.expired) == (3, 2, 1) and (again.stored, again.lost, again.malformed) == (0, 0, 1)
     assert sorted(stored) == [1, 2, 5] and (exposure.pages, exposure.impressions) == (3, 9) and lost == 2
+    assert first.users == {77} and again.users == set()     # a feed is due again for new pages only
     assert r.llen(key) == 0

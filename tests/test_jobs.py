@@ -434,3 +434,24 @@ def test_a_warm_stop_landing_while_a_finished_job_is_recorded_stops_the_worker(s
             metrics.record_job(job, time.time(), 0.01)
     finally:
         signal.signal(signal.SIGUSR2, previous)
+
+
+@pytest.mark.parametrize("rank_shown", [True, False])
+def test_pages_collected_make_their_users_feeds_due_when_ranking_with_what_was_shown(settings, r, pipeline,
+                                                                                     monkeypatch, rank_shown):
+    from jobs import tasks
+    from precompute.experiments.impressions import pack
+
+    settings = _drains_here(monkeypatch, pipeline, r, settings, rank_shown=rank_shown)
+    dirty = DirtyUsers(r, settings)
+    dirty.claim(10_000)                     # the test's start: no user due
+    from precompute.data.clock import newest_event
+    with pipeline.engine.connect() as conn:
+        now = newest_event(conn)
+    # Given two pages served to user 31 and one to user 32, collected
+    writer = 515151 + rank_shown
+    r.rpush(f"{settings.key_prefix}impressions",
+            *(pack(writer, seq, user, 0, 0, now, 0, [1, 2], f"r{seq}") for seq, user in ((1, 31), (2, 31), (3, 32))))
+    assert tasks.collect_impressions()["stored"] == 3
+    # Then, ranking with what was shown, both users' feeds are due once each; otherwise none is
+    assert sorted(dirty.claim(10)[0]) == ([31, 32] if rank_shown else [])

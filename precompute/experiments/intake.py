@@ -59,6 +59,8 @@ class Intake:
     rejected: int = 0           # records the database refused (set aside in Redis, not stored)
     #: (experiment, arm) -> [pages, impressions] stored now
     served: dict = dataclasses.field(default_factory=dict)
+    #: the users of the pages stored now
+    users: set = dataclasses.field(default_factory=set)
 
 
 def insert_for(engine: Engine):
@@ -86,6 +88,7 @@ def move_pages(engine: Engine, r: redis.Redis, keys: Keys, lock, oldest: float, 
             return False
         done.pages += len(raw)
         done.stored += len(new)
+        done.users.update(p.user_id for p in new)
         done.lost += lost
         _add_served(done.served, served)
 
