@@ -27,12 +27,11 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-from scipy import sparse
 
 from ..data.history import ranges
 from ..data.log import EventLog
 from ..progress import Count
-from ..ranking import candidates, features, latent, scoring, sources
+from ..ranking import candidates, features, scoring, sources
 from ..ranking.arrays import top_desc_grouped
 from ..ranking.item_table import ItemTable
 from ..ranking.popularity import BatchPopularity
@@ -40,7 +39,7 @@ from ..ranking.shown import Shown
 from ..ranking.source_index import SourceIndex
 from ..settings import Settings
 from ..units import DAY, HOUR
-from . import bootstrap
+from . import bootstrap, history_baselines
 from .activity import Activity
 from .derived import DerivedPages
 from .steps import ByUser, Steps, find
@@ -106,7 +105,7 @@ def judge_replay(items: ItemTable, index: SourceIndex, events: EventLog, cut: fl
     n_pre = int(np.searchsorted(ev_ts, cut, side="right"))
     act = Activity(items, ev_ts, ev_item, ev_type)
     feed_act = Activity(items, ev_ts, ev_item, ev_type)      # the ranker's: at each step's feed clock
-    knn = _Knn(items, events.head(n_pre))
+    knn = history_baselines.Knn(items, events.head(n_pre))
     base_cols = {f"recent_{w}": col for col, (w, _) in enumerate(BASELINE_WINDOWS)}
     everything = float("inf")
     for a in range(0, len(steps), BATCH):
@@ -125,11 +124,11 @@ def judge_replay(items: ItemTable, index: SourceIndex, events: EventLog, cut: fl
         for m, per_clock in scores.items():
             dense[:] = np.asarray(per_clock, dtype=np.float32)[which]
             _score_dense(m, dense, part, hist_all, items.active, k, a, ndcg, hit, pages)
-        dense[:] = _covisit_scores(hist, index, settings, len(items))
+        dense[:] = history_baselines.covisit_scores(hist, index, settings, len(items))
         _score_dense("covisit", dense, part, hist_all, items.active, k, a, ndcg, hit, pages)
         dense[:] = knn.scores(hist_all)
         _score_dense("item_knn", dense, part, hist_all, items.active, k, a, ndcg, hit, pages)
-        dense[:] = _latent_scores(hist_all, index)
+        dense[:] = history_baselines.latent_scores(hist_all, index)
         _score_dense("latent", dense, part, hist_all, items.active, k, a, ndcg, hit, pages)
         progress(Count(min(a + BATCH, len(steps)), len(steps), "baseline steps"))
     _replay_ranker(items, index, steps, by_user, feed_act, model, settings, k, ndcg, hit, pages, in_cand, held,
@@ -266,46 +265,3 @@ def score_lists(name: str, lists: list[np.ndarray], part: Steps, a: int, k: int,
         idcg = float(((2.0 ** ideal - 1) * disc[:len(ideal)]).sum())
         ndcg[name][place] = float(((2.0 ** rel - 1) * disc[:len(rel)]).sum()) / idcg if idcg > 0 else 0.0
         hit[name][place] = float((rel > 0).any())
-
-
-def _covisit_scores(hist, index: SourceIndex, settings: Settings, n_items: int) -> np.ndarray:
-    """Co-visitation scores of each step's candidates from its most recent items (dense, one row per step)."""
-    recent, owner, rank = candidates.recent_items(hist, settings.covisit_recent_items)
-    rows, w, per_recent = index.covisit.gather(recent, settings.recency_decay ** rank)
-    out = np.zeros((len(hist), n_items), dtype=np.float32)
-    np.add.at(out, (np.repeat(owner, per_recent), rows), w)
-    return out
-
-
-def _latent_scores(hist_all, index: SourceIndex) -> np.ndarray | float:
-    """The latent model's scores of every item for each step's whole history (0 without a latent model)."""
-    if index.latent is None:
-        return 0.0
-    owner = np.repeat(np.arange(len(hist_all)), np.diff(hist_all.seen_offsets))
-    factors = index.latent.factors
-    return latent.user_vectors(factors, hist_all.seen_rows, owner, len(hist_all)) @ factors.T
-
-
-class _Knn:
-    """Cosine item-kNN over the binary pre-cut user × item matrix; a user's vector from any list of item rows."""
-
-    def __init__(self, items: ItemTable, pre: EventLog) -> None:
-        user, item, type_ = pre.user, pre.item, pre.type
-        rows, w = items.rows(item), items.weight_of(type_)
-        ok = (rows >= 0) & (w > 0)
-        users, pos = np.unique(user[ok], return_inverse=True)
-        x = sparse.csr_matrix((np.ones(int(ok.sum()), dtype=np.float32), (pos.ravel(), rows[ok])),
-                              shape=(len(users), len(items)))
-        x.sum_duplicates()
-        x.data[:] = 1.0
-        norms = np.sqrt(np.asarray(x.sum(axis=0)).ravel())
-        self.xn = sparse.csr_matrix(x.multiply(1.0 / np.where(norms > 0, norms, 1.0)[None, :]), dtype=np.float32)
-        self.xn_t = self.xn.T.tocsr()
-        self.n = len(items)
-
-    def scores(self, hist_all) -> np.ndarray:
-        owner = np.repeat(np.arange(len(hist_all)), np.diff(hist_all.seen_offsets))
-        mine = sparse.csr_matrix((np.ones(len(owner), dtype=np.float32), (owner, hist_all.seen_rows)),
-                                 shape=(len(hist_all), self.n))
-        overlap = self.xn @ mine.T.toarray()
-        return np.ascontiguousarray((self.xn_t @ overlap).T)
