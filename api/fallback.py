@@ -3,6 +3,8 @@ seen items read from the database, the page made by the core (``precompute/feeds
 
 from __future__ import annotations
 
+import numpy as np
+
 from jobs.queues import notify_changed
 from precompute.data import catalog, event_types
 from precompute.feeds.cursor import Scroll
@@ -13,14 +15,16 @@ from .services import Services
 
 
 def fallback(svc: Services, uid: int, limit: int, offset: int, notify: bool = True,
-             scroll: Scroll | None = None) -> Page:
-    """The fallback page of ``uid``; and ask for their real feed when they have events (unless ``notify`` is False:
-    the dashboard shows the fallback without acting)."""
+             scroll: Scroll | None = None, exclude: frozenset[int] = frozenset()) -> Page:
+    """The fallback page of ``uid`` without the items of ``exclude``; and ask for their real feed when they have
+    events (unless ``notify`` is False: the dashboard shows the fallback without acting)."""
     settings = svc.settings
     recent = catalog.latest_interactions(svc.engine, uid, settings.seen_recent_max)
     seen = catalog.seen_items(svc.engine, uid, settings)
     weights = event_types.by_code(event_types.EventTypes.of(settings).weight_by_code(), [r[1] for r in recent])
     if notify and len(recent):
         notify_changed(settings, svc.queue_redis, [uid])
+    if exclude:
+        seen = np.union1d(seen, np.fromiter(exclude, dtype=np.int64, count=len(exclude)))
     return fallback_page(svc.pages, settings, recent, weights, seen, limit, offset,
                          lambda n: catalog.newest_active(svc.engine, n), scroll)

@@ -1,7 +1,10 @@
 """GET /feed/<user_id>: the precomputed feed with live rules applied, or a fallback for users without one.
 
 A first page (no ``offset``) answers a ``next_cursor``; ``?cursor=`` continues that scroll with no item served twice
-and none skipped while the feed changes (``precompute/feeds/cursor.py``). An expired cursor, or one signed with a
+and none skipped while the feed changes (``precompute/feeds/cursor.py``). ``?exclude=`` leaves items out of this page:
+the client repeats the ids on each page it wants them left out of (the cursor carries what was served, not what was
+excluded, so it does not grow with them); an id left out of one page and not the next is served on the next if it
+ranks above the deepest item served, as an item dropped by no rule would be. An expired cursor, or one signed with a
 secret this API no longer holds, starts over from the top (``"restarted": true``). ``offset`` pages are cut from the feed as it is at each read, for clients that do not
 scroll."""
 
@@ -17,7 +20,7 @@ from precompute.feeds import cursor
 from .auth import require
 from .errors import json_response
 from .fallback import fallback
-from .parse import path_id, query_int
+from .parse import path_id, query_ids, query_int
 from .services import Services, services
 
 bp = Blueprint("feed", __name__)
@@ -31,6 +34,7 @@ def get_feed(user_id: str):
     settings = svc.settings
     limit = query_int("limit", settings.page_limit_default, 1, settings.page_limit_max)
     offset = query_int("offset", 0, 0, settings.feed_length)
+    exclude = query_ids("exclude", settings.exclude_max)
     given = request.args.get("cursor")
     if given is not None and "offset" in request.args:
         raise InvalidInput("give cursor or offset, not both")
@@ -40,9 +44,9 @@ def get_feed(user_id: str):
         restarted = scroll is None
     if scroll is None and offset == 0:
         scroll = cursor.start(uid)                # a first page is the start of a scroll
-    page = svc.pages.page(uid, limit, offset, scroll)
+    page = svc.pages.page(uid, limit, offset, scroll, exclude)
     if page is None:
-        page = fallback(svc, uid, limit, offset, scroll=scroll)
+        page = fallback(svc, uid, limit, offset, scroll=scroll, exclude=exclude)
     header = page.header
     n_boosted = sum(1 for _, _, b in page.items if b)
     next_cursor = None

@@ -153,7 +153,11 @@ def spec(settings: Settings) -> dict:
                                 "schema": {"type": "integer", "minimum": 1, "maximum": settings.page_limit_max}},
                                {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0}},
                                {"name": "cursor", "in": "query", "schema": {"type": "string"},
-                                "description": "a previous page's next_cursor (not with offset)"}],
+                                "description": "a previous page's next_cursor (not with offset)"},
+                               {"name": "exclude", "in": "query", "style": "form", "explode": False,
+                                "schema": {"type": "array", "maxItems": settings.exclude_max, "items": _ID},
+                                "description": "item ids this page leaves out (comma-separated; repeat them on "
+                                               "each page of a scroll they are to stay out of)"}],
                 "responses": {"200": {"description": "feed", "content": {"application/json": {
                     "schema": {"$ref": "#/components/schemas/Feed"}}}}, "400": _ERROR, **_KEYED, "503": _ERROR}}},
             "/events": {"post": {

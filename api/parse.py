@@ -32,6 +32,20 @@ def query_int(name: str, default: int, lo: int, hi: int) -> int:
     return int(raw)
 
 
+def query_ids(name: str, most: int) -> frozenset[int]:
+    """A comma-separated list of at most ``most`` ids (``?exclude=1,2,3``; repeats count once); empty when
+    absent."""
+    raw = request.args.get(name)
+    if not raw:
+        return frozenset()
+    parts = raw.split(",")
+    if len(parts) > most:
+        raise InvalidInput(f"{name} holds {len(parts)} ids; at most {most} (PREFEED_EXCLUDE_MAX)")
+    if not all(_DIGITS.fullmatch(p) and 1 <= int(p) <= MAX_ID for p in parts):
+        raise InvalidInput(f"{name} must be item ids (integers between 1 and {MAX_ID}) separated by commas")
+    return frozenset(map(int, parts))
+
+
 def json_body():
     if request.mimetype != "application/json":
         raise UnsupportedMediaType()

@@ -114,7 +114,8 @@ def test_a_cursor_of_another_layout_starts_the_scroll_over():
     assert cursors.decode(token, 7) is None
 
 
-ACTIONS = st.sampled_from(["click", "boost", "unboost", "deactivate", "reactivate", "recompute", "nothing"])
+ACTIONS = st.sampled_from(["click", "boost", "unboost", "deactivate", "reactivate", "recompute", "exclude", "include",
+                           "nothing"])
 
 
 @pytest.mark.timeout(600)
@@ -126,7 +127,7 @@ def test_twenty_pages_while_everything_changes(scroll_app, settings, pipeline, o
     every = settings.boost_every
     users = itertools.cycle(own_users(6))        # a user per example (a shrinking run's later ones take them again)
 
-    @hsettings(max_examples=6, deadline=None, database=None,
+    @hsettings(max_examples=8, deadline=None, database=None,
                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
     @given(actions=st.lists(ACTIONS, min_size=19, max_size=19), picks=st.lists(st.integers(0, 10**6), min_size=19,
                                                                                max_size=19))
@@ -138,10 +139,11 @@ def test_twenty_pages_while_everything_changes(scroll_app, settings, pipeline, o
         # boosted items within reach of the first pages, so that pages meet the density cap at their edges
         for i in store.read(uid).items.tolist()[5:60:6]:
             states.boost(int(i), 2.0, time.time() + 600)
-        served, shown, inactive, clicked = [], [], set(), set()
+        served, shown, inactive, clicked, excluded = [], [], set(), set(), set()
         body = None
         for k in range(20):
-            url = f"/feed/{uid}?limit={LIMIT}" + (f"&cursor={body['next_cursor']}" if body else "")
+            url = f"/feed/{uid}?limit={LIMIT}" + (f"&cursor={body['next_cursor']}" if body else "") + \
+                (f"&exclude={','.join(map(str, sorted(excluded)))}" if excluded else "")
             body = client.get(url).get_json()
             page = body["items"]
             feed = store.read(uid).items.tolist()
@@ -150,7 +152,7 @@ def test_twenty_pages_while_everything_changes(scroll_app, settings, pipeline, o
             # no item twice; boosted ones only from the user's feed; nothing inactive or clicked is shown
             assert not set(ids) & set(served) and len(set(ids)) == len(ids), (k, ids)
             assert all(x["item_id"] in feed for x in page if x["boosted"])
-            assert not set(ids) & (inactive | clicked)
+            assert not set(ids) & (inactive | clicked | excluded)
             served += ids
             shown += [x["boosted"] for x in page]
             # the boost density holds on the pages put together: the first s + 1 slots hold at most s // every + 1
@@ -160,7 +162,8 @@ def test_twenty_pages_while_everything_changes(scroll_app, settings, pipeline, o
                 assert running <= s // every + 1, (k, shown)
             # no eligible item ranked (organically, in the feed as it is now) above this page's deepest organic one
             # was left out: each is served by now (boosted items may wait below their place, by the boost rule)
-            organic = [i for i in feed if i not in inactive and i not in clicked and i not in boosted_now]
+            organic = [i for i in feed
+                       if i not in inactive and i not in clicked and i not in boosted_now and i not in excluded]
             deepest = max((organic.index(x["item_id"]) for x in page
                            if not x["boosted"] and x["item_id"] in organic), default=-1)
             assert set(organic[:deepest + 1]) <= set(served), (k, organic[:deepest + 1], served)
@@ -190,6 +193,30 @@ def test_twenty_pages_while_everything_changes(scroll_app, settings, pipeline, o
                     inactive.discard(back)
                 elif act == "recompute":
                     pipeline.recompute([uid])
+                elif act == "exclude" and pick is not None:       # the client leaves it out of the next pages
+                    excluded.add(pick)
+                elif act == "include" and excluded:                # and lets one back in
+                    excluded.discard(sorted(excluded)[picks[k] % len(excluded)])
         states.set_active({i: True for i in inactive})
 
     scroll()
+
+
+def test_excluded_items_stay_off_the_page_and_too_many_is_a_400(scroll_app, settings, pipeline, own_users):
+    _, client = scroll_app
+    uid, newcomer = own_users(2)
+    pipeline.recompute([uid])
+    top = [x["item_id"] for x in client.get(f"/feed/{uid}?limit={LIMIT}").get_json()["items"]]
+    # Given the first page's top three left out, the page is the feed without them, from the top
+    body = client.get(f"/feed/{uid}?limit={LIMIT}&exclude={top[0]},{top[1]},{top[2]},{top[1]}").get_json()
+    assert [x["item_id"] for x in body["items"]][:LIMIT - 3] == top[3:]
+    # A user without a feed gets the fallback, without them too
+    fallback = client.get(f"/feed/{newcomer}?limit={LIMIT}").get_json()
+    assert fallback["source"] == "fallback"
+    left_out = [x["item_id"] for x in fallback["items"][:2]]
+    again = client.get(f"/feed/{newcomer}?limit={LIMIT}&exclude={left_out[0]},{left_out[1]}").get_json()
+    assert not {x["item_id"] for x in again["items"]} & set(left_out)
+    # More than the maximum, or anything but ids, is a 400 with a JSON error
+    for bad in (",".join(str(i) for i in range(1, settings.exclude_max + 2)), "1,x", "0", "1,,2"):
+        reply = client.get(f"/feed/{uid}?limit={LIMIT}&exclude={bad}")
+        assert reply.status_code == 400 and "exclude" in reply.get_json()["error"], bad

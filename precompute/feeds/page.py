@@ -56,10 +56,12 @@ class PageReader:
         self.lookahead = settings.boost_lookahead
         self.states = ItemStatesCopy(r, self.keys, settings.live_refresh_ms)
 
-    def page(self, user_id: int, limit: int, offset: int, scroll: Scroll | None = None) -> Page | None:
+    def page(self, user_id: int, limit: int, offset: int, scroll: Scroll | None = None,
+             exclude: frozenset[int] = frozenset()) -> Page | None:
         """The live page of ``user_id``'s precomputed feed, or None when the user has no feed. With ``scroll``
-        (``cursor.py``): the next ``limit`` items of that scroll, ``offset`` ignored."""
-        found = self._assemble(user_id, limit, offset, scroll)
+        (``cursor.py``): the next ``limit`` items of that scroll, ``offset`` ignored. ``exclude``: item ids the
+        page leaves out, as it leaves out those the scroll served."""
+        found = self._assemble(user_id, limit, offset, scroll, exclude)
         return None if found is None else found[0]
 
     def explain(self, user_id: int, limit: int, offset: int) -> tuple[Page, list[Dropped], list[int]] | None:
@@ -102,7 +104,8 @@ class PageReader:
             return found
         return {int(i) for i in self.r.zrangebyscore(key, f"({version}", "+inf")}
 
-    def _assemble(self, user_id: int, limit: int, offset: int, scroll: Scroll | None = None):
+    def _assemble(self, user_id: int, limit: int, offset: int, scroll: Scroll | None = None,
+                  exclude: frozenset[int] = frozenset()):
         """The page and what it was made from: the feed prefix read (ids, scores) and flags of its items dropped
         as inactive and as seen since, as lists; None when there is no readable feed.
 
@@ -110,6 +113,8 @@ class PageReader:
         a list comprehension over them (one binary search over the inactive items is the exception)."""
         self.states.refresh()
         served = frozenset(scroll.served) if scroll is not None else frozenset()
+        if exclude:
+            served = served | exclude               # left out alike: neither is on the page
         need = limit if scroll is not None else offset + limit
         n_read = need + len(served) + self.lookahead + limit
         keys = [self.keys.feed(user_id), self.keys.seen(user_id)]

@@ -16,6 +16,8 @@ class ServingSettings:
                                       unit="items")
     page_limit_max: int = setting(100, "PREFEED_PAGE_LIMIT_MAX", "largest `limit` a feed request may ask for",
                                   unit="items")
+    exclude_max: int = setting(100, "PREFEED_EXCLUDE_MAX", "most item ids a feed request may leave out "
+                               "(`?exclude=`); more is a 400", unit="items", minimum=0)
     boost_every: int = setting(4, "PREFEED_BOOST_EVERY", "at most one boosted item per this many feed slots",
                                unit="slots")
     boost_lookahead: int = setting(100, "PREFEED_BOOST_LOOKAHEAD", "boosted items this far below the page may be "
