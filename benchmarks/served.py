@@ -52,7 +52,7 @@ def run(quick: bool = False) -> dict:
             if len(who) > cfg["users"]:
                 who = np.sort(np.random.default_rng(0).choice(who, size=cfg["users"], replace=False))
             detail: dict = {}
-            judged = replay.judge_replay(items, index, events, cut, product.trained.model, product.settings,
+            judged = replay.judge_replay(items, index, events, cut, product.trained.ranker, product.settings,
                                          n_steps=cfg["steps"], only=who, k=cfg["k"], detail=detail)
             steps = detail["steps"]
             t0 = time.perf_counter()

@@ -57,7 +57,7 @@ def train(obj, iterations: int | None, depth: int | None, users: int | None, see
     if m.get("protocol") == "replay":
         click.echo(f"static protocol beside it: model {m['static_ndcg10']:.4f}, best baseline "
                    f"({m['static_baseline']}) {m['static_baseline_ndcg10']:.4f}")
-    version = bundle.write(settings.model_dir, result.model, result.pairs, {"metrics": m})
+    version = bundle.write(settings.model_dir, result.model, result.pairs, {"metrics": m}, result.cascade)
     seconds = time.perf_counter() - t0
     how = "train"
     if not bundle.beats_baseline(m):

@@ -97,13 +97,17 @@ def world(tmp_path_factory, database_url, redis_url) -> World:
                         admin_token="test-admin-token-0123456789abcdef", batch_size=25,
                         item_attributes=synthetic.ATTRIBUTES,
                         # no practical limits but in the tests of limits (tests/test_auth.py sets its own)
-                        rate_limit=1e6, rate_burst=10 ** 6, user_events_per_minute=10 ** 6)
+                        rate_limit=1e6, rate_burst=10 ** 6, user_events_per_minute=10 ** 6,
+                        # a first stage that leaves most of each user's candidates to its order, so that every
+                        # test of what workers store and evaluate ranks goes through the cascade
+                        cascade_keep=30)
     engine = db.make_engine(database_url)
     db.init_db(engine, settings)
     market = synthetic.generate(N_USERS, N_ITEMS, N_EVENTS, seed=7, now=time.time())
     bulk.load(engine, market, settings)
     result = training.train(engine, settings, iterations=40, users=N_USERS)     # what `manage.py train` runs
-    version = bundle.write(settings.model_dir, result.model, result.pairs, {"metrics": result.metrics})
+    version = bundle.write(settings.model_dir, result.model, result.pairs, {"metrics": result.metrics},
+                           result.cascade)
     bundle.promote(settings.model_dir, version)
     key = api_keys.create(engine, "tests", frozenset({"feed:read", "events:write", "items:write"}), rate=1e6,
                           burst=10 ** 6)

@@ -45,7 +45,7 @@ def test_a_replayed_step_ranks_what_a_worker_stores_for_the_same_history_and_clo
     step = Steps(user=np.array([user_id]), ts=np.array([clock + 1.0]), clock=np.array([clock]),
                  known=np.array([len(events)]), offsets=np.array([0, 1]), rows=np.array([0]),
                  rel=np.array([1.0]))
-    got = replayed(items, pipeline.index, events, step, pipeline.bundle.model, s, s.feed_length)
+    got = replayed(items, pipeline.index, events, step, pipeline.bundle.ranker, s, s.feed_length)
     # then its list is, item by item, the feed the worker computes and stores for that user
     pipeline.recompute([user_id])
     assert got == pipeline.store.read(user_id).items.tolist() and len(got) > 100
@@ -88,7 +88,7 @@ def test_three_replayed_steps_are_the_feeds_a_worker_serves_before_each(world, s
     for k in range(3):
         post(posted, int(steps.feed_known[k]))
         pipeline.load()
-        model = pipeline.bundle.model
+        model = pipeline.bundle.ranker
         assert pipeline.items.as_of == steps.feed_clock[k] == ts[computed_at[k] - 1]
         table = load_item_table(engine, s, as_of=float(steps.feed_clock[k]))      # the replay's, of the same moment
         post(int(steps.feed_known[k]), computed_at[k])
@@ -127,7 +127,7 @@ def test_replay_reports_for_each_method_the_share_of_its_pages_repeated(world, p
     index = source_index.for_items(items, pipeline.bundle.pairs)
     detail: dict = {}
     # when the replay protocol judges 60 users' next steps
-    result = replay.judge_replay(items, index, events, cut, pipeline.bundle.model, world.settings, users=60, k=10,
+    result = replay.judge_replay(items, index, events, cut, pipeline.bundle.ranker, world.settings, users=60, k=10,
                                  detail=detail)
     steps = detail["steps"]
     # then every method's repeated share is the mean, over steps after a user's first, of the share of the page

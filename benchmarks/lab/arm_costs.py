@@ -47,7 +47,7 @@ def per_arm_cost(world, plain: Pipeline, users: list[int], iterations: int, repe
     over ``repeats`` interleaved rounds, and their ratio. Stops its experiment before returning."""
     s = world.settings
     fitted = fit_ranker(world.engine, s, iterations=iterations, users=200, seed=1)
-    other = bundle.write(s.model_dir, fitted.model, fitted.pairs, {"metrics": fitted.metrics})
+    other = bundle.write(s.model_dir, fitted.model, fitted.pairs, {"metrics": fitted.metrics}, fitted.cascade)
     specs = {label: spec.format(other=other) for label, spec in ARMS.items()}
     experiment = registry.create(world.engine, "bench-arms", [(label.replace(":", "-"), spec)
                                                               for label, spec in specs.items()],
@@ -110,8 +110,8 @@ def bundle_memory(world, extras: tuple[int, ...] = (0, 1, 2), rounds: int = 3) -
     growth per extra bundle is the least-squares slope over every sample."""
     s = world.settings
     promoted = bundle.load(s.model_dir, layout=for_settings(s))
-    copies = [bundle.write(s.model_dir, promoted.model, promoted.pairs, {"metrics": promoted.meta.get("metrics")})
-              for _ in range(max(extras))]
+    copies = [bundle.write(s.model_dir, promoted.model, promoted.pairs, {"metrics": promoted.meta.get("metrics")},
+                           promoted.cascade) for _ in range(max(extras))]
     samples: dict[int, list[dict]] = {n: [] for n in extras}
     for round_ in range(rounds):
         for n in (extras if round_ % 2 == 0 else tuple(reversed(extras))):

@@ -109,7 +109,8 @@ class Product:
         # Trained on the log before the cut, as ``evaluate`` trains, and made current.
         self.trained = fit_ranker(self.engine, self.settings, iterations=self.cfg["iterations"], seed=0)
         bundle.promote(self.settings.model_dir, bundle.write(self.settings.model_dir, self.trained.model,
-                                                             self.trained.pairs, {"metrics": {}}))
+                                                             self.trained.pairs, {"metrics": {}},
+                                                             self.trained.cascade))
 
     def _start(self) -> None:
         env = self.settings.child_env()

@@ -54,7 +54,7 @@ def build(root: Path) -> None:
     bulk.load(engine, synthetic.generate(USERS, ITEMS, EVENTS, seed=SEED, now=NOW), settings)
     result = fit_ranker(engine, settings, iterations=60, depth=4, users=USERS)
     bundle.promote(settings.model_dir, bundle.write(settings.model_dir, result.model, result.pairs,
-                                                    {"metrics": result.metrics}))
+                                                    {"metrics": result.metrics}, result.cascade))
     click.echo(f"built {root}: {USERS} users, {ITEMS} items, {EVENTS} events, bundle promoted")
 
 

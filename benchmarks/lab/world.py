@@ -100,6 +100,6 @@ def make_world(users: int, items: int, events: int, iterations: int, *, seed_: i
     bulk.load(engine, synthetic.generate(users, items, events, seed=seed_, now=time.time()), settings)
     result = fit_ranker(engine, settings, iterations=iterations, depth=depth, users=min(train_users, users))
     bundle.promote(settings.model_dir, bundle.write(settings.model_dir, result.model, result.pairs,
-                                                    {"metrics": result.metrics}))
+                                                    {"metrics": result.metrics}, result.cascade))
     key = api_keys.create(engine, "bench", frozenset(api_keys.SCOPES), rate=1e9, burst=10 ** 9)
     return World(settings, engine, tmp, server, key)

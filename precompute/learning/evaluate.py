@@ -130,13 +130,13 @@ def evaluate(engine: Engine, settings: Settings, *, cut_quantile: float = 0.8, k
                         events=at.split.pre, ignore=ignore)
     summary, best, interval, ratio = {}, "", None, None
     if protocol in ("static", "both"):
-        summary, best, interval = judge_static(at, settings, result.model, k=k, recent_days=recent_days, seed=seed,
+        summary, best, interval = judge_static(at, settings, result.ranker, k=k, recent_days=recent_days, seed=seed,
                                         progress=progress)
         base = summary[best]["ndcg"]
         ratio = summary["ranker"]["ndcg"] / base if base > 0 else None
     replayed = None
     if protocol in ("replay", "both"):
-        replayed = replay.judge_replay(at.items, at.index, log, at.split.cut, result.model,
+        replayed = replay.judge_replay(at.items, at.index, log, at.split.cut, result.ranker,
                                 settings, n_steps=steps, users=users, k=k, seed=seed, progress=progress)
     split = at.split
     return Evaluation(cut=split.cut, cut_quantile=cut_quantile, k=k, users=len(split.users),

@@ -28,9 +28,9 @@ from sqlalchemy import Engine
 
 from ..data.log import EventLog, load_events
 from ..errors import InvalidInput
-from ..ranking import arrays, candidates, features
+from ..ranking import arrays, candidates, features, scoring
 from ..settings import Settings
-from . import ahead, derived, objective, periods
+from . import ahead, derived, first_stage, objective, periods
 from . import steps as replayed
 from .activity import Activity
 from .periods import Period
@@ -45,6 +45,13 @@ class Fitted:
     stopping_users: np.ndarray = dataclasses.field(default_factory=lambda: np.empty(0, dtype=np.int64))
     #: The validation cut's period (item table and co-visitation as of it), for the promotion check to reuse.
     validation: Period | None = None
+    #: The first stage (``first_stage.py``), None with ``PREFEED_CASCADE_KEEP=0``.
+    cascade: scoring.Cascade | None = None
+
+    @property
+    def ranker(self) -> scoring.Ranker:
+        """What serves: the model with its first stage."""
+        return scoring.Ranker(self.model, self.cascade)
 
 
 def fit_ranker(engine: Engine, settings: Settings, *, iterations: int | None = None, depth: int | None = None,
@@ -120,14 +127,23 @@ def fit_ranker(engine: Engine, settings: Settings, *, iterations: int | None = N
             progress(f"kept {loss}: NDCG@10 of the validation lists " +
                      ", ".join(f"{name} {v:.4f}" for name, v in choice.items()))
         model = models[loss]
+        cascade, staged = None, {}
+        if settings.cascade_keep > 0:
+            progress(f"fitting the first stage: the model's {first_stage.COLUMNS} most important columns, its best "
+                     f"{settings.cascade_keep} candidates per list for the full model")
+            cascade, staged = first_stage.fit(model, _whole_lists(judge, events, by_user, valid_steps, eligible,
+                                                                  settings, rng), names, settings.cascade_keep, seed)
+            progress(f"the first stage keeps {staged['cascade_top10_kept']:.2%} of the full model's top 10 in its "
+                     f"best {settings.cascade_keep} ({staged['cascade_lists']} held-out lists)")
         all_pairs = whole.result()
     # ``data_clock``: the newest event the model saw; ``trees``: the count early stopping chose.
     metrics = dict(loss=loss, data_clock=float(ev_ts[-1]), train_users=n_train, train_rows=int(len(y_train)),
                    iterations=iterations, trees=int(model.tree_count_), depth=depth, cut=cut, valid_cut=valid_cut,
-                   events=int(len(ev_user)), **{f"choice_ndcg10_{name}": v for name, v in choice.items()})
+                   events=int(len(ev_user)), **{f"choice_ndcg10_{name}": v for name, v in choice.items()},
+                   **staged)
     return Fitted(model=model, pairs=all_pairs, metrics=metrics,
                        stopping_users=np.union1d(valid_users, choice_users) if choice else valid_users,
-                       validation=judge)
+                       validation=judge, cascade=cascade)
 
 
 def _periods(fitted: Iterator[tuple[Period, replayed.Steps | None]], settings: Settings, events: EventLog,

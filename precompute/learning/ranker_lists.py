@@ -52,7 +52,7 @@ def rank(model, split: Split, items: ItemTable, index: SourceIndex, settings: Se
             part = hist.slice(start, stop)
             cand = candidates.for_batch(items, index, part, at_cut)
             X = features.build(items, part, cand, part.clock)
-            scores = scoring.score(model, X) if len(X) else np.empty(0, dtype=np.float32)
+            scores = scoring.rank_scores(model, X, cand.offsets)
             top, offsets = top_desc_grouped(scores, cand.offsets, n)
             code = cand.owner * span + cand.rows
             s_owner, s_rows = seen_of(split, a + start, a + stop)

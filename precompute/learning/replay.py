@@ -224,7 +224,7 @@ def rank(items: ItemTable, index: SourceIndex, hist, clocks: np.ndarray, live: B
     ``shown``: what each row was shown."""
     cand = candidates.for_batch(items, index, hist, settings, live)
     X = features.build(items, hist, cand, clocks, live, shown)
-    scores = scoring.score(model, X) if len(X) else np.empty(0, dtype=np.float32)
+    scores = scoring.rank_scores(model, X, cand.offsets)
     top, offsets = top_desc_grouped(scores, cand.offsets, n)
     return cand, top, offsets
 

@@ -48,7 +48,7 @@ def validate(engine: Engine, settings: Settings, events: EventLog, result: Fitte
     except InvalidInput:                 # a log so small that every judged user also chose the tree count
         at = scene(engine, settings, events, cut, users=users, seed=seed, known=result.validation,
                    progress=progress)
-    summary, best, interval = judge_static(at, settings, result.model, k=10, seed=seed, progress=progress)
+    summary, best, interval = judge_static(at, settings, result.ranker, k=10, seed=seed, progress=progress)
     static = dict(static_ndcg10=summary["ranker"]["ndcg"], static_baseline=best,
                   static_baseline_ndcg10=summary[best]["ndcg"],
                   static_ratio_interval=None if interval is None else list(interval))
@@ -59,10 +59,10 @@ def validate(engine: Engine, settings: Settings, events: EventLog, result: Fitte
                     candidate_recall=summary["ranker"]["candidate_recall"], valid_users=len(at.split.users),
                     **static)
     # The model learned to rank steps as they are lived: promotion asks whether it beats every baseline there.
-    rp = replay.judge_replay(at.items, at.index, events, cut, result.model, settings, n_steps=settings.replay_steps,
+    rp = replay.judge_replay(at.items, at.index, events, cut, result.ranker, settings, n_steps=settings.replay_steps,
                              users=users, exclude=result.stopping_users, seed=seed, progress=progress)
     if rp.steps == 0:
-        rp = replay.judge_replay(at.items, at.index, events, cut, result.model, settings,
+        rp = replay.judge_replay(at.items, at.index, events, cut, result.ranker, settings,
                                  n_steps=settings.replay_steps, users=users, seed=seed, progress=progress)
     best = rp.best_baseline
     return dict(ndcg10=rp.methods["ranker"]["ndcg"], baseline=best, baseline_ndcg10=rp.methods[best]["ndcg"],

@@ -187,7 +187,7 @@ class Pipeline:
         t1 = time.perf_counter()
         X = self._build(hist, cand)
         t2 = time.perf_counter()
-        scores = scoring.score((bundle or self.bundle).model, X) if len(X) else np.empty(0, dtype=np.float32)
+        scores = scoring.rank_scores((bundle or self.bundle).ranker, X, cand.offsets)
         t3 = time.perf_counter()
         seconds["candidates"] += t1 - t0
         seconds["features"] += t2 - t1

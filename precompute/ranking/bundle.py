@@ -5,6 +5,7 @@
     MODEL_DIR/.lock                held (``fcntl.flock``) while CURRENT and HISTORY change
     MODEL_DIR/<version>/model.cbm
     MODEL_DIR/<version>/covisit.npz
+    MODEL_DIR/<version>/first_stage.cbm   the cascade's first stage (``scoring.py``), when it has one
     MODEL_DIR/<version>/meta.json  format, feature layout (names in order, dtype), checksums, training metrics
 
 A bundle is written to a temporary directory and renamed into place, and is checked (format, the feature layout
@@ -37,9 +38,11 @@ import numpy as np
 from ..errors import BundleError
 from . import knn, latent
 from .layout import FeatureLayout
+from .scoring import Cascade, Ranker, load_cascade
 
 BUNDLE_FORMAT = 1
 FILES = ("model.cbm", "covisit.npz")
+FIRST_STAGE = "first_stage.cbm"
 
 
 @dataclasses.dataclass
@@ -48,6 +51,11 @@ class Bundle:
     model: object            # catboost.CatBoost
     pairs: dict[str, np.ndarray]
     meta: dict
+    cascade: Cascade | None = None      # a bundle written before the cascade, or without one, has none
+
+    @property
+    def ranker(self) -> Ranker:
+        return Ranker(self.model, self.cascade)
 
 
 def current_version(model_dir: Path) -> int | None:
@@ -60,9 +68,10 @@ def current_version(model_dir: Path) -> int | None:
         raise BundleError(f"{model_dir}/CURRENT is not a bundle version") from exc
 
 
-def write(model_dir: Path, model, pairs: dict[str, np.ndarray], meta: dict) -> int:
+def write(model_dir: Path, model, pairs: dict[str, np.ndarray], meta: dict, cascade: Cascade | None = None) -> int:
     """Write a new bundle and return its version (not yet current). Its recorded layout is the one the model was
-    trained with: training names every column (``learning.fit.fit_ranker``)."""
+    trained with: training names every column (``learning.fit.fit_ranker``). ``cascade``: its first stage, whose
+    columns are recorded by name."""
     model_dir = Path(model_dir)
     model_dir.mkdir(parents=True, exist_ok=True)
     version = int(time.strftime("%Y%m%d%H%M%S", time.gmtime()))
@@ -72,9 +81,15 @@ def write(model_dir: Path, model, pairs: dict[str, np.ndarray], meta: dict) -> i
     try:
         model.save_model(str(tmp / "model.cbm"))
         np.savez(tmp / "covisit.npz", **pairs)
-        trained = FeatureLayout(groups=(("trained", tuple(model.feature_names_ or ())),))
+        names = tuple(model.feature_names_ or ())
+        trained = FeatureLayout(groups=(("trained", names),))
+        files = FILES
+        if cascade is not None:
+            cascade.model.save_model(str(tmp / FIRST_STAGE))
+            meta = dict(meta, cascade=dict(columns=[names[c] for c in cascade.columns], keep=cascade.keep))
+            files = (*FILES, FIRST_STAGE)
         full = dict(meta, format=BUNDLE_FORMAT, version=version, **trained.as_meta(), created_at=time.time(),
-                    sha256={name: _sha256(tmp / name) for name in FILES})
+                    sha256={name: _sha256(tmp / name) for name in files})
         (tmp / "meta.json").write_text(json.dumps(full, indent=2))
         os.replace(tmp, model_dir / str(version))
     except BaseException:
@@ -238,7 +253,10 @@ def load(model_dir: Path, version: int | None = None, layout: FeatureLayout | No
     recorded.check(list(model.feature_names_ or []), None, f"the model in bundle {version}")
     with np.load(path / "covisit.npz") as npz:
         pairs = {k: npz[k] for k in ("src", "dst", "weight", *knn.KEYS, *latent.KEYS) if k in npz.files}
-    return Bundle(version=version, model=model, pairs=pairs, meta=meta)
+    staged = meta.get("cascade")
+    cascade = None if staged is None else \
+        load_cascade(path / FIRST_STAGE, staged, meta["feature_names"], f"model bundle {version}")
+    return Bundle(version=version, model=model, pairs=pairs, meta=meta, cascade=cascade)
 
 
 def checked_meta(model_dir: Path, version: int, layout: FeatureLayout | None = None) -> dict:
@@ -259,7 +277,7 @@ def checked_meta(model_dir: Path, version: int, layout: FeatureLayout | None = N
         layout.check(names, meta.get("feature_dtype"), f"model bundle {version}")
     elif not isinstance(names, list) or not names or len(set(names)) != len(names):
         raise BundleError(f"model bundle {version}: meta.json records no valid feature names; retrain")
-    for name in FILES:
+    for name in (*FILES, *((FIRST_STAGE,) if "cascade" in meta else ())):
         try:
             digest = _sha256(path / name)
         except FileNotFoundError:

@@ -43,6 +43,11 @@ class RankingSettings:
                                "showed an item to the user, when, at which place, and whether they acted on it "
                                "since (columns learned by `train`; a bundle trained with the other value is refused)")
 
+    cascade_keep: int = setting(200, "PREFEED_CASCADE_KEEP", "candidates per user the full model scores, the best "
+                                "by a small first stage trained with it (`train`); the rest keep the first stage's "
+                                "order below them (0: no first stage, the full model scores every candidate)",
+                                unit="items", minimum=0)
+
     # -- training ------------------------------------------------------------------------------------------
     train_iterations: int = setting(1000, "PREFEED_TRAIN_ITERATIONS", "most CatBoost trees; early stopping "
                                     "chooses the count (`train --iterations`)", unit="trees")
