@@ -10,6 +10,7 @@ side with no experiment on the same users (``lab/arm_costs.py``): a model arm of
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from rq.job import Job
@@ -82,6 +83,9 @@ def _run(quick: bool) -> dict:
         pipeline_rate = scored / sum(stage.values())
         predict_rate = rows / median(predict_times)
 
+        # 1b. The cascade beside the full model alone, on the same users in alternating rounds.
+        cascade = _cascade_side_by_side(pipeline, batches, cfg["repeats"])
+
         # 3. The same rebuild through 2 forking RQ workers, repeated, each run between two runs of the same predict
         # in 2 processes at once (the per-core rate when both cores are busy: the fair reference for 2 workers,
         # whose cores share caches and memory bandwidth, and may be hyperthreads). Medians over repeats.
@@ -126,12 +130,20 @@ def _run(quick: bool) -> dict:
                          failed=queue.failed_job_registry.count),
             per_user_ms_by_arm=by_arm["per_user_ms_by_arm"], ratio_by_arm=by_arm["ratio_by_arm"], by_arm=by_arm,
             worker_mib_per_extra_bundle=memory["uss_mib_per_extra_bundle"], bundle_memory=memory,
+            cascade=cascade,
         )
         print(table(f"precompute: {len(users)} users x {out['candidates_per_user']:.0f} candidates, "
                     f"{out['features']} features, {out['trees']} trees (per user, ms)",
                     ("where",) + STAGES + ("total",),
                     [["in one process", *per_user_ms.values(), out["per_user_ms_total"]],
                      [f"in RQ jobs ({s.batch_size} users each)", *in_job_ms.values(), sum(in_job_ms.values())]]))
+        print()
+        print(table(f"the cascade (first stage on every candidate, the full model on the best "
+                    f"{cascade['keep']}) beside the full model on every candidate, in one process (per user, ms)",
+                    ("ranked by",) + STAGES + ("total", "users/s per core", "vs full model"),
+                    [[label, *ms.values(), sum(ms.values()), cascade["users_per_s_per_core"][label],
+                      cascade["users_per_s_per_core"][label] / cascade["users_per_s_per_core"]["full model"]]
+                     for label, ms in cascade["per_user_ms"].items()]))
         print()
         print(table("item-scores per second per core", ["path", "rate", "vs CatBoost, 1 process",
                                                         "vs CatBoost, 2 processes"], [
@@ -217,6 +229,32 @@ def _parallel_predict_rate(model, mats) -> float:
     for p in procs:
         p.join()
     return rows / max(times)
+
+
+def _cascade_side_by_side(pipeline, batches: list[list[int]], repeats: int) -> dict:
+    """Per-user stage times (ms, medians over ``repeats``) of rebuilding ``batches`` in this process by the bundle
+    as trained (with its first stage) and by the same bundle without one, the two alternating round by round."""
+    staged = pipeline.bundle
+    if staged.cascade is None:
+        raise RuntimeError("the benchmark's bundle has no first stage (PREFEED_CASCADE_KEEP=0?)")
+    bundles = {"full model": dataclasses.replace(staged, cascade=None), "cascade": staged}
+    runs: dict[str, list[dict]] = {label: [] for label in bundles}
+    n = sum(len(b) for b in batches)
+    try:
+        for _ in range(repeats):
+            for label, b in bundles.items():
+                pipeline.bundle = b
+                seconds = dict.fromkeys(STAGES, 0.0)
+                for batch in batches:
+                    res = pipeline.recompute(batch)
+                    for k in STAGES:
+                        seconds[k] += res.seconds[k]
+                runs[label].append(seconds)
+    finally:
+        pipeline.bundle = staged
+    per_user = {label: {k: 1000 * median([t[k] for t in r]) / n for k in STAGES} for label, r in runs.items()}
+    return dict(keep=staged.cascade.keep, per_user_ms=per_user,
+                users_per_s_per_core={label: 1000 / sum(ms.values()) for label, ms in per_user.items()})
 
 
 def _predict_seconds(model, mats) -> float:

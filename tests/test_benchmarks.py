@@ -11,7 +11,7 @@ from precompute.settings import without_prefeed_config
 from tests.conftest import ROOT
 
 EXPECTED = {
-    "precompute": ["per_user_ms", "ratio_pipeline_to_catboost", "workers", "per_user_ms_by_arm", "ratio_by_arm",
+    "precompute": ["per_user_ms", "cascade", "ratio_pipeline_to_catboost", "workers", "per_user_ms_by_arm", "ratio_by_arm",
                    "worker_mib_per_extra_bundle"],
     "fork": ["jobs_per_s", "ratio_b_over_a", "ratio_b_over_c"],
     "serve": ["runs", "ratio_feed_over_floor", "ratio_feed_over_bare", "ratio_feed_over_realtime",
