@@ -37,6 +37,18 @@ def _precompute(res: dict) -> list[str]:
             f"start-up), queue and fork overhead {percent(w['queue_overhead_share'])} of busy worker time, "
             f"{w['failed']} failed jobs. The 1-process ratio is the median of the passes' ratios "
             f"({', '.join(times(r) for r in res['ratios_per_repeat'])})."]
+    cascade = res.get("cascade")
+    if cascade:
+        rate = cascade["users_per_s_per_core"]
+        out += ["", f"**The cascade** (`PREFEED_CASCADE_KEEP` = {cascade['keep']}): the bundle as trained, its first "
+                "stage scoring every candidate and the full model the best of them, beside the same bundle with the "
+                "full model scoring every candidate; the same users rebuilt in one process, the two alternating "
+                "round by round; medians, ms per user.", "",
+                *table(["ranked by", *cascade["per_user_ms"]["full model"], "total", "users/s per core",
+                        "vs the full model"],
+                       [[label, *(figure(v) for v in ms.values()), figure(sum(ms.values())), figure(rate[label], 0),
+                         f"**{times(rate[label] / rate['full model'])}**"]
+                        for label, ms in cascade["per_user_ms"].items()])]
     arms, memory = res.get("by_arm"), res.get("bundle_memory")
     if arms:
         none = arms["none_per_user_ms_by_stage"]
