@@ -245,7 +245,10 @@ def _hosts(res: dict) -> list[str]:
 SECTIONS = {
     "precompute": ("A full feed rebuild, stage by stage (history, candidates, features, model, store), in one "
                    "process and through 2 forking RQ workers, next to CatBoost's own predict on the identical "
-                   "feature matrices: how close the whole pipeline comes to the model's own speed.", _precompute),
+                   "feature matrices: how close the whole pipeline comes to the model's own speed (with the cascade "
+                   "the pipeline passes it: the full model scores each user's best candidates only); then the "
+                   "cascade beside the full model on every candidate, the arms of an experiment, and a worker's "
+                   "memory per extra bundle.", _precompute),
     "fork": ("Single-user precompute jobs on 2 forking RQ workers, four ways: what initialising once before fork "
              "saves, what a job costs over a no-op job, and what batching users buys.", _fork),
     "serve": ("Requests per second and latency at fixed concurrency on loopback, for the precomputed feed, its "

@@ -80,6 +80,9 @@ class Pipeline:
         # Warm CatBoost's evaluator here, so a worker does it once before forking instead of every work horse doing
         # it on its first batch (the item table's blocks are built when it is made).
         scoring.score(new_bundle.model, np.zeros((1, len(items.layout)), dtype=np.float32, order="F"))
+        if new_bundle.cascade is not None:
+            scoring.score(new_bundle.cascade.model,
+                          np.zeros((1, len(new_bundle.cascade.columns)), dtype=np.float32, order="F"))
         self.bundle, self.items, self.work = new_bundle, items, Workspace.for_items(len(items))
         self.arms = self._arms(*experiment_arms.Arms.read(self.engine))
         self.loads += 1
