@@ -127,7 +127,7 @@ def test_twenty_pages_while_everything_changes(scroll_app, settings, pipeline, o
     every = settings.boost_every
     users = itertools.cycle(own_users(6))        # a user per example (a shrinking run's later ones take them again)
 
-    @hsettings(max_examples=8, deadline=None, database=None,
+    @hsettings(max_examples=6, deadline=None, database=None,
                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
     @given(actions=st.lists(ACTIONS, min_size=19, max_size=19), picks=st.lists(st.integers(0, 10**6), min_size=19,
                                                                                max_size=19))

@@ -41,7 +41,10 @@ def fit(model, lists: Iterable[tuple], names: list[str], keep: int, seed: int = 
             break
     X = np.concatenate(Xs) if Xs else np.empty((0, len(names)), dtype=np.float32)
     offsets = np.asarray(offsets, dtype=np.int64)
-    columns = np.sort(np.argsort(-model.get_feature_importance(), kind="stable")[:COLUMNS])
+    # How much each column moves the prediction: defined for every objective (the default for a groupwise one,
+    # YetiRank, needs a data set).
+    importance = model.get_feature_importance(type="PredictionValuesChange")
+    columns = np.sort(np.argsort(-np.asarray(importance), kind="stable")[:COLUMNS])
     target = score(model, X, thread_count=-1)
     half = n // 2
     fit_rows = slice(0, int(offsets[half]))
