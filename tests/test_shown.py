@@ -88,6 +88,7 @@ def test_layout_has_the_shown_columns_only_when_asked():
     assert "ux_shown_pages" not in for_declaration((), ("view", "buy")).names
     with_shown = for_declaration((), ("view", "buy"), shown=True)
     assert with_shown.names[-len(shown.COLUMNS):] == shown.COLUMNS
+    assert with_shown.has("shown") and not for_declaration((), ("view", "buy")).has("shown")
 
 
 def test_a_worker_reads_the_pages_stored_for_its_users_only(pipeline, world, own_users):

@@ -207,7 +207,7 @@ def _step_batches(at: Period, events: EventLog, by_user: replayed.ByUser, found:
     act = Activity(at.items, events.ts, events.item, events.type)
     lengths = candidates.recent_lengths(settings)
     span = len(at.items) + 1
-    shown_on = bool(dict(at.items.layout.groups).get("shown"))
+    shown_on = at.items.layout.has("shown")
     pages = derived.DerivedPages()
     for start in range(0, len(mine), 200):
         index = np.arange(start, min(start + 200, len(mine)))

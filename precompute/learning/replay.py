@@ -162,7 +162,7 @@ def _replay_ranker(items: ItemTable, index: SourceIndex, steps: Steps, by_user: 
     entries its candidates held (``in_cand``, through which sources: ``held``). Steps are ranked round by round
     (every user's first step, then every user's second, ...), so that with the "shown" columns each step knows the
     pages the ranker itself served before the user's earlier steps (``derived.py``)."""
-    shown_on = bool(dict(items.layout.groups).get("shown"))
+    shown_on = items.layout.has("shown")
     derived = DerivedPages()
     lengths = candidates.recent_lengths(settings)
     span = len(items) + 1

@@ -173,7 +173,7 @@ class Pipeline:
     def shown(self, hist: Histories) -> shown_columns.Shown | None:
         """What each of the batch's users was shown (the pages stored in the last ``PREFEED_IMPRESSIONS_KEEP``),
         when the layout ranks with it; None otherwise."""
-        if not dict(self.items.layout.groups).get("shown"):
+        if not self.items.layout.has("shown"):
             return None
         pages = load_pages(self.engine, hist.user_ids, hist.clock - self.settings.impressions_keep)
         imp = shown_columns.Impressions(pages.owner, self.items.rows(pages.item_ids), pages.ts, pages.position)

@@ -52,6 +52,10 @@ class FeatureLayout:
     def group(self, name: str) -> tuple[str, ...]:
         return dict(self.groups)[name]
 
+    def has(self, group: str) -> bool:
+        """Whether the layout declares ``group`` (the "shown" group is declared only when ranking with it)."""
+        return any(name == group for name, _ in self.groups)
+
     def start(self, group: str) -> int:
         """Column of the group's first feature (a group's columns are contiguous)."""
         return self._index[self.group(group)[0]]
