@@ -17,12 +17,13 @@ from sqlalchemy import Engine
 
 from ..data.log import EventLog, load_events
 from ..errors import InvalidInput
+from ..feeds.diversity import Diversity
 from ..progress import indented
 from ..ranking.item_loader import load_item_table
 from ..ranking.item_table import ItemTable
 from ..ranking.source_index import SourceIndex, for_items
 from ..settings import Settings
-from . import baselines, bootstrap, metrics, periods, ranker_lists, replay
+from . import baselines, bootstrap, diversity_cost, metrics, periods, ranker_lists, replay
 from .fit import fit_ranker
 from .periods import Period
 from .split import Split, cut_time, split_log
@@ -54,6 +55,8 @@ class Evaluation:
     protocol: str = "static"
     #: The replay protocol's result (``replay.py``) when it ran; the static fields above are empty without it.
     replay: replay.ReplayResult | None = None
+    #: The diversity rule's cost on the ranker's static lists, by setting (``diversity_cost.py``)
+    diversity: dict | None = None
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -89,11 +92,12 @@ def scene(engine: Engine, settings: Settings, events: EventLog, cut: float, *, u
 
 
 def judge_static(at: Scene, settings: Settings, ranker_model, *, k: int = 10, recent_days: float = 7.0, seed: int = 0,
-          progress: Callable[[str], None] = lambda msg: None
+          progress: Callable[[str], None] = lambda msg: None, diversity: dict | None = None
           ) -> tuple[dict[str, dict[str, float]], str, tuple[float, float] | None]:
     """Every baseline and ``ranker_model`` (a CatBoost ranker trained on the log before the cut) ranked at the
     cut and summarized; returns the metrics by method ("ranker" last), the best baseline's name and the 95 %
-    bootstrap interval of the ranker / best baseline NDCG@k ratio over the judged users (None when undefined)."""
+    bootstrap interval of the ranker / best baseline NDCG@k ratio over the judged users (None when undefined).
+    ``diversity``, when given, receives the diversity rule's cost on the ranker's lists by setting."""
     n = max(k, LIST_LENGTH)
     ranked = baselines.rank_all(at.split, at.items, at.index, settings, n, recent_days=recent_days, progress=progress)
     progress(f"ranking {len(at.split.users)} users with the ranker")
@@ -103,6 +107,10 @@ def judge_static(at: Scene, settings: Settings, ranker_model, *, k: int = 10, re
     best = max(baselines.BASELINES, key=lambda name: summary[name]["ndcg"])
     interval = bootstrap.ratio_interval(metrics.ndcg_per_user(at.split.truth, ranked["ranker"], k),
                                         metrics.ndcg_per_user(at.split.truth, ranked[best], k), seed=seed)
+    if diversity is not None:
+        diversity.update(diversity_cost.static_cost(at.split.truth, ranked["ranker"], at.items,
+                                                    diversity_cost.settings_measured(Diversity.of(settings)), k,
+                                                    seed=seed))
     return summary, best, interval
 
 
@@ -128,22 +136,25 @@ def evaluate(engine: Engine, settings: Settings, *, cut_quantile: float = 0.8, k
     # Trained on the pre-cut log only (``fit_ranker`` makes its own inner time split of it).
     result = fit_ranker(engine, settings, iterations=iterations, seed=seed, progress=indented(progress),
                         events=at.split.pre, ignore=ignore)
-    summary, best, interval, ratio = {}, "", None, None
+    summary, best, interval, ratio, cost = {}, "", None, None, None
     if protocol in ("static", "both"):
+        cost = {}
         summary, best, interval = judge_static(at, settings, result.ranker, k=k, recent_days=recent_days, seed=seed,
-                                        progress=progress)
+                                        progress=progress, diversity=cost)
         base = summary[best]["ndcg"]
         ratio = summary["ranker"]["ndcg"] / base if base > 0 else None
     replayed = None
     if protocol in ("replay", "both"):
         replayed = replay.judge_replay(at.items, at.index, log, at.split.cut, result.ranker,
-                                settings, n_steps=steps, users=users, k=k, seed=seed, progress=progress)
+                                settings, n_steps=steps, users=users, k=k, seed=seed, progress=progress,
+                                       diversity=diversity_cost.settings_measured(Diversity.of(settings)))
     split = at.split
     return Evaluation(cut=split.cut, cut_quantile=cut_quantile, k=k, users=len(split.users),
                       events_before=split.n_before, events_after=split.n_after, methods=summary, best_baseline=best,
                       ratio=ratio, ratio_interval=interval,
                       train={key: v for key, v in result.metrics.items() if np.isscalar(v)},
-                      seconds=time.perf_counter() - t0, protocol=protocol, replay=replayed)
+                      seconds=time.perf_counter() - t0, protocol=protocol, replay=replayed,
+                      diversity=cost)
 
 
 def _utc(ts: float) -> str:

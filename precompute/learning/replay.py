@@ -39,7 +39,8 @@ from ..ranking.shown import Shown
 from ..ranking.source_index import SourceIndex
 from ..settings import Settings
 from ..units import DAY, HOUR
-from . import bootstrap, history_baselines
+from ..feeds.diversity import DEPTH, Diversity
+from . import bootstrap, diversity_cost, history_baselines
 from .activity import Activity
 from .derived import DerivedPages
 from .steps import ByUser, Steps, find
@@ -65,6 +66,8 @@ class ReplayResult:
     ratio: float | None
     ratio_interval: tuple[float, float] | None
     seconds: float
+    #: The diversity rule's cost on the ranker's pages, by setting (``diversity_cost.py``); None when not measured
+    diversity: dict | None = None
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -78,11 +81,12 @@ def judge_replay(items: ItemTable, index: SourceIndex, events: EventLog, cut: fl
                  n_steps: int = 10, end: float = float("inf"), users: int | None = None,
                  exclude: np.ndarray | None = None, k: int = 10, seed: int = 0,
                  progress: Callable[[str], None] = lambda msg: None, only: np.ndarray | None = None,
-                 detail: dict | None = None) -> ReplayResult:
+                 detail: dict | None = None, diversity: tuple[Diversity, ...] = ()) -> ReplayResult:
     """Replay the first ``n_steps`` steps after ``cut`` of every user with pre-cut history (a seeded sample of
     ``users`` of them, or ``only`` these; never ``exclude``), ranking each with every method; ``items`` and ``index``
     as of the cut. ``detail``, when given, receives the judged ``steps``, each method's per-step ``ndcg`` and its
-    ``pages`` (each step's top k)."""
+    ``pages`` (each step's top k). ``diversity``: the rule's settings whose cost on the ranker's pages is measured
+    (each step's list reordered by ``feeds/diversity.spread``)."""
     t0 = time.perf_counter()
     ev_item, ev_type, ev_ts = events.item, events.type, events.ts
     steps = find(events, items, cut, end, n_steps, refresh=settings.feed_refresh, horizon=settings.feed_ttl)
@@ -131,8 +135,10 @@ def judge_replay(items: ItemTable, index: SourceIndex, events: EventLog, cut: fl
         dense[:] = history_baselines.latent_scores(hist_all, index)
         _score_dense("latent", dense, part, hist_all, items.active, k, a, ndcg, hit, pages)
         progress(Count(min(a + BATCH, len(steps)), len(steps), "baseline steps"))
+    spread_ndcg = {diversity_cost.name(rule): np.zeros(len(steps)) for rule in diversity}
+    spread_distinct = {key: np.zeros(len(steps)) for key in (*spread_ndcg, "off")}
     _replay_ranker(items, index, steps, by_user, feed_act, model, settings, k, ndcg, hit, pages, in_cand, held,
-                   progress)
+                   progress, diversity, spread_ndcg, spread_distinct)
     # Means over steps; the interval resamples users with their steps (sums per user).
     user_pos = np.unique(steps.user, return_inverse=True)[1].ravel()
     n_users = int(user_pos.max()) + 1 if len(user_pos) else 0
@@ -150,18 +156,35 @@ def judge_replay(items: ItemTable, index: SourceIndex, events: EventLog, cut: fl
     if n_users:
         per_user = {m: np.bincount(user_pos, weights=ndcg[m], minlength=n_users) for m in ("ranker", best)}
         interval = bootstrap.ratio_interval(per_user["ranker"], per_user[best], seed=seed)
+    cost = None
+    if diversity and n_users:
+        per = lambda values: np.bincount(user_pos, weights=values, minlength=n_users)     # noqa: E731
+        # Per user: sums over their steps (the interval resamples users); reported as means over steps.
+        cost = diversity_cost.summarize(per(ndcg["ranker"]), {m: per(v) for m, v in spread_ndcg.items()},
+                                        per(spread_distinct["off"]),
+                                        {m: per(spread_distinct[m]) for m in spread_ndcg}, seed=seed)
+        steps_per_user = len(steps) / n_users
+        for m in cost.values():
+            m["ndcg"] /= steps_per_user
+            m["distinct"] /= steps_per_user
     return ReplayResult(cut=cut, k=k, steps=len(steps), users=n_users, methods=summary, sources=sources,
                         best_baseline=best, ratio=summary["ranker"]["ndcg"] / base if base > 0 else None,
-                        ratio_interval=interval, seconds=time.perf_counter() - t0)
+                        ratio_interval=interval, seconds=time.perf_counter() - t0, diversity=cost)
 
 
 def _replay_ranker(items: ItemTable, index: SourceIndex, steps: Steps, by_user: ByUser, feed_act: Activity, model,
                    settings: Settings, k: int, ndcg: dict, hit: dict, pages: dict, in_cand: np.ndarray,
-                   held: np.ndarray, progress: Callable[[str], None]) -> None:
+                   held: np.ndarray, progress: Callable[[str], None], diversity: tuple[Diversity, ...] = (),
+                   spread_ndcg: dict | None = None, spread_distinct: dict | None = None) -> None:
     """The ranker on every step, as a worker computes it for the step's history at its feed clock, and which truth
     entries its candidates held (``in_cand``, through which sources: ``held``). Steps are ranked round by round
     (every user's first step, then every user's second, ...), so that with the "shown" columns each step knows the
-    pages the ranker itself served before the user's earlier steps (``derived.py``)."""
+    pages the ranker itself served before the user's earlier steps (``derived.py``). With ``diversity``, each
+    step's list is also reordered by each rule and judged into ``spread_ndcg`` and ``spread_distinct`` (the pages
+    the "shown" columns know stay those of the rule off)."""
+    cats = diversity_cost.counted_categories(items) if diversity else None
+    depth = k + DEPTH - 1 if diversity else k
+    unused_hits = {diversity_cost.name(rule): np.zeros(len(steps)) for rule in diversity}
     shown_on = items.layout.has("shown")
     derived = DerivedPages()
     lengths = candidates.recent_lengths(settings)
@@ -176,9 +199,17 @@ def _replay_ranker(items: ItemTable, index: SourceIndex, steps: Steps, by_user: 
             h = by_user.histories(sub, items, settings)
             live = feed_act.live(sub.feed_clock, lengths, sub.feed_known)
             shown = derived.shown(sub.user, at, span) if shown_on else None
-            cand, top, offsets = rank(items, index, h, sub.feed_clock, live, model, settings, k, shown)
-            lists_ = [cand.rows[top[offsets[j]:offsets[j + 1]]] for j in range(len(sub))]
+            cand, top, offsets = rank(items, index, h, sub.feed_clock, live, model, settings, depth, shown)
+            longer = [cand.rows[top[offsets[j]:offsets[j + 1]]] for j in range(len(sub))]
+            lists_ = [rows[:k] for rows in longer]
             score_lists("ranker", lists_, sub, 0, k, ndcg, hit, pages, at=at)
+            if diversity:
+                spread_distinct["off"][at] = [diversity_cost.distinct(rows, cats, k) for rows in lists_]
+                for rule in diversity:
+                    key = diversity_cost.name(rule)
+                    reordered = [diversity_cost.reorder(rows, cats, k, rule) for rows in longer]
+                    score_lists(key, reordered, sub, 0, k, spread_ndcg, unused_hits, at=at)
+                    spread_distinct[key][at] = [diversity_cost.distinct(rows, cats, k) for rows in reordered]
             derived.add(sub.user, at, sub.clock, lists_)
             # Which truth entries the candidates held, and through which sources.
             code = cand.owner * span + cand.rows

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from ..errors import InvalidInput
+from . import diversity_cost
 from .evaluate import Evaluation
 
 COLUMNS = (("ndcg", "NDCG@{k}"), ("recall", "Recall@{k}"), ("recall100", "Recall@100"), ("map", "MAP@{k}"),
@@ -27,8 +28,12 @@ def table(ev: Evaluation) -> str:
     parts = []
     if ev.methods:
         parts.append(("static protocol (history frozen at the cut):\n" if ev.replay else "") + static_table(ev))
+        if ev.diversity:
+            parts.append(diversity_cost.table(ev.diversity, ev.k, f"{ev.users} judged users"))
     if ev.replay is not None:
         parts.append(replay_table(ev.replay))
+        if ev.replay.diversity:
+            parts.append("replay: " + diversity_cost.table(ev.replay.diversity, ev.replay.k, f"{ev.replay.users} users"))
     return "\n\n".join(parts)
 
 

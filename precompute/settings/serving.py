@@ -28,6 +28,15 @@ class ServingSettings:
                                      "not given", unit="s")
     boost_max_ttl: int = setting(90 * DAY, "PREFEED_BOOST_MAX_TTL", "longest `ttl_seconds` a boost may ask for",
                                  unit="s")
+    diversity_max: int = setting(0, "PREFEED_DIVERSITY_MAX", "at most this many items of one category in any "
+                                 "`PREFEED_DIVERSITY_WINDOW` consecutive slots of a feed, boosts and scrolls included "
+                                 "(an item counts in its lowest category id; `precompute/feeds/diversity.py`); 0: "
+                                 "off. Off by default: its NDCG@10 cost on the measured logs is outside the noise "
+                                 "(docs/evaluation.md). A request may override it (`?diversity=K/W` or `off`)",
+                                 unit="items", minimum=0)
+    diversity_window: int = setting(10, "PREFEED_DIVERSITY_WINDOW", "the slots `PREFEED_DIVERSITY_MAX` counts in; "
+                                    "a scroll's cursor carries the categories of the last this-minus-one slots "
+                                    "served", unit="slots", minimum=2, maximum=50)
     seen_recent_max: int = setting(500, "PREFEED_SEEN_RECENT_MAX", "recent interactions kept per user for the live "
                                    "seen filter and the fallback", unit="items")
     events_batch_max: int = setting(500, "PREFEED_EVENTS_BATCH_MAX", "events accepted in one `POST /events`",

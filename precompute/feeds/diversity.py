@@ -1,0 +1,112 @@
+"""The diversity rule: at most K items of one category in any W consecutive slots, as one plain function over lists.
+
+The rule reorders the served list the boost rule made (``boosts.lift_boosts``: inactive and seen-since items already
+dropped, boosts lifted), slot by slot from the top, given the categories of the last W-1 slots the scroll served
+before (none on a first page):
+
+- slot ``s`` goes to the first of the next ``DEPTH`` items not yet placed that *fits*: its category holds fewer
+  than K of the W-1 slots before ``s`` (the window that ``s`` closes), or it has no category;
+- a boosted item is never moved up past an item before it, only delayed (it may take a slot only when it is the
+  first item not yet placed): the boost rule's density cap (one in ``every`` slots from the scroll's top) then holds
+  on the reordered list, since every boosted item placed sits at or below the place the boost rule gave it;
+- **relaxation**: when none of the next ``DEPTH`` items fits (a catalogue of one category, a feed whose next items
+  are all of the categories the window holds K of), the first item not yet placed takes the slot, as the boost rule
+  ordered it. A page is never shorter than without the rule and never stalls; the rule then holds again from the
+  first slot a fitting item exists.
+
+The category that counts is the item's lowest category id (``categories.ItemCategories``): an item listed in several
+categories counts in one, the same one on every page and every process, with no "primary" field the catalogue does
+not have; counting it in every category instead would let one broad item crowd out several. An item without a
+category counts in none and always fits.
+
+So an item passed over waits at most W-1 slots (its category then holds none of the window) — possibly onto the next
+page of a scroll, where it is at the top of what is left, so the scroll still skips nothing. The result for the first
+``need`` slots depends on the list's first ``need + DEPTH - 1`` items only, and on nothing of the page asked for:
+offset pages read one after another give the pages of one big read. (``Settings.diversity_max``,
+``diversity_window``; per request ``?diversity=K/W``.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+#: How far down the list the rule looks for an item that fits before it relaxes (items).
+DEPTH = 50
+#: Category of an item without one: it counts in no window.
+NONE = -1
+
+
+class Diversity(NamedTuple):
+    """The rule's setting: at most ``most`` items of one category in any ``window`` consecutive slots (``most``
+    0: off)."""
+
+    most: int
+    window: int
+
+    @property
+    def on(self) -> bool:
+        return 0 < self.most < self.window
+
+    @classmethod
+    def of(cls, settings) -> Diversity:
+        """The deployment's rule (``PREFEED_DIVERSITY_MAX``, ``PREFEED_DIVERSITY_WINDOW``)."""
+        return cls(settings.diversity_max, settings.diversity_window)
+
+    @property
+    def carried(self) -> int:
+        """The categories of the last slots a scroll's next page must know (W-1; 0 when off)."""
+        return self.window - 1 if self.on else 0
+
+
+OFF = Diversity(0, 0)
+
+
+def spread(cats: Sequence[int], boosted: Sequence[bool], need: int, rule: Diversity,
+           recent: Sequence[int] = ()) -> list[int]:
+    """The places (indexes into the list) of the first ``need`` slots of the list reordered by the rule: ``cats``
+    each listed item's category (``NONE``: none), ``boosted`` whether the boost rule lifted it, ``recent`` the
+    categories of the slots served before this list's first, oldest first (only the last W-1 count).
+
+    Reads the list's first ``need + DEPTH - 1`` items at most: a caller passes at least those, or the whole list.
+    Plain lists and a dict of counts: a page places ~20-100 slots, most taking the first item they look at.
+    """
+    n = len(cats)
+    if not rule.on:
+        return list(range(min(need, n)))
+    most, back = rule.most, rule.window - 1
+    window = list(recent[max(0, len(recent) - back):])
+    counts: dict[int, int] = {}
+    for c in window:
+        if c != NONE:
+            counts[c] = counts.get(c, 0) + 1
+    left = list(range(n))                      # places not yet placed, in list order
+    out: list[int] = []
+    while len(out) < need and left:
+        take = 0                               # relaxation: the first item not yet placed
+        for j in range(min(DEPTH, len(left))):
+            p = left[j]
+            c = cats[p]
+            if (c == NONE or counts.get(c, 0) < most) and (j == 0 or not boosted[p]):
+                take = j
+                break
+        p = left.pop(take)
+        out.append(p)
+        c = cats[p]
+        window.append(c)
+        if c != NONE:
+            counts[c] = counts.get(c, 0) + 1
+        if len(window) > back:
+            gone = window.pop(0)
+            if gone != NONE:
+                counts[gone] -= 1
+    return out
+
+
+def categories_after(recent: Sequence[int], page_cats: Sequence[int], rule: Diversity) -> tuple[int, ...]:
+    """The categories of a scroll's last W-1 slots once it has served a page whose items are of ``page_cats``: what
+    its cursor carries to the next page (``cursor.py``). Empty when the rule is off."""
+    keep = rule.carried
+    if not keep:
+        return ()
+    return tuple([*recent, *page_cats][-keep:])

@@ -1,0 +1,143 @@
+"""The diversity rule on every page: ``spread`` against a plain statement of the rule, then pages of 1, 7, 20 and
+100 and whole scrolls put together from ``lift_boosts`` and ``spread`` as the page assembles them, boosts
+included."""
+
+from hypothesis import given, settings as hsettings, strategies as st
+
+from precompute.feeds.boosts import lift_boosts
+from precompute.feeds.diversity import DEPTH, NONE, Diversity, categories_after, spread
+
+
+def reference(cats, boosted, need, rule, recent=()):
+    """The rule as the module states it, slot by slot, counting each window from scratch: the places taken, and
+    whether each slot was relaxed (no item of the next DEPTH fitted)."""
+    left, out, relaxed, served = list(range(len(cats))), [], [], list(recent)
+    while len(out) < need and left:
+        before = served[max(0, len(served) - (rule.window - 1)):]
+
+        def fits(j):
+            c = cats[left[j]]
+            return (c == NONE or before.count(c) < rule.most) and (j == 0 or not boosted[left[j]])
+
+        found = [j for j in range(min(DEPTH, len(left))) if fits(j)]
+        j = found[0] if found else 0
+        relaxed.append(not found)
+        out.append(left.pop(j))
+        served.append(cats[out[-1]])
+    return out, relaxed
+
+
+def windows_hold(cats_served, relaxed, rule, recent=()):
+    """Every window of W slots ending at a slot the rule placed without relaxing holds at most K of each
+    category."""
+    full = [*recent, *cats_served]
+    for s, c in enumerate(cats_served):
+        if relaxed[s] or c == NONE:
+            continue
+        end = len(recent) + s
+        if full[max(0, end - rule.window + 1):end + 1].count(c) > rule.most:
+            return False
+    return True
+
+
+rules = st.sampled_from([Diversity(1, 2), Diversity(1, 5), Diversity(2, 10), Diversity(3, 10), Diversity(2, 3),
+                         Diversity(1, 50)])
+lists = st.integers(0, 160).flatmap(lambda n: st.tuples(
+    st.lists(st.sampled_from([NONE, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]), min_size=n, max_size=n),
+    st.lists(st.booleans(), min_size=n, max_size=n),
+    st.lists(st.integers(1, 4), max_size=49),               # the categories of the slots before
+))
+
+
+@hsettings(max_examples=200, deadline=None)
+@given(lists, rules, st.sampled_from([1, 7, 20, 100]), st.integers(1, 4))
+def test_spread_is_the_rule_on_every_page_size(given_list, rule, need, skew):
+    # given a list (categories skewed towards the first ones), its boosted items and the categories served before
+    cats, boosted, recent = given_list
+    cats = [c if c == NONE else (c - 1) // skew + 1 for c in cats]
+    # when the rule places `need` slots
+    got = spread(cats, boosted, need, rule, recent)
+    want, relaxed = reference(cats, boosted, need, rule, recent)
+    # then it places them as the plain statement does, never fewer than the list offers, and the windows hold
+    assert got == want
+    assert len(got) == min(need, len(cats))
+    assert windows_hold([cats[p] for p in got], relaxed, rule, recent)
+    # and a boosted item is never placed above an item before it in the list
+    assert all(not boosted[p] or all(q in got[:s] for q in range(p)) for s, p in enumerate(got))
+
+
+def test_one_category_relaxes_to_the_list_order():
+    # given a catalogue of one category, the rule at most 1 in 5
+    cats = [7] * 30
+    # then the page is the list as it was: full, not empty, not stalled
+    assert spread(cats, [False] * 30, 20, Diversity(1, 5)) == list(range(20))
+
+
+def test_an_item_passed_over_waits_at_most_w_minus_one_slots():
+    # given ten items of category 1 ahead of ten of category 2, and at most 1 of a category in 2 slots
+    cats = [1] * 10 + [2] * 10
+    got = spread(cats, [False] * 20, 20, Diversity(1, 2))
+    # then the categories alternate while both last, and the first item of 1 comes first
+    assert [cats[p] for p in got[:6]] == [1, 2, 1, 2, 1, 2]
+    assert got[0] == 0
+
+
+def test_off_is_the_list_order():
+    assert spread([1, 1, 1], [False] * 3, 2, Diversity(0, 10)) == [0, 1]
+
+
+def _page(ids, cats, weights, served, need, every, lookahead, scroll, recent, rule):
+    """One page as ``PageReader`` assembles it: the boost rule over the feed less the items served, then the
+    diversity rule over the first ``need + DEPTH - 1`` items of its list."""
+    kept = [i for i in ids if i not in served]
+    extra = need + DEPTH - 1 if rule.on else need
+    lifted = lift_boosts(kept, [0.0] * len(kept), weights, extra, every, lookahead, start=scroll[0],
+                         boosted_before=scroll[1])
+    order = spread([cats[i] for i, _, _ in lifted], [b for _, _, b in lifted], need, rule, recent)
+    return [lifted[p] for p in order]
+
+
+feeds = st.integers(0, 260).flatmap(lambda n: st.tuples(
+    st.permutations(list(range(1, n + 1))),
+    st.dictionaries(st.integers(1, max(n, 1)), st.sampled_from([0.5, 1.0, 2.0, 10.0]), max_size=n // 3),
+    st.lists(st.sampled_from([NONE, 1, 1, 1, 1, 2, 2, 3, 4, 5]), min_size=n, max_size=n),
+    st.lists(st.sampled_from([1, 7, 20, 100]), min_size=1, max_size=6),       # page sizes of the scroll
+    st.sampled_from([2, 4]),                                                  # boost_every
+    st.sampled_from([0, 10, 100]),                                            # boost_lookahead
+))
+
+
+@hsettings(max_examples=100, deadline=None)
+@given(feeds, rules)
+def test_a_scroll_keeps_the_rule_and_the_boost_cap_across_pages(feed, rule):
+    # given a feed with boosted items and categories, scrolled with pages of 1, 7, 20 and 100
+    ids, weights, cat_list, sizes, every, lookahead = feed
+    cats = dict(zip(ids, cat_list))
+    served, slots, boosted_n, recent, scroll = set(), 0, 0, (), []
+    relaxed = []
+    for need in sizes:
+        # when each page is assembled from the feed less what the scroll served, knowing the last W-1 categories
+        page = _page(ids, cats, weights, served, need, every, lookahead, (slots, boosted_n), recent, rule)
+        kept = [i for i in ids if i not in served]
+        lifted = lift_boosts(kept, [0.0] * len(kept), weights, need + DEPTH - 1, every, lookahead, start=slots,
+                             boosted_before=boosted_n)
+        relaxed += reference([cats[i] for i, _, _ in lifted], [b for _, _, b in lifted], need, rule, recent)[1]
+        scroll += page
+        served |= {i for i, _, _ in page}
+        slots += len(page)
+        boosted_n += sum(b for _, _, b in page)
+        recent = categories_after(recent, [cats[i] for i, _, _ in page], rule)
+        assert len(recent) <= max(rule.window - 1, 0)            # the cursor's load stays bounded
+        if len(page) < need:
+            break
+    # then no item comes twice, the windows hold across the pages, and the boost cap holds from the top
+    got = [i for i, _, _ in scroll]
+    assert len(got) == len(set(got))
+    assert windows_hold([cats[i] for i in got], relaxed, rule)
+    flags = [b for _, _, b in scroll]
+    assert all(sum(flags[:n]) <= (n - 1) // every + 1 for n in range(1, len(flags) + 1))
+    # and the scroll ends only when the feed's boost rule has nothing more to give
+    if len(scroll) < sum(sizes):
+        kept = [i for i in ids if i not in served]
+        assert not lift_boosts(kept, [0.0] * len(kept), weights, 1, every, lookahead, start=slots,
+                               boosted_before=boosted_n)
