@@ -7,11 +7,13 @@ import logging
 from flask import Flask
 
 from precompute.logs import configure as configure_logs
+from precompute.data import catalog
 from precompute.data.engine import make_engine
 from precompute.experiments.directory import Directory
 from precompute.experiments.impressions import ImpressionBuffer
 from precompute.feeds.client import clients
 from precompute.feeds import cursor
+from precompute.feeds.categories import ItemCategories
 from precompute.feeds.item_states import ItemStates
 from precompute.feeds.keys import Keys
 from precompute.feeds.limits import Limiter
@@ -55,7 +57,8 @@ def create_app(settings: Settings | None = None, test_config: dict | None = None
         feed_redis=r,
         queue_redis=queue_redis,
         keys=keys,
-        pages=PageReader(r, settings),
+        pages=PageReader(r, settings, ItemCategories(lambda: catalog.counted_categories(engine),
+                                                     settings.diversity_refresh)),
         item_states=ItemStates(r, keys),
         metrics=ApiMetrics(settings, queue_redis),
         experiments=Directory(engine),

@@ -8,6 +8,7 @@ import numpy as np
 from jobs.queues import notify_changed
 from precompute.data import catalog, event_types
 from precompute.feeds.cursor import Scroll
+from precompute.feeds.diversity import Diversity
 from precompute.feeds.fallback import fallback_page
 from precompute.feeds.page import Page
 
@@ -15,8 +16,10 @@ from .services import Services
 
 
 def fallback(svc: Services, uid: int, limit: int, offset: int, notify: bool = True,
-             scroll: Scroll | None = None, exclude: frozenset[int] = frozenset()) -> Page:
-    """The fallback page of ``uid`` without the items of ``exclude``; and ask for their real feed when they have
+             scroll: Scroll | None = None, exclude: frozenset[int] = frozenset(),
+             diversity: Diversity | None = None) -> Page:
+    """The fallback page of ``uid`` without the items of ``exclude``, under the request's ``diversity`` rule
+    (default: the deployment's); and ask for their real feed when they have
     events (unless ``notify`` is False: the dashboard shows the fallback without acting)."""
     settings = svc.settings
     recent = catalog.latest_interactions(svc.engine, uid, settings.seen_recent_max)
@@ -27,4 +30,4 @@ def fallback(svc: Services, uid: int, limit: int, offset: int, notify: bool = Tr
     if exclude:
         seen = np.union1d(seen, np.fromiter(exclude, dtype=np.int64, count=len(exclude)))
     return fallback_page(svc.pages, settings, recent, weights, seen, limit, offset,
-                         lambda n: catalog.newest_active(svc.engine, n), scroll)
+                         lambda n: catalog.newest_active(svc.engine, n), scroll, diversity)

@@ -5,7 +5,9 @@ and none skipped while the feed changes (``precompute/feeds/cursor.py``). ``?exc
 the client repeats the ids on each page it wants them left out of (the cursor carries what was served, not what was
 excluded, so it does not grow with them); an id left out of one page and not the next is served on the next if it
 ranks above the deepest item served, as an item dropped by no rule would be. An expired cursor, or one signed with a
-secret this API no longer holds, starts over from the top (``"restarted": true``). ``offset`` pages are cut from the feed as it is at each read, for clients that do not
+secret this API no longer holds, starts over from the top (``"restarted": true``). ``?diversity=K/W`` (or ``off``)
+replaces the deployment's diversity rule for this page (``precompute/feeds/diversity.py``); a scroll's next page
+knows the categories of its last slots from the cursor. ``offset`` pages are cut from the feed as it is at each read, for clients that do not
 scroll."""
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ from flask import Blueprint, g, request
 
 from precompute.errors import InvalidInput
 from precompute.feeds import cursor
+from precompute.feeds.diversity import WINDOW_MAX
 
 from .auth import require
 from .errors import json_response
 from .fallback import fallback
-from .parse import path_id, query_ids, query_int
+from .parse import path_id, query_diversity, query_ids, query_int
 from .services import Services, services
 
 bp = Blueprint("feed", __name__)
@@ -35,6 +38,7 @@ def get_feed(user_id: str):
     limit = query_int("limit", settings.page_limit_default, 1, settings.page_limit_max)
     offset = query_int("offset", 0, 0, settings.feed_length)
     exclude = query_ids("exclude", settings.exclude_max)
+    diversity = query_diversity("diversity", WINDOW_MAX)
     given = request.args.get("cursor")
     if given is not None and "offset" in request.args:
         raise InvalidInput("give cursor or offset, not both")
@@ -44,14 +48,14 @@ def get_feed(user_id: str):
         restarted = scroll is None
     if scroll is None and offset == 0:
         scroll = cursor.start(uid)                # a first page is the start of a scroll
-    page = svc.pages.page(uid, limit, offset, scroll, exclude)
+    page = svc.pages.page(uid, limit, offset, scroll, exclude, diversity)
     if page is None:
-        page = fallback(svc, uid, limit, offset, scroll=scroll, exclude=exclude)
+        page = fallback(svc, uid, limit, offset, scroll=scroll, exclude=exclude, diversity=diversity)
     header = page.header
     n_boosted = sum(1 for _, _, b in page.items if b)
     next_cursor = None
     if scroll is not None and len(page.items) == limit:     # a short page is the feed's end: nothing to continue
-        next_cursor = svc.cursors.next(scroll, [i for i, _, _ in page.items], n_boosted)
+        next_cursor = svc.cursors.next(scroll, [i for i, _, _ in page.items], n_boosted, page.recent)
     items = [{"item_id": i, "score": round(s, 6), "boosted": b} for i, s, b in page.items]
     svc.metrics.feed(page.source, n_boosted, header.computed_at if header else None)
     served_at = served_clock(svc)

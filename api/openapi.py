@@ -157,7 +157,14 @@ def spec(settings: Settings) -> dict:
                                {"name": "exclude", "in": "query", "style": "form", "explode": False,
                                 "schema": {"type": "array", "maxItems": settings.exclude_max, "items": _ID},
                                 "description": "item ids this page leaves out (comma-separated; repeat them on "
-                                               "each page of a scroll they are to stay out of)"}],
+                                               "each page of a scroll they are to stay out of)"},
+                               {"name": "diversity", "in": "query",
+                                "schema": {"type": "string", "pattern": r"^(off|[0-9]{1,3}/[0-9]{1,3})$"},
+                                "description": "`K/W`: at most K items of one category (an item's lowest category "
+                                               "id) in any W consecutive slots of the scroll, boosts included "
+                                               "(1 <= K < W <= 50); `off`: none. Absent: the deployment's "
+                                               "(PREFEED_DIVERSITY_MAX, PREFEED_DIVERSITY_WINDOW). When no item "
+                                               "within 50 places fits, the next one is served anyway"}],
                 "responses": {"200": {"description": "feed", "content": {"application/json": {
                     "schema": {"$ref": "#/components/schemas/Feed"}}}}, "400": _ERROR, **_KEYED, "503": _ERROR}}},
             "/events": {"post": {

@@ -12,6 +12,7 @@ from flask import request
 
 from precompute.data.parsing import timestamps
 from precompute.errors import InvalidInput, UnsupportedMediaType
+from precompute.feeds.diversity import OFF, Diversity
 
 MAX_ID = 2**63 - 1             # ids are 64-bit: any positive signed 64-bit integer
 _DIGITS = re.compile(r"[0-9]{1,19}")
@@ -44,6 +45,22 @@ def query_ids(name: str, most: int) -> frozenset[int]:
     if not all(_DIGITS.fullmatch(p) and 1 <= int(p) <= MAX_ID for p in parts):
         raise InvalidInput(f"{name} must be item ids (integers between 1 and {MAX_ID}) separated by commas")
     return frozenset(map(int, parts))
+
+
+def query_diversity(name: str, window_max: int) -> Diversity | None:
+    """``K/W`` (at most K items of one category in any W slots, 1 <= K < W <= ``window_max``) or ``off``; None
+    when absent (the deployment's rule)."""
+    raw = request.args.get(name)
+    if raw is None:
+        return None
+    if raw == "off":
+        return OFF
+    most, slash, window = raw.partition("/")
+    if not (slash and re.fullmatch(r"[0-9]{1,3}", most) and re.fullmatch(r"[0-9]{1,3}", window)
+            and 1 <= int(most) < int(window) <= window_max):
+        raise InvalidInput(f"{name} must be K/W (at most K items of one category in any W slots, "
+                           f"1 <= K < W <= {window_max}) or off")
+    return Diversity(int(most), int(window))
 
 
 def json_body():

@@ -141,3 +141,82 @@ def test_a_scroll_keeps_the_rule_and_the_boost_cap_across_pages(feed, rule):
         kept = [i for i in ids if i not in served]
         assert not lift_boosts(kept, [0.0] * len(kept), weights, 1, every, lookahead, start=slots,
                                boosted_before=boosted_n)
+
+
+# -- the served path: GET /feed with ?diversity=, on a page and across a scroll, against real servers --------------
+
+import dataclasses  # noqa: E402
+
+import pytest  # noqa: E402
+
+import random  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from api import create_app  # noqa: E402
+from precompute.feeds.categories import ItemCategories  # noqa: E402
+from precompute.feeds.codec import encode  # noqa: E402
+from precompute.feeds.keys import Keys  # noqa: E402
+from api.services import services  # noqa: E402
+from precompute.data import catalog  # noqa: E402
+from tests.conftest import with_key  # noqa: E402
+
+
+@pytest.fixture
+def diverse_app(settings, world):
+    app = create_app(dataclasses.replace(settings, live_refresh_ms=0), {"TESTING": True})
+    yield app, with_key(app.test_client(), world.key)
+    services(app).engine.dispose()
+
+
+def test_a_scroll_served_with_diversity_keeps_every_window(diverse_app, r, settings, own_users):
+    # given a user's stored feed of 300 items, one category in its top items far more often than 2 in 10 (but not
+    # more than the feed can spread), and the API's copy of the categories
+    app, client = diverse_app
+    uid = own_users(1)[0]
+    ids = list(range(10**12, 10**12 + 300))
+    rng = random.Random(5)
+    cat = {i: rng.choice([1, 1, 2, 3, 4, 5, 6, 7, 8, 9, NONE]) if k >= 30 else 1 for k, i in enumerate(ids)}
+    r.set(Keys(settings.key_prefix).feed(uid), encode(np.array(ids, dtype=np.int64),
+                                                      np.linspace(1, 0, len(ids), dtype=np.float32), 1, 0.0, 1))
+    known = sorted(i for i in ids if cat[i] != NONE)
+    services(app).pages.categories = ItemCategories(
+        lambda: (np.array(known, dtype=np.int64), np.array([cat[i] for i in known], dtype=np.int64)), 60)
+    # when it is scrolled in pages of 7 with at most 2 of a category in any 10 slots
+    body = client.get(f"/feed/{uid}?limit=7&diversity=2/10").get_json()
+    served = list(body["items"])
+    for _ in range(11):
+        body = client.get(f"/feed/{uid}?limit=7&diversity=2/10&cursor={body['next_cursor']}").get_json()
+        served += body["items"]
+    # then every window of 10 slots, across the pages, holds at most 2 of each category, and nothing comes twice
+    got = [i["item_id"] for i in served]
+    cats = [cat[i] for i in got]
+    assert len(got) == 84 and len(set(got)) == 84
+    for end in range(len(cats)):
+        window = cats[max(0, end - 9):end + 1]
+        assert cats[end] == NONE or window.count(cats[end]) <= 2, (end, window)
+    # and the scroll is the rule applied to the whole feed at once (a page of 84)
+    whole = client.get(f"/feed/{uid}?limit=84&diversity=2/10").get_json()["items"]
+    assert [i["item_id"] for i in whole] == got
+    # and `off` serves the feed's own order
+    assert [i["item_id"] for i in client.get(f"/feed/{uid}?limit=84&diversity=off").get_json()["items"]] == ids[:84]
+
+
+def test_the_counted_category_is_the_lowest(world):
+    # given the catalogue's memberships, then each item counts in its lowest category id
+    known, counted = catalog.counted_categories(world.engine)
+    with world.engine.connect() as conn:
+        rows = conn.exec_driver_sql("SELECT item_id, category FROM item_categories").all()
+    lowest = {}
+    for item, c in rows:
+        lowest[item] = min(c, lowest.get(item, c))
+    assert dict(zip(known.tolist(), counted.tolist())) == lowest
+    assert list(known) == sorted(lowest)
+
+
+@pytest.mark.parametrize("bad", ["", "2", "2/", "/10", "0/10", "10/10", "11/10", "2/51", "a/b", "2/10/3", "-1/5",
+                                 "on", "2 /10"])
+def test_a_bad_diversity_is_a_400(diverse_app, bad):
+    _, client = diverse_app
+    resp = client.get(f"/feed/1?diversity={bad}")
+    assert resp.status_code == 400 and "diversity" in resp.get_json()["error"]

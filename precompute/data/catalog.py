@@ -70,3 +70,16 @@ def seen_items(engine: Engine, user_id: int, settings: Settings) -> np.ndarray:
         else:
             rec = seen.unpack(value)[-settings.seen_max_items:]
     return rec["item"][(rec["ts"] >= since) & (rec["ts"] <= now)]
+
+
+def counted_categories(engine: Engine) -> tuple[np.ndarray, np.ndarray]:
+    """Every item with a category and the category it counts in for the diversity rule (its lowest category id),
+    ascending by item id, as two int64 arrays."""
+    from sqlalchemy import func
+
+    with engine.connect() as conn:
+        rows = conn.execute(select(ItemCategory.item_id, func.min(ItemCategory.category))
+                            .group_by(ItemCategory.item_id).order_by(ItemCategory.item_id)).all()
+    ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+    cats = np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows))
+    return ids, cats

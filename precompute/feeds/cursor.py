@@ -6,8 +6,14 @@ the boost density holds on the pages put together). The next page is the served 
 (live rules and boosts applied) without the ids served, from the scroll's next slot (``boosts.lift_boosts``):
 every still-eligible item ranked above the deepest one served is either served already or on that page.
 
+With the diversity rule on (``diversity.py``), the cursor also carries the categories of the scroll's last W-1 slots,
+in order, so the next page's first slots close windows that began on the page before: at most 49 categories
+(``PREFEED_DIVERSITY_WINDOW`` is at most 50), 8 bytes each, ~520 characters at the largest window, ~12 at 3/10's
+nine. A later page asking for a larger window knows only the categories carried.
+
 Encoding: a small header (layout version, key id, user, slots and boosted items served, the time it was issued),
-then the served ids sorted and delta-coded: the smallest id, then each gap in the fewest bytes (1, 2, 4 or 8) that
+then (layout 4, written only when the scroll carries categories; layout 3 otherwise) a byte counting the categories
+and each as a signed 64-bit integer, then the served ids sorted and delta-coded: the smallest id, then each gap in the fewest bytes (1, 2, 4 or 8) that
 hold the largest, zlib-compressed only past ``_RAW_MAX`` bytes (a deep scroll: 2,000 ids scattered over 20,000
 items take ~1.7k characters, well inside a request line). Signed with a 128-bit keyed BLAKE2b MAC over all of it
 (BLAKE2's own keyed mode, which needs no HMAC around it), under a key derived from the shared secret; URL-safe
@@ -62,6 +68,9 @@ from ..errors import InvalidInput
 #: body form (the width in bytes of each gap, plus ``_PACKED`` when the gaps are zlib-compressed)
 _HEAD = struct.Struct("<BIqIIIqB")
 _VERSION = 3
+#: Layout 3 followed by the categories of the last slots served (``Scroll.recent``): a count byte, then ``<q`` each.
+_WITH_RECENT = 4
+_COUNT = struct.Struct("<B")
 #: Layouts before key ids: signed with a secret that cannot be named, so they start the scroll over.
 _UNNAMED = (1, 2)
 #: Every layout from 3 on starts with its version and key id.
@@ -88,11 +97,14 @@ class Scroll(NamedTuple):
     served: tuple[int, ...]     # the ids served so far, ascending (as the cursor carries them)
     slots: int                  # items served so far (the next page starts at this slot)
     boosted: int                # boosted items among them
+    #: the categories of the last W-1 slots served, oldest first (the diversity rule's; empty when it is off)
+    recent: tuple[int, ...] = ()
 
-    def after(self, page_ids: list[int], page_boosted: int) -> Scroll:
-        """The scroll once it has served a page of ``page_ids``, ``page_boosted`` of them boosted."""
+    def after(self, page_ids: list[int], page_boosted: int, recent: tuple[int, ...] = ()) -> Scroll:
+        """The scroll once it has served a page of ``page_ids``, ``page_boosted`` of them boosted, its last slots
+        then of the categories ``recent`` (``diversity.categories_after``)."""
         return Scroll(self.user_id, tuple(_merged(self.served, page_ids)), self.slots + len(page_ids),
-                      self.boosted + page_boosted)
+                      self.boosted + page_boosted, recent)
 
 
 def shared_secret(r, key: str) -> bytes:
@@ -224,14 +236,18 @@ class Cursors:
         form = width
         if len(body) > _RAW_MAX:
             body, form = zlib.compress(body, 1), width | _PACKED
-        payload = _HEAD.pack(_VERSION, held.key_id, scroll.user_id, scroll.slots, scroll.boosted, int(time.time()),
-                             ids[0], form) + body
+        recent = scroll.recent
+        if recent:
+            body = _COUNT.pack(len(recent)) + struct.pack(f"<{len(recent)}q", *recent) + body
+        payload = _HEAD.pack(_WITH_RECENT if recent else _VERSION, held.key_id, scroll.user_id, scroll.slots,
+                             scroll.boosted, int(time.time()), ids[0], form) + body
         signed = binascii.b2a_base64(payload + self._sign(payload, held.mac), newline=False)
         return signed.translate(_URLSAFE).rstrip(b"=").decode("ascii")
 
-    def next(self, scroll: Scroll, page_ids: list[int], page_boosted: int) -> str | None:
+    def next(self, scroll: Scroll, page_ids: list[int], page_boosted: int,
+             recent: tuple[int, ...] = ()) -> str | None:
         """The cursor of the scroll once it has served a page (``scroll.after``): a page's last step."""
-        return self.encode(scroll.after(page_ids, page_boosted))
+        return self.encode(scroll.after(page_ids, page_boosted, recent))
 
     def decode(self, cursor: str, user_id: int) -> Scroll | None:
         """The scroll ``cursor`` continues, or None when it has expired (or has a layout this version does not
@@ -243,7 +259,7 @@ class Cursors:
             raw = b""
         payload = raw[:-_TAG]
         known_ids = self._current().known
-        if len(payload) < _HEAD.size or payload[0] != _VERSION:
+        if len(payload) < _HEAD.size or payload[0] not in (_VERSION, _WITH_RECENT):
             return self._other_layout(payload, raw[-_TAG:], known_ids)
         _, kid, owner, slots, boosted, issued, first, form = _HEAD.unpack_from(payload)
         known = known_ids.get(kid)
@@ -256,12 +272,16 @@ class Cursors:
             return None                 # expired, dated ahead of this host's clock, or of a retired secret
         if owner != user_id:
             raise InvalidInput("cursor belongs to another user's scroll")
-        body = payload[_HEAD.size:]
+        body, recent = payload[_HEAD.size:], ()
+        if payload[0] == _WITH_RECENT:
+            n = _COUNT.unpack_from(body)[0]
+            recent = struct.unpack_from(f"<{n}q", body, _COUNT.size)
+            body = body[_COUNT.size + 8 * n:]
         if form & _PACKED:
             body = zlib.decompress(body)
         width = form & ~_PACKED
         gaps = body if width == 1 else struct.unpack(f"<{len(body) // width}{_CODES[width]}", body)
-        return Scroll(user_id, tuple(accumulate(gaps, initial=first)), slots, boosted)
+        return Scroll(user_id, tuple(accumulate(gaps, initial=first)), slots, boosted, recent)
 
     def _other_layout(self, payload: bytes, tag: bytes, known_ids: dict) -> None:
         """A cursor not of this layout: None (start over) if it is of the layout before key ids, or of another

@@ -35,6 +35,8 @@ from typing import NamedTuple
 DEPTH = 50
 #: Category of an item without one: it counts in no window.
 NONE = -1
+#: The largest window a deployment or a request may set: a scroll's cursor carries W-1 categories.
+WINDOW_MAX = 50
 
 
 class Diversity(NamedTuple):

@@ -1,11 +1,11 @@
 """The live page: what must be live at request time, applied to a precomputed feed. Items deactivated or interacted
-with since the feed was computed are dropped, boosted items are lifted (``boosts.py``). Users without a feed get the
-fallback (``fallback.py``).
+with since the feed was computed are dropped, boosted items are lifted (``boosts.py``), then the diversity rule
+spreads the categories (``diversity.py``, when on). Users without a feed get the fallback (``fallback.py``).
 
 A page reads only its own user's keys, in one round trip on one slot (``{u:<id>}``): the first bytes of the feed
 and the items the user interacted with since the feed's history version. Boosts and deactivations come from the
 process's in-memory copy of the item states (``item_states.ItemStatesCopy``), refreshed at most every
-``PREFEED_LIVE_REFRESH_MS``.
+``PREFEED_LIVE_REFRESH_MS``; the items' categories from its copy of them (``categories.ItemCategories``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ import redis
 from ..settings import Settings
 from .boosts import lift_boosts
 from .codec import MAX_HEADER_SIZE, RECORD_SIZE, CorruptFeed, FeedHeader, decode
+from .categories import ItemCategories
 from .cursor import Scroll
+from .diversity import DEPTH, OFF, Diversity, categories_after, spread
 from .item_states import ItemStatesCopy
 from .keys import Keys
 
@@ -32,6 +34,8 @@ class Page:
     #: False for a fallback page of a user the database holds no event of (a new visitor, or an id made up): such a
     #: page is placed in no experiment and not recorded (docs/experiments.md, "Who is counted").
     known: bool = True
+    #: the categories of the scroll's last W-1 slots once this page is served: what its next cursor carries
+    recent: tuple[int, ...] = ()
 
 
 @dataclasses.dataclass
@@ -49,20 +53,41 @@ SEEN_TAIL = 8
 class PageReader:
     """Reads users' pages: their precomputed feed with the live rules applied (one per API process)."""
 
-    def __init__(self, r: redis.Redis, settings: Settings) -> None:
+    def __init__(self, r: redis.Redis, settings: Settings, categories: ItemCategories | None = None) -> None:
         self.r = r
         self.keys = Keys(settings.key_prefix)
         self.every = settings.boost_every
         self.lookahead = settings.boost_lookahead
         self.states = ItemStatesCopy(r, self.keys, settings.live_refresh_ms)
+        #: the deployment's diversity rule, and where items' categories come from (None: the rule is never applied)
+        self.diversity = Diversity.of(settings) if categories is not None else OFF
+        self.categories = categories
 
     def page(self, user_id: int, limit: int, offset: int, scroll: Scroll | None = None,
-             exclude: frozenset[int] = frozenset()) -> Page | None:
+             exclude: frozenset[int] = frozenset(), diversity: Diversity | None = None) -> Page | None:
         """The live page of ``user_id``'s precomputed feed, or None when the user has no feed. With ``scroll``
         (``cursor.py``): the next ``limit`` items of that scroll, ``offset`` ignored. ``exclude``: item ids the
-        page leaves out, as it leaves out those the scroll served."""
-        found = self._assemble(user_id, limit, offset, scroll, exclude)
+        page leaves out, as it leaves out those the scroll served. ``diversity``: the request's rule (default: the
+        deployment's)."""
+        found = self._assemble(user_id, limit, offset, scroll, exclude, diversity)
         return None if found is None else found[0]
+
+    def rule(self, diversity: Diversity | None) -> Diversity:
+        """The diversity rule a page applies: the request's, else the deployment's; off without categories."""
+        rule = self.diversity if diversity is None else diversity
+        return rule if self.categories is not None else OFF
+
+    def spread(self, items: list[tuple[int, float, bool]], need: int, rule: Diversity,
+               scroll: Scroll | None) -> tuple[list[tuple[int, float, bool]], tuple[int, ...]]:
+        """The first ``need`` of ``items`` (a served list: ``(item_id, score, boosted)``, its first
+        ``need + DEPTH - 1`` or all) as the diversity rule orders them after the scroll's last slots, and the
+        categories of the last W-1 slots once they are served."""
+        if not rule.on:
+            return items[:need], ()
+        cats = self.categories.of([i for i, _, _ in items])
+        before = scroll.recent if scroll is not None else ()
+        order = spread(cats, [b for _, _, b in items], need, rule, before)
+        return [items[p] for p in order], categories_after(before, [cats[p] for p in order], rule)
 
     def explain(self, user_id: int, limit: int, offset: int) -> tuple[Page, list[Dropped], list[int]] | None:
         """The live page (as ``page``), the feed items the live rules dropped ranked above the deepest item the page
@@ -105,7 +130,7 @@ class PageReader:
         return {int(i) for i in self.r.zrangebyscore(key, f"({version}", "+inf")}
 
     def _assemble(self, user_id: int, limit: int, offset: int, scroll: Scroll | None = None,
-                  exclude: frozenset[int] = frozenset()):
+                  exclude: frozenset[int] = frozenset(), diversity: Diversity | None = None):
         """The page and what it was made from: the feed prefix read (ids, scores) and flags of its items dropped
         as inactive and as seen since, as lists; None when there is no readable feed.
 
@@ -116,7 +141,9 @@ class PageReader:
         if exclude:
             served = served | exclude               # left out alike: neither is on the page
         need = limit if scroll is not None else offset + limit
-        n_read = need + len(served) + self.lookahead + limit
+        rule = self.rule(diversity)
+        extra = DEPTH - 1 if rule.on else 0             # the diversity rule looks this far past the page
+        n_read = need + extra + len(served) + self.lookahead + limit
         keys = [self.keys.feed(user_id), self.keys.seen(user_id)]
         while True:
             blob, tail = self._read(keys, MAX_HEADER_SIZE + n_read * RECORD_SIZE)
@@ -143,11 +170,12 @@ class PageReader:
             else:
                 kept_ids, kept_scores = ids, scores         # nothing dropped (most offset pages)
             start, before = (0, 0) if scroll is None else (scroll.slots, scroll.boosted)
-            out = lift_boosts(kept_ids, kept_scores, self.states.boosts_in_force(), need, self.every, self.lookahead,
-                              complete, start=start, boosted_before=before)
+            out = lift_boosts(kept_ids, kept_scores, self.states.boosts_in_force(), need + extra, self.every,
+                              self.lookahead, complete, start=start, boosted_before=before)
             if out is not None:
+                out, recent = self.spread(out, need, rule, scroll)
                 page = Page(items=out[offset:need] if scroll is None else out, source="precomputed",
-                            header=feed.header)
+                            header=feed.header, recent=recent)
                 return page, ids, scores, inactive, seen_since
             n_read *= 2                          # the rule needs more of the feed (many items dropped): read on
 

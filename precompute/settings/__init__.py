@@ -55,6 +55,8 @@ class Settings(SecuritySettings, ExperimentSettings, RankingSettings, WorkerSett
             object.__setattr__(self, "model_dir", Path(self.var_dir) / "models")
         if self.page_limit_default > self.page_limit_max:
             raise ConfigError("PREFEED_PAGE_LIMIT_DEFAULT must not exceed PREFEED_PAGE_LIMIT_MAX")
+        if self.diversity_max >= self.diversity_window:
+            raise ConfigError("PREFEED_DIVERSITY_MAX must be less than PREFEED_DIVERSITY_WINDOW (or 0: off)")
         if self.impressions_keep < self.attribution_window:
             raise ConfigError("PREFEED_IMPRESSIONS_KEEP must be at least PREFEED_ATTRIBUTION_WINDOW: a page must be "
                               "kept as long as an event may be attributed to it")

@@ -37,6 +37,10 @@ class ServingSettings:
     diversity_window: int = setting(10, "PREFEED_DIVERSITY_WINDOW", "the slots `PREFEED_DIVERSITY_MAX` counts in; "
                                     "a scroll's cursor carries the categories of the last this-minus-one slots "
                                     "served", unit="slots", minimum=2, maximum=50)
+    diversity_refresh: int = setting(300, "PREFEED_DIVERSITY_REFRESH", "an API process that applies the diversity "
+                                     "rule reloads every item's category from the database this often: a new item, "
+                                     "or a category change, counts within this long (before: a new item counts in no "
+                                     "category)", unit="s", minimum=1)
     seen_recent_max: int = setting(500, "PREFEED_SEEN_RECENT_MAX", "recent interactions kept per user for the live "
                                    "seen filter and the fallback", unit="items")
     events_batch_max: int = setting(500, "PREFEED_EVENTS_BATCH_MAX", "events accepted in one `POST /events`",
