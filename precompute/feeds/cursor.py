@@ -1,19 +1,14 @@
 """Scroll cursors: what a client hands back to get the next page of a feed that may change between two reads.
 
 A cursor carries what the scroll's guarantees need and no more: the user it belongs to, the ids served so far (so
-none is served twice, whatever the feed has become), and how many slots and boosted items the scroll has shown (so
-the boost density holds on the pages put together). The next page is the served list of the feed as it is now
-(live rules and boosts applied) without the ids served, from the scroll's next slot (``boosts.lift_boosts``):
-every still-eligible item ranked above the deepest one served is either served already or on that page.
-
-With the diversity rule on (``diversity.py``), the cursor also carries the categories of the scroll's last W-1 slots,
-in order, so the next page's first slots close windows that began on the page before: at most 49 categories
-(``PREFEED_DIVERSITY_WINDOW`` is at most 50), 8 bytes each, ~520 characters at the largest window, ~12 at 3/10's
-nine. A later page asking for a larger window knows only the categories carried.
+none is served twice, whatever the feed has become), how many slots and boosted items the scroll has shown (so the
+boost density holds on the pages put together) and, with the diversity rule on, the categories of its last W-1
+slots (layout 4, ``diversity.pack``). The next page is the served list of the feed as it is now (live rules,
+boosts and diversity applied) without the ids served, from the scroll's next slot (``boosts.lift_boosts``): every
+still-eligible item ranked above the deepest one served is served already, on that page, or (diversity) waiting.
 
 Encoding: a small header (layout version, key id, user, slots and boosted items served, the time it was issued),
-then (layout 4, written only when the scroll carries categories; layout 3 otherwise) a byte counting the categories
-and each as a signed 64-bit integer, then the served ids sorted and delta-coded: the smallest id, then each gap in the fewest bytes (1, 2, 4 or 8) that
+then the served ids sorted and delta-coded: the smallest id, then each gap in the fewest bytes (1, 2, 4 or 8) that
 hold the largest, zlib-compressed only past ``_RAW_MAX`` bytes (a deep scroll: 2,000 ids scattered over 20,000
 items take ~1.7k characters, well inside a request line). Signed with a 128-bit keyed BLAKE2b MAC over all of it
 (BLAKE2's own keyed mode, which needs no HMAC around it), under a key derived from the shared secret; URL-safe
@@ -63,18 +58,14 @@ from typing import Any, NamedTuple
 import redis
 
 from ..errors import InvalidInput
+from . import diversity
 
 #: layout version, key id, user id, slots served, boosted items served, issued at (epoch s), smallest id served,
 #: body form (the width in bytes of each gap, plus ``_PACKED`` when the gaps are zlib-compressed)
 _HEAD = struct.Struct("<BIqIIIqB")
-_VERSION = 3
-#: Layout 3 followed by the categories of the last slots served (``Scroll.recent``): a count byte, then ``<q`` each.
-_WITH_RECENT = 4
-_COUNT = struct.Struct("<B")
-#: Layouts before key ids: signed with a secret that cannot be named, so they start the scroll over.
-_UNNAMED = (1, 2)
-#: Every layout from 3 on starts with its version and key id.
-_NAMED = struct.Struct("<BI")
+_VERSION, _WITH_RECENT = 3, 4      # 4: layout 3 with ``diversity.pack(Scroll.recent)`` before the gaps
+_UNNAMED = (1, 2)       # layouts before key ids: signed with a secret that cannot be named, so they start over
+_NAMED = struct.Struct("<BI")       # every layout from 3 on starts with its version and key id
 _PACKED = 0x80
 #: Gaps of at most this many bytes go as they are (~1.4k characters): zlib's set-up costs more than they would
 #: shrink; past it (more than ~500 scattered ids) they are compressed, to about half.
@@ -83,8 +74,7 @@ _CODES = {1: "B", 2: "H", 4: "I", 8: "Q"}
 _TAG = 16               # bytes of MAC (128 bits)
 #: URL-safe base64 (RFC 4648 section 5) from and to the standard alphabet ``binascii`` speaks.
 _URLSAFE, _STANDARD = bytes.maketrans(b"+/", b"-_"), bytes.maketrans(b"-_", b"+/")
-#: The padding a cursor of ``len % 4`` characters lacks (the cursor goes without it).
-_PAD = (b"", b"===", b"==", b"=")
+_PAD = (b"", b"===", b"==", b"=")       # what a cursor of ``len % 4`` characters lacks (it goes without padding)
 #: The most ids a cursor carries: a scroll of 20 pages of the largest page (100).
 MAX_SERVED = 2000
 
@@ -97,12 +87,10 @@ class Scroll(NamedTuple):
     served: tuple[int, ...]     # the ids served so far, ascending (as the cursor carries them)
     slots: int                  # items served so far (the next page starts at this slot)
     boosted: int                # boosted items among them
-    #: the categories of the last W-1 slots served, oldest first (the diversity rule's; empty when it is off)
-    recent: tuple[int, ...] = ()
+    recent: tuple[int, ...] = ()    # categories of the last W-1 slots, oldest first (``diversity.py``)
 
     def after(self, page_ids: list[int], page_boosted: int, recent: tuple[int, ...] = ()) -> Scroll:
-        """The scroll once it has served a page of ``page_ids``, ``page_boosted`` of them boosted, its last slots
-        then of the categories ``recent`` (``diversity.categories_after``)."""
+        """The scroll once it has served a page of ``page_ids``, ``page_boosted`` of them boosted."""
         return Scroll(self.user_id, tuple(_merged(self.served, page_ids)), self.slots + len(page_ids),
                       self.boosted + page_boosted, recent)
 
@@ -236,16 +224,13 @@ class Cursors:
         form = width
         if len(body) > _RAW_MAX:
             body, form = zlib.compress(body, 1), width | _PACKED
-        recent = scroll.recent
-        if recent:
-            body = _COUNT.pack(len(recent)) + struct.pack(f"<{len(recent)}q", *recent) + body
-        payload = _HEAD.pack(_WITH_RECENT if recent else _VERSION, held.key_id, scroll.user_id, scroll.slots,
+        body = diversity.pack(scroll.recent) + body if scroll.recent else body
+        payload = _HEAD.pack(_WITH_RECENT if scroll.recent else _VERSION, held.key_id, scroll.user_id, scroll.slots,
                              scroll.boosted, int(time.time()), ids[0], form) + body
         signed = binascii.b2a_base64(payload + self._sign(payload, held.mac), newline=False)
         return signed.translate(_URLSAFE).rstrip(b"=").decode("ascii")
 
-    def next(self, scroll: Scroll, page_ids: list[int], page_boosted: int,
-             recent: tuple[int, ...] = ()) -> str | None:
+    def next(self, scroll: Scroll, page_ids: list[int], page_boosted: int, recent: tuple[int, ...] = ()) -> str | None:
         """The cursor of the scroll once it has served a page (``scroll.after``): a page's last step."""
         return self.encode(scroll.after(page_ids, page_boosted, recent))
 
@@ -272,11 +257,7 @@ class Cursors:
             return None                 # expired, dated ahead of this host's clock, or of a retired secret
         if owner != user_id:
             raise InvalidInput("cursor belongs to another user's scroll")
-        body, recent = payload[_HEAD.size:], ()
-        if payload[0] == _WITH_RECENT:
-            n = _COUNT.unpack_from(body)[0]
-            recent = struct.unpack_from(f"<{n}q", body, _COUNT.size)
-            body = body[_COUNT.size + 8 * n:]
+        recent, body = diversity.unpack(payload[_HEAD.size:], payload[0] == _WITH_RECENT)
         if form & _PACKED:
             body = zlib.decompress(body)
         width = form & ~_PACKED

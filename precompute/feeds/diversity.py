@@ -28,6 +28,7 @@ offset pages read one after another give the pages of one big read. (``Settings.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -112,3 +113,18 @@ def categories_after(recent: Sequence[int], page_cats: Sequence[int], rule: Dive
     if not keep:
         return ()
     return tuple([*recent, *page_cats][-keep:])
+
+
+def pack(recent: Sequence[int]) -> bytes:
+    """``recent`` as a scroll's cursor carries it (``cursor.py``, layout 4): a count byte, then each category as a
+    little-endian signed 64-bit integer: at most 1 + 49 × 8 bytes (W at most ``WINDOW_MAX``), ~520 characters of
+    cursor; 73 bytes (~100 characters) at W = 10."""
+    return bytes([len(recent)]) + struct.pack(f"<{len(recent)}q", *recent)
+
+
+def unpack(body: bytes, packed: bool = True) -> tuple[tuple[int, ...], bytes]:
+    """The categories ``pack`` wrote at the start of ``body`` (none unless ``packed``), and the rest of it."""
+    if not packed:
+        return (), body
+    n = body[0]
+    return struct.unpack_from(f"<{n}q", body, 1), body[1 + 8 * n:]
