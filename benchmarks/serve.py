@@ -121,6 +121,11 @@ def run(quick: bool = False) -> dict:
               f"{out['ratio_feed_over_bare']:.2f}   feed/realtime = {out['ratio_feed_over_realtime']:.1f}x   "
               f"threaded/sync workers = {out['ratio_threaded_over_sync']:.2f}   turns/a turn per thread = "
               f"{out['ratio_turns_over_unbounded']:.2f}")
+        print(table("\nwhat the diversity rule (?diversity=3/10) costs a page (interleaved), median microseconds",
+                    ["page 1 on", "page 1 off", "on / off", "page 2 by cursor on", "off", "on / off"],
+                    [[floor["feed_diversity_us"], floor["feed_diversity_off_us"], floor["diversity_over_off"],
+                      floor["feed_diversity_cursor_us"], floor["feed_diversity_off_cursor_us"],
+                      floor["diversity_over_off_cursor"]]]))
         print(table("\nin-process cost per request (no HTTP server), median microseconds",
                     ["one Redis round trip (PING)", "GET /livez", "GET /floor (limit 20)", "GET /feed (limit 20)",
                      "floor/feed (interleaved)"],

@@ -220,3 +220,16 @@ def test_a_bad_diversity_is_a_400(diverse_app, bad):
     _, client = diverse_app
     resp = client.get(f"/feed/1?diversity={bad}")
     assert resp.status_code == 400 and "diversity" in resp.get_json()["error"]
+
+
+def test_evaluate_counts_the_category_the_page_counts(world, settings):
+    # given the item table evaluate ranks with, and the serving copy's source
+    from precompute.learning.diversity_cost import counted_categories
+    from precompute.ranking.item_loader import load_item_table
+
+    items = load_item_table(world.engine, settings)
+    known, counted = catalog.counted_categories(world.engine)
+    serving = dict(zip(known.tolist(), counted.tolist()))
+    # then each item's counted category is the same in both (none where the item has none)
+    assert dict(zip(items.ids.tolist(), counted_categories(items).tolist())) == \
+        {i: serving.get(i, NONE) for i in items.ids.tolist()}

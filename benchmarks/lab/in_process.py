@@ -42,6 +42,10 @@ def timed(calls: dict[str, Callable[[int], object]], n: int) -> dict[str, list[f
     return times
 
 
+#: The diversity rule measured against the rule off (``?diversity=``): the setting ``evaluate`` finds cheapest.
+DIVERSITY = "3/10"
+
+
 def measure(world, n_users: int, n: int, deep_users: int) -> dict:
     """Floor against feed, the key check, the cursor, recording impressions and the turns; ``n`` requests per
     endpoint and loop."""
@@ -63,6 +67,8 @@ def measure(world, n_users: int, n: int, deep_users: int) -> dict:
     feed = paths["feed_us"]
     first = [feed.format(u + 1) for u in range(n_users)]
     second = [client.get(path).get_json()["next_cursor"] for path in first]
+    spread = [f"{path}&diversity={DIVERSITY}" for path in first]      # also loads the categories' copy
+    spread_second = [client.get(path).get_json()["next_cursor"] for path in spread]
     deep, deep_at = [(feed.format(u), c) for u in range(1, min(n_users, deep_users) + 1)
                      if (c := _scroll(client, feed.format(u), DEEP_PAGE))], 20 * (DEEP_PAGE - 1)
     for pair in ({"feed_keyed_us": lambda k: client.get(first[k % n_users]),
@@ -70,7 +76,14 @@ def measure(world, n_users: int, n: int, deep_users: int) -> dict:
                  {"feed_cursor_us": lambda k: plain.get(f"{first[k % n_users]}&cursor={second[k % n_users]}"),
                   "feed_offset_us": lambda k: plain.get(f"{first[k % n_users]}&offset=20")},
                  {"feed_cursor_deep_us": lambda k: plain.get("{}&cursor={}".format(*deep[k % len(deep)])),
-                  "feed_offset_deep_us": lambda k: plain.get("{}&offset={}".format(deep[k % len(deep)][0], deep_at))}):
+                  "feed_offset_deep_us": lambda k: plain.get("{}&offset={}".format(deep[k % len(deep)][0], deep_at))},
+                 # the diversity rule (off by default) asked for per request, on a first page and on page 2 by cursor
+                 {"feed_diversity_us": lambda k: plain.get(spread[k % n_users]),
+                  "feed_diversity_off_us": lambda k: plain.get(first[k % n_users])},
+                 {"feed_diversity_cursor_us": lambda k: plain.get(f"{spread[k % n_users]}&cursor="
+                                                                  f"{spread_second[k % n_users]}"),
+                  "feed_diversity_off_cursor_us": lambda k: plain.get(f"{first[k % n_users]}&cursor="
+                                                                      f"{second[k % n_users]}")}):
         out.update(per_call(pair, n))
     out.update(impressions(world, first, n))
     # What the turns cost a page when nothing waits (``api/turns.py``: a lock, the answer listed): the same app's
@@ -86,6 +99,8 @@ def measure(world, n_users: int, n: int, deep_users: int) -> dict:
             "keyed_over_open": out["feed_keyed_us"] / out["feed_open_us"],
             "cursor_over_offset": out["feed_cursor_us"] / out["feed_offset_us"],
             "cursor_over_offset_deep": out["feed_cursor_deep_us"] / out["feed_offset_deep_us"],
+            "diversity_over_off": out["feed_diversity_us"] / out["feed_diversity_off_us"],
+            "diversity_over_off_cursor": out["feed_diversity_cursor_us"] / out["feed_diversity_off_cursor_us"],
             "cursor_chars": {"page_2": int(np.median([len(c) for c in second])),
                              f"page_{DEEP_PAGE}": int(np.median([len(c) for _, c in deep]))}}
 
