@@ -2,7 +2,8 @@
 
 A page is appended to its API process's in-memory buffer as it was served; a thread of that process packs each
 into one binary record (``pack``) and sends the buffer to a Redis list (the queue Redis) every
-``PREFEED_IMPRESSIONS_FLUSH_MS``, in one ``RPUSH``, and at exit. A worker job moves the list to the database in batches (``collect.py``).
+``PREFEED_IMPRESSIONS_FLUSH_MS``, in one ``RPUSH``, and at exit. A worker job moves the list to the database in
+batches (``collect.py``).
 
 Each record is named by ``(writer, seq)``: a random 63-bit id of the API process and its own count of the pages it
 served. The database stores a name once, so a batch moved twice stores nothing twice, and a gap in one writer's
