@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 CHALLENGE = 'Basic realm="prefeed dashboard", charset="UTF-8"'
 #: The scopes ``PREFEED_AUTH=off`` opens.
 DATA_SCOPES = ("feed:read", "events:write", "items:write")
+#: The request environ's ``(credential, its SHA-256)`` when the turns read the key already (``turns.Clients``).
+PRESENTED = "prefeed.presented"
 #: Who a request is when ``PREFEED_AUTH=off`` lets it through without a key: no rate of its own.
 OPEN = Key("(auth off)", frozenset(DATA_SCOPES))
 
@@ -65,7 +67,8 @@ def authorize(scope: str | None, presented: str | None = None, charged_in_view: 
     first token is taken exactly (one round trip), so the view's own charge finds the rest of the budget."""
     svc = services()
     settings = svc.settings
-    addresses.guard().check(request.environ)
+    environ = request.environ
+    addresses.guard().check(environ)
     if presented is None:
         scheme, _, presented = request.headers.get("Authorization", "").strip().partition(" ")
         if scheme.lower() != "bearer":
@@ -77,9 +80,10 @@ def authorize(scope: str | None, presented: str | None = None, charged_in_view: 
             return OPEN
         need = "an API key" if scope is None else f"an API key with the scope {scope}"
         raise Unauthorized(f"this route needs {need}: Authorization: Bearer <key>")
-    key = svc.keyring.find(presented)
+    seen = environ.get(PRESENTED)
+    key = svc.keyring.find(presented, seen[1] if seen is not None and seen[0] == presented else None)
     if key is None:
-        addresses.guard().failed(request.environ)
+        addresses.guard().failed(environ)
         raise Unauthorized("unknown or revoked API key")
     if scope is not None and not key.allows(scope):
         raise Forbidden(f"this key lacks the scope {scope}")
@@ -94,7 +98,13 @@ def authorize(scope: str | None, presented: str | None = None, charged_in_view: 
 def key_bucket(svc: Services, key: Key, cost: int = 1) -> Bucket:
     """The key's token bucket: one token per feed page, one per event posted."""
     settings = svc.settings
-    return Bucket(svc.keys.rate_key(key.name), _rate(key, settings), key.burst or settings.rate_burst, cost)
+    return _bucket(svc.keys.rate_key(key.name), _rate(key, settings), key.burst or settings.rate_burst, cost)
+
+
+@functools.lru_cache(maxsize=4096)
+def _bucket(name: str, rate: float, burst: int, cost: int) -> Bucket:
+    """One ``Bucket`` per distinct value (immutable), not one per request."""
+    return Bucket(name, rate, burst, cost)
 
 
 def rate_refusal(key: Key, settings) -> str:

@@ -52,23 +52,23 @@ def get_feed(user_id: str):
     if page is None:
         page = fallback(svc, uid, limit, offset, scroll=scroll, exclude=exclude, diversity=diversity)
     header = page.header
+    ids = [i for i, _, _ in page.items]
     n_boosted = sum(1 for _, _, b in page.items if b)
     next_cursor = None
-    if scroll is not None and len(page.items) == limit:     # a short page is the feed's end: nothing to continue
-        next_cursor = svc.cursors.next(scroll, [i for i, _, _ in page.items], n_boosted, page.recent)
+    if scroll is not None and len(ids) == limit:     # a short page is the feed's end: nothing to continue
+        next_cursor = svc.cursors.next(scroll, ids, n_boosted, page.recent)
     items = [{"item_id": i, "score": round(s, 6), "boosted": b} for i, s, b in page.items]
-    svc.metrics.feed(page.source, n_boosted, header.computed_at if header else None)
     served_at = served_clock(svc)
     if page.known:
         experiment_id, arm_index, experiment, arm = svc.experiments.place(
             uid, header.experiment if header else None, header.arm if header else None)
         if svc.impressions is not None and not svc.impressions.record(
-                uid, experiment_id, arm_index, served_at, scroll.slots if scroll else offset,
-                [i for i, _, _ in page.items], g.get("request_id") or ""):
+                uid, experiment_id, arm_index, served_at, scroll.slots if scroll else offset, ids,
+                g.get("request_id") or ""):
             svc.metrics.capped()
     else:               # an id the database holds no event of: in no arm, not recorded (a made-up id skews nothing)
         experiment = arm = None
-    svc.metrics.page(experiment, arm, len(page.items))
+    svc.metrics.served(page.source, n_boosted, header.computed_at if header else None, experiment, arm, len(ids))
     return json_response({
         "user_id": uid,
         "items": items,

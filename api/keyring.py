@@ -37,14 +37,18 @@ class Keyring:
         self._used: dict[str, float] = {}
         self._lock = threading.Lock()
 
-    def find(self, presented: str) -> Key | None:
+    def find(self, presented: str, digest: str | None = None) -> Key | None:
         """The active key ``presented`` is, or None; raises a database error only for a key this process has not
-        read before while the database cannot be reached."""
-        if self._is_admin_token(presented):
-            return Key(ADMIN_TOKEN, frozenset({"admin"}))
-        if not api_keys.well_formed(presented):
-            return None
-        h = api_keys.digest(presented)
+        read before while the database cannot be reached. ``digest``: the SHA-256 ``digest_of`` gave for
+        ``presented`` earlier in the same request (the turns take it, ``turns.Clients``), so it is not taken
+        twice."""
+        if digest is None:
+            if self._is_admin_token(presented):
+                return Key(ADMIN_TOKEN, frozenset({"admin"}))
+            if not api_keys.well_formed(presented):
+                return None
+            digest = api_keys.digest(presented)
+        h = digest
         now = time.monotonic()
         with self._lock:
             hit = self._known.get(h)
@@ -83,11 +87,21 @@ class Keyring:
         constant-time comparison with the admin token, the shape, a SHA-256 and a look-up by it."""
         if self._is_admin_token(presented):
             return Key(ADMIN_TOKEN, frozenset({"admin"}))
-        if not api_keys.well_formed(presented):
+        return self.known_by(self.digest_of(presented))
+
+    def digest_of(self, presented: str) -> str | None:
+        """The SHA-256 the tables know ``presented`` by; None for the admin token and for a value not of a key's
+        shape (neither is looked up by it)."""
+        if self._is_admin_token(presented) or not api_keys.well_formed(presented):
             return None
-        h = api_keys.digest(presented)
+        return api_keys.digest(presented)
+
+    def known_by(self, digest: str | None) -> Key | None:
+        """``known`` of the key whose ``digest_of`` is ``digest`` (None: no key)."""
+        if digest is None:
+            return None
         with self._lock:
-            hit = self._known.get(h)
+            hit = self._known.get(digest)
         return hit[0] if hit is not None else None
 
     def _is_admin_token(self, presented: str) -> bool:

@@ -56,12 +56,12 @@ class ApiMetrics:
         self.boosted = Counter("prefeed_boosted_items_served", "boosted items on served feed pages", registry=own)
         self.age = Histogram("prefeed_feed_age_seconds", "age of each precomputed feed served (now − its "
                              "computed_at)", buckets=AGE_BUCKETS, registry=own)
-        self._by_source = {s: self.feeds.labels(source=s) for s in ("precomputed", "fallback")}
         self.pages = Counter("prefeed_experiment_pages_served", "pages served, by experiment and arm (\"\" outside "
                              "any)", ["experiment", "arm"], registry=own)
         self.impressions = Counter("prefeed_experiment_impressions_served", "items on the pages served, by "
                                    "experiment and arm", ["experiment", "arm"], registry=own)
-        self._by_arm: dict[tuple, tuple] = {}
+        #: (source, experiment, arm) -> the counters a page of them counts in (``served``)
+        self._served: dict[tuple, tuple] = {}
         self.not_recorded = Counter("prefeed_impressions_capped", "pages served but not recorded: their user had "
                                     "PREFEED_IMPRESSIONS_USER_MAX pages recorded by the process that minute",
                                     registry=own)
@@ -75,26 +75,28 @@ class ApiMetrics:
             child = self._latency[key] = self.latency.labels(route=route, method=method, status=str(status))
         child.observe(seconds)
 
-    def feed(self, source: str, boosted: int, computed_at: float | None) -> None:
-        self._by_source[source].inc()
+    def served(self, source: str, boosted: int, computed_at: float | None, experiment: str | None,
+               arm: str | None, items: int) -> None:
+        """A feed page served: by its source, the boosted items on it, its feed's age (precomputed pages), and
+        its experiment and arm with the items on it."""
+        key = (source, experiment, arm)
+        children = self._served.get(key)
+        if children is None:    # bounded: two sources × the experiments' arms
+            labels = dict(experiment=experiment or "", arm=arm or "")
+            children = self._served[key] = (self.feeds.labels(source=source), self.pages.labels(**labels),
+                                            self.impressions.labels(**labels))
+        feeds, pages, impressions = children
+        feeds.inc()
+        pages.inc()
+        if items:
+            impressions.inc(items)
         if boosted:
             self.boosted.inc(boosted)
         if computed_at is not None:
             self.age.observe(max(0.0, time.time() - computed_at))
 
-
     def capped(self) -> None:
         self.not_recorded.inc()
-
-    def page(self, experiment: str | None, arm: str | None, items: int) -> None:
-        key = (experiment, arm)
-        children = self._by_arm.get(key)
-        if children is None:    # bounded: the experiments' arms
-            labels = dict(experiment=experiment or "", arm=arm or "")
-            children = self._by_arm[key] = (self.pages.labels(**labels), self.impressions.labels(**labels))
-        children[0].inc()
-        if items:
-            children[1].inc(items)
 
 
 class Backlog:

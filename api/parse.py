@@ -16,6 +16,7 @@ from precompute.feeds.diversity import OFF, Diversity
 
 MAX_ID = 2**63 - 1             # ids are 64-bit: any positive signed 64-bit integer
 _DIGITS = re.compile(r"[0-9]{1,19}")
+_SMALL = re.compile(r"[0-9]{1,7}")         # a query's count or offset
 
 
 def path_id(raw: str, what: str) -> int:
@@ -28,7 +29,7 @@ def query_int(name: str, default: int, lo: int, hi: int) -> int:
     raw = request.args.get(name)
     if raw is None:
         return default
-    if not re.fullmatch(r"[0-9]{1,7}", raw) or not lo <= int(raw) <= hi:
+    if not _SMALL.fullmatch(raw) or not lo <= int(raw) <= hi:
         raise InvalidInput(f"{name} must be an integer between {lo} and {hi}")
     return int(raw)
 

@@ -30,7 +30,7 @@ from collections import deque
 from collections.abc import Callable
 
 from .addresses import Network, client_address
-from .auth import basic_password
+from .auth import PRESENTED, basic_password
 from .keyring import Keyring
 
 #: The environ key that says the request's body was read whole off the connection (``errors.body_left_unread``).
@@ -129,9 +129,13 @@ class Clients:
 
     def __call__(self, environ: dict) -> str:
         presented = credential(environ.get("HTTP_AUTHORIZATION", ""))
-        key = self.keyring.known(presented) if presented else None
-        if key is not None:
-            return f"key {key.name}"
+        if presented:
+            digest = self.keyring.digest_of(presented)
+            key = self.keyring.known(presented) if digest is None else self.keyring.known_by(digest)
+            if digest is not None:
+                environ[PRESENTED] = (presented, digest)     # the key check takes it rather than hash it again
+            if key is not None:
+                return f"key {key.name}"
         return f"address {client_address(environ, self.trusted)}"
 
 

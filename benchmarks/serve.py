@@ -1,6 +1,8 @@
 """serve: requests per second and latency at fixed concurrency, on loopback, for
 
-- ``GET /feed/<user>?limit=20`` with boosts active (prefeed),
+- ``GET /feed/<user>?limit=20`` with boosts active (prefeed), as production serves it: with a real ``feed:read``
+  key (its rate checked on every request), impressions recorded, and every user in a running A/A experiment (two
+  arms of the current model), so each page is placed in an arm and recorded with it,
 - ``GET /floor/<user>?limit=20`` of the same app (``benchmarks/lab/floor.py``): one ``GETRANGE`` of the page's bytes
   returned as the same JSON, no live rules (the serving floor: feed/floor is what the live rules cost),
 - ``GET /livez`` of the same app under the same gunicorn config (the framework floor),
@@ -34,6 +36,7 @@ import numpy as np
 
 from cli.net import free_port, wait_for_http
 from cli.server import THREADS
+from precompute.experiments import registry
 from precompute.feeds.keys import Keys
 from precompute.feeds.item_states import ItemStates
 from precompute.settings import Settings
@@ -43,10 +46,12 @@ from .lab.in_process import DEEP_PAGE, FEED, FLOOR
 from .lab.results import median, table, write_result
 from .lab.world import ROOT, make_world
 
-FULL = dict(users=2000, items=20_000, events=300_000, iterations=None, seconds=10, connections=16, http_workers=2,
+FULL = dict(users=2000, items=20_000, events=300_000, iterations=None, seconds=10, connections=32, http_workers=2,
             repeats=5, calls=3000, deep_users=200)
 QUICK = dict(users=150, items=2000, events=15_000, iterations=30, seconds=2, connections=4, http_workers=1,
              repeats=1, calls=300, deep_users=20)
+#: The experiment every user of the benchmark is in (an A/A: both arms rank with the current model).
+EXPERIMENT = "serve-a-a"
 
 
 def run(quick: bool = False) -> dict:
@@ -56,6 +61,10 @@ def run(quick: bool = False) -> dict:
     servers = []
     try:
         s = world.settings
+        # Every user in an experiment, before the feeds are ranked: each feed's header names its arm, and each page
+        # is placed in it and recorded with it (``PREFEED_IMPRESSIONS`` is on by default), as in production.
+        registry.create(world.engine, EXPERIMENT, [("a", "model:current"), ("b", "model:current")], None, 1.0,
+                        s.model_dir)
         pipeline = world.pipeline()
         r = pipeline.store.r
         world.precompute_all(pipeline, cfg["users"])
@@ -80,7 +89,7 @@ def run(quick: bool = False) -> dict:
             wait_for_http(f"http://127.0.0.1:{port}/feed/1", timeout=60, headers=world.auth)
         body = urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{api_port}/feed/1?limit=20",
                                                              headers=world.auth)).read()
-        assert b'"source":"precomputed"' in body
+        assert b'"source":"precomputed"' in body and f'"experiment":"{EXPERIMENT}"'.encode() in body
         assert urllib.request.urlopen(f"http://127.0.0.1:{api_port}/floor/1?limit=20").read().count(b"item_id") == 20
 
         # feed and floor taken side by side, ``repeats`` pairs, which of the two goes first alternating: this

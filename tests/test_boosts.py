@@ -8,6 +8,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 from precompute.feeds.codec import encode
+from precompute.feeds import item_states
 from precompute.feeds.item_states import ItemStates, ItemStatesCopy
 from precompute.feeds.keys import Keys
 from precompute.feeds.page import PageReader
@@ -141,3 +142,11 @@ def test_boosts_are_in_force_until_they_expire_whichever_way_the_clock_moves(r, 
                          (25, {}), (20, {}), (12, {2: 3.0}), (5, {1: 2.0, 2: 3.0})]:
         assert view.boosts_in_force(t0 + at) == expected, at
         assert view.weights([1, 2, 3], t0 + at) == [expected.get(1, 0.0), expected.get(2, 0.0), 0.0]
+
+
+def test_a_reader_past_the_set_size_drops_the_same_items(r, settings, monkeypatch):
+    # given more inactive items than a reader holds as a set: it looks them up in its sorted array alone
+    monkeypatch.setattr(item_states, "SET_MAX", 10)
+    ids = list(range(1, 1001))
+    # then the pages are the rule's, as with the set
+    _check(r, settings, ids, {ids[400]: 3.0}, set(ids[:300]) | set(ids[500:520]), set(ids[300:320]), 10, 4, 100)

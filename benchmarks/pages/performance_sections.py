@@ -92,7 +92,8 @@ def _fork(res: dict) -> list[str]:
 
 
 #: The serve benchmark's runs and ratios as the page names them (others shown by their key).
-SERVE_RUNS = {"feed": "`GET /feed/<user>?limit=20`, boosts on 2% of items", "floor":
+SERVE_RUNS = {"feed": "`GET /feed/<user>?limit=20`, boosts on 2% of items, a `feed:read` key, impressions on, "
+                      "every user in an A/A experiment", "floor":
               "`GET /floor/<user>?limit=20`: the page's bytes as the same JSON, no live rules",
               "feed_sync_workers": "`GET /feed` under sync workers",
               "feed_turns_unbounded": "`GET /feed` with a turn per thread (`PREFEED_API_CONCURRENCY` = threads)",

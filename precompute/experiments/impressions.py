@@ -1,8 +1,9 @@
 """Impressions: every page ``GET /feed`` serves, recorded without costing the page.
 
-A page is packed into one binary record (``pack``) and appended to its API process's in-memory buffer; a thread of
-that process sends the buffer to a Redis list (the queue Redis) every ``PREFEED_IMPRESSIONS_FLUSH_MS``, in one
-``RPUSH``, and at exit. A worker job moves the list to the database in batches (``collect.py``).
+A page is appended to its API process's in-memory buffer as it was served; a thread of that process packs each
+into one binary record (``pack``) and sends the buffer to a Redis list (the queue Redis) every
+``PREFEED_IMPRESSIONS_FLUSH_MS``, in one ``RPUSH``, and at exit. A worker job moves the list to the database in
+batches (``collect.py``).
 
 Each record is named by ``(writer, seq)``: a random 63-bit id of the API process and its own count of the pages it
 served. The database stores a name once, so a batch moved twice stores nothing twice, and a gap in one writer's
@@ -102,7 +103,7 @@ class ImpressionBuffer:
         self.pid = os.getpid()
         self.writer = secrets.randbits(63)
         self.seq = 0
-        self.pending: list[bytes] = []
+        self.pending: list[tuple] = []          # ``pack``'s arguments, one tuple per page
         self.thread: threading.Thread | None = None
         self.minute = -1                      # the window ``per_user`` counts in (whole minutes of the wall clock)
         self.per_user: dict[int, int] = {}    # pages recorded per user in it: bounded by the pages of one minute
@@ -123,8 +124,9 @@ class ImpressionBuffer:
                     return False
                 self.per_user[user_id] = n + 1
             self.seq += 1
-            self.pending.append(pack(self.writer, self.seq, user_id, experiment, arm, served_at, position, items,
-                                     request_id))
+            # packed by the thread that sends it (``flush``), off the page's path
+            self.pending.append((self.writer, self.seq, user_id, experiment, arm, served_at, position, items,
+                                 request_id))
             if self.thread is None:
                 self.thread = threading.Thread(target=self._run, name="impressions", daemon=True)
                 self.thread.start()
@@ -143,8 +145,9 @@ class ImpressionBuffer:
             if not batch:
                 return 0
             try:
+                records = [pack(*page) for page in batch]
                 with self.r.pipeline(transaction=False) as pipe:
-                    pipe.rpush(self.key, *batch)
+                    pipe.rpush(self.key, *records)
                     pipe.ltrim(self.key, -self.max_pending, -1)     # no collector: the oldest go, counted lost
                     pipe.execute()
             except redis.RedisError as exc:

@@ -32,6 +32,9 @@ from .keys import Keys
 
 #: Reactivations kept for readers to catch up on; a reader further behind reloads the whole state.
 REACTIVATED_KEEP = 100_000
+#: Most deactivated items a reader also holds as a set for its pages (~60 bytes each past the array's 8: 12 MB at
+#: most); a catalogue with more is looked up in the sorted array alone.
+SET_MAX = 200_000
 
 # KEYS: seq, epoch, inactive, reactivated, boosts. ARGV[1]: the operation, then its arguments. Returns the new seq.
 _CHANGE = """
@@ -135,6 +138,8 @@ class ItemStatesCopy:
         self.checked = float("-inf")
         self.clock: float | None = None                       # the events' clock as last read; None: not set
         self.inactive = np.empty(0, dtype=np.int64)          # sorted: 8 bytes per deactivated item
+        #: The same ids as a set, for a page's look-ups, while there are at most ``SET_MAX`` of them (None past it)
+        self.inactive_ids: frozenset[int] | None = frozenset()
         self.boosts: dict[int, tuple[float, float]] = {}     # item id -> (weight, expires_at epoch s)
         # The span [start, until) of epoch s over which the boosts in force do not change, and them (id -> weight).
         self._in_force: tuple[float, float, dict[int, float]] = (float("inf"), float("-inf"), {})
@@ -174,7 +179,9 @@ class ItemStatesCopy:
             if len(off_ids) else off_ids
         newly_on = np.setdiff1d(on_ids, newly_off)
         base = np.empty(0, dtype=np.int64) if whole else self.inactive
-        self.inactive = np.union1d(np.setdiff1d(base, newly_on), newly_off)
+        inactive = np.union1d(np.setdiff1d(base, newly_on), newly_off)
+        self.inactive_ids = frozenset(inactive.tolist()) if len(inactive) <= SET_MAX else None
+        self.inactive = inactive
         self.boosts = {int(i): (float(w), float(e)) for i, (w, e) in ((i, v.split()) for i, v in boosts.items())}
         self._in_force = (float("inf"), float("-inf"), {})  # taken again at the next page
         self.seq, self.epoch = int(seq or 0), int(epoch or 0)
@@ -184,8 +191,15 @@ class ItemStatesCopy:
         return ~_member(self.inactive, ids)
 
     def inactive_flags(self, ids: np.ndarray) -> list[bool]:
-        """True where the item is deactivated, as a list (what the page's loops read)."""
-        return _member(self.inactive, ids).tolist()
+        """True where the item is deactivated, as a list (what the page's loops read). A page's ~150 ids are looked
+        up in the set (~5 us) rather than searched in the sorted array (~20 us of numpy calls in a request), unless
+        there are too many deactivated items to hold as a set."""
+        inactive = self.inactive_ids
+        if inactive is None:
+            return _member(self.inactive, ids).tolist()
+        if not inactive:
+            return [False] * len(ids)
+        return [i in inactive for i in ids.tolist()]
 
     def boosts_in_force(self, now: float | None = None) -> dict[int, float]:
         """Item id -> weight of the boosts in force at ``now`` (default: the wall clock): not expired, weight > 0.
