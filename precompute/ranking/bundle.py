@@ -11,8 +11,9 @@
 The format is 2: the sources are uncompressed ``.npy`` files in the form a worker reads them, which it maps
 read-only from disk, so that every process on a host (each worker parent, its work horses, each extra model arm's
 bundle loaded beside the promoted one) shares one copy through the page cache. A bundle of format 1 (written before)
-holds them as id pairs in ``covisit.npz`` instead (``co-visitation src, dst, weight``, ``knn.KEYS``,
-``latent.KEYS``), loaded into memory as before and ranking as before; ``write`` writes format 2 only.
+holds them as id pairs in ``covisit.npz`` instead (co-visitation's ``src``, ``dst``, ``weight``, ``knn.KEYS``,
+``latent.KEYS``), loaded into memory and ranking as before; ``write`` writes format 2 only, which a prefeed from
+before refuses (it reads format 1): upgrade the workers before ``train`` writes a bundle they must load.
 
 A bundle is written to a temporary directory and renamed into place, and is checked (format, the feature layout
 recorded in meta.json against the one inside the model and against the layout today's settings imply
@@ -20,8 +21,9 @@ recorded in meta.json against the one inside the model and against the layout to
 is made current and whenever it is loaded. A bad bundle, or one trained with other attributes or event types, is
 refused with a ``BundleError`` that says to retrain; workers keep the bundle they have.
 
-Bundles are immutable: written once under a new version, never changed. Promotions are recorded in HISTORY so
-``rollback`` knows the previous current. Both files change under one exclusive lock, CURRENT first, then HISTORY
+Bundles are immutable: written once under a new version, never changed (workers map their sources: a file
+rewritten in place would change what they read, one truncated would kill them with SIGBUS). Promotions are recorded
+in HISTORY so ``rollback`` knows the previous current. Both files change under one exclusive lock, CURRENT first, then HISTORY
 (each replaced atomically): two promotions at once cannot lose a line, and a crash between the two writes leaves
 a CURRENT that HISTORY does not end with, which ``rollback`` reads as the newest promotion.
 """

@@ -13,9 +13,9 @@ compiled dependency; PureSVD folds a user in with one sum, and its fit is one sp
 on MovieLens-1M. Its neighbours of the history become candidates (``candidates.for_user``) and its score a column
 (``ux_latent_score``).
 
-Stored in the bundle beside the co-visitation pairs (``latent_ids``, ``latent_factors``); older bundles load
-without them and the source is then absent. A worker maps them onto its item rows (``by_row``) and holds them, with
-what the batch product needs, as a ``LatentIndex``.
+Stored in the bundle beside the co-visitation lists (``latent_ids``, ``latent_factors``: ``source_arrays.py``);
+older bundles load without them and the source is then absent. A worker reads them by its item rows and holds, with
+them, what the batch product needs, as a ``LatentIndex``.
 """
 
 from __future__ import annotations
