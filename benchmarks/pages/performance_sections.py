@@ -64,24 +64,23 @@ def _precompute(res: dict) -> list[str]:
                        f"**{times(arms['ratio_by_arm'][label])}**", *(figure(v) for v in a["per_user_ms_by_stage"].values())]
                       for label, a in arms["arms"].items())])]
     if memory:
-        names = {"1": "format 1 (id pairs in `covisit.npz`, loaded into memory)",
-                 "2": "format 2 (sources in `.npy` files, mapped read-only)"}
+        # A run from before format 2 measured the one format there was, after the init only.
+        formats, kinds = memory.get("by_format") or {"1": dict(memory, touched=None)}, ("rss", "pss", "uss")
+        names = {"1": "format 1 (id pairs in `covisit.npz`, in memory)", "2": "format 2 (`.npy` sources, mapped)"}
         out += ["", f"A worker parent's memory (`/proc/<pid>/smaps_rollup`) after its pre-fork init "
                 f"(`jobs.context.init`, in a fresh process) with 0, 1 and 2 extra model-arm bundles running, each a "
-                f"copy of the promoted one ({memory['trees']:,} trees) in the format `train` writes (2) and, in the "
-                f"same rounds, in the format it wrote before (1); medians of {memory['rounds']} rounds, MiB. "
-                "*Touched*: the same process after reading every page of its bundles' mapped arrays, the most it can "
-                "hold of them. Per extra bundle: the slope over every sample.", "",
+                f"copy of the promoted one ({memory['trees']:,} trees), by the format the copies are written in "
+                f"(`train` writes format 2), measured in the same rounds; medians of {memory['rounds']} rounds, MiB. "
+                "*Touched*: the same process after reading every page of its bundles' mapped arrays (the most it can "
+                "hold of them). Per extra bundle: the slope over every sample.", "",
                 *table(["extra bundles", "on disk", "RSS", "PSS", "USS", "RSS touched", "PSS touched", "USS touched"],
-                       [[f"{names.get(f, f)}: {n}", figure(x["bundle_disk_mib"]),
-                         *(figure(b[f"{k}_mib"], 0) for k in ("rss", "pss", "uss")),
-                         *(figure(x["touched"][n][f"{k}_mib"], 0) for k in ("rss", "pss", "uss"))]
-                        for f, x in memory["by_format"].items() for n, b in x["by_extra_bundles"].items() if n != "0"
-                        or f == str(memory["format"])] +
-                       [[f"**{names.get(f, f)}: per extra bundle**", f"**{figure(x['bundle_disk_mib'])}**",
-                         *(f"**{figure(x[f'{k}_mib_per_extra_bundle'])}**" for k in ("rss", "pss", "uss")),
-                         *(f"**{figure(x['touched'][f'{k}_mib_per_extra_bundle'])}**" for k in ("rss", "pss", "uss"))]
-                        for f, x in memory["by_format"].items()])]
+                       [[f"{names[f]}: {n}", figure(x["bundle_disk_mib"]), *(figure(b[f"{k}_mib"], 0) for k in kinds),
+                         *(figure(x["touched"][n][f"{k}_mib"], 0) if x["touched"] else "–" for k in kinds)]
+                        for f, x in formats.items() for n, b in x["by_extra_bundles"].items()] +
+                       [[f"**{names[f]}: per extra bundle**", f"**{figure(x['bundle_disk_mib'])}**",
+                         *(f"**{figure(x[f'{k}_mib_per_extra_bundle'])}**" for k in kinds),
+                         *(f"**{figure(x['touched'][f'{k}_mib_per_extra_bundle'])}**" if x["touched"] else "–"
+                           for k in kinds)] for f, x in formats.items()])]
     return out
 
 

@@ -23,9 +23,9 @@ refused with a ``BundleError`` that says to retrain; workers keep the bundle the
 
 Bundles are immutable: written once under a new version, never changed (workers map their sources: a file
 rewritten in place would change what they read, one truncated would kill them with SIGBUS). Promotions are recorded
-in HISTORY so ``rollback`` knows the previous current. Both files change under one exclusive lock, CURRENT first, then HISTORY
-(each replaced atomically): two promotions at once cannot lose a line, and a crash between the two writes leaves
-a CURRENT that HISTORY does not end with, which ``rollback`` reads as the newest promotion.
+in HISTORY so ``rollback`` knows the previous current. Both files change under one exclusive lock, CURRENT first,
+then HISTORY (each replaced atomically): two promotions at once cannot lose a line, and a crash between the two
+writes leaves a CURRENT that HISTORY does not end with, which ``rollback`` reads as the newest promotion.
 """
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import BundleError
+from .bundle_files import FILES, FIRST_STAGE, READS, SOURCES, checked_files, disk_bytes, file_sha256, read_sources
 from .layout import FeatureLayout
 from .scoring import Cascade, Ranker, load_cascade
-from .bundle_files import FILES, FIRST_STAGE, READS, SOURCES, checked_files, disk_bytes, file_sha256, read_sources
 from .source_arrays import SourceArrays
 
 __all__ = ["BUNDLE_FORMAT", "FILES", "FIRST_STAGE", "READS", "SOURCES", "disk_bytes", "file_sha256"]
