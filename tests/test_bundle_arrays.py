@@ -40,7 +40,7 @@ def test_a_mapped_bundle_ranks_exactly_as_its_pairs_in_memory_and_an_old_bundle_
     old = bundle.load(settings.model_dir, _as_format_1(settings, world.version), for_settings(settings))
     assert mapped.meta["format"] == 2 and isinstance(mapped.sources, SourceArrays)
     assert old.meta["format"] == 1 and isinstance(old.sources, dict)
-    assert isinstance(mapped.sources.covisit.weight, np.memmap)
+    assert isinstance(mapped.sources.covisit.weight.base, np.memmap)      # a view of the file, not a copy
     # when a batch of users is ranked by each, with its own source index over the same item table
     hist = histories(pipeline, own_users(40))
     ranked = {}

@@ -124,8 +124,10 @@ class LatentIndex:
         """``(len(rows), k)`` float64: the factors of item ``rows`` (zeros for an item without)."""
         if self.factors is not None:
             return self.factors[rows]
-        out = np.zeros((len(rows), self.stored.shape[1]), dtype=np.float64)
         code = self.code[rows]
+        if code.min(initial=0) >= 0:
+            return self.stored[code].astype(np.float64)
+        out = np.zeros((len(rows), self.stored.shape[1]), dtype=np.float64)
         has = code >= 0
         out[has] = self.stored[code[has]]
         return out

@@ -94,7 +94,9 @@ class SourceArrays:
     def read(cls, directory: Path, names: list[str]) -> SourceArrays:
         """The arrays saved under ``directory`` (``names``: the files there), mapped read-only: a page is read from
         disk, or found in the page cache, when first touched, and shared by every process mapping the file."""
-        arrays = {name.removesuffix(".npy"): np.load(directory / name, mmap_mode="r", allow_pickle=False)
+        # Plain ndarray views of the maps (their base keeps the map alive): indexing a ``np.memmap`` goes through
+        # Python code, on the hot path.
+        arrays = {name.removesuffix(".npy"): np.asarray(np.load(directory / name, mmap_mode="r", allow_pickle=False))
                   for name in names}
         lists = {name: CodeNeighbours(arrays[f"{name}_indptr"], arrays[f"{name}_nbr"], arrays[f"{name}_weight"])
                  for name in NEIGHBOURS if f"{name}_indptr" in arrays}
