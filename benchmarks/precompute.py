@@ -29,6 +29,8 @@ from .lab.world import make_world
 
 FULL = dict(users=3000, items=45_000, events=600_000, iterations=Settings().train_iterations, rebuild_users=2000,
             repeats=3, arm_rounds=5)
+#: The bundle formats the memory table compares (``ranking/bundle.py``).
+FORMATS = {"1": "format 1 (covisit.npz, in memory)", "2": "format 2 (sources mapped)"}
 QUICK = dict(users=200, items=3000, events=20_000, iterations=30, rebuild_users=100, repeats=1, arm_rounds=1)
 
 
@@ -169,12 +171,17 @@ def _run(quick: bool) -> dict:
                       by_arm["ratio_by_arm"][label], *a["per_user_ms_by_stage"].values()]
                      for label, a in arms.items()]))
         print()
-        print(table(f"a worker parent after its pre-fork init (MiB, medians of {memory['rounds']} rounds; each extra "
-                    f"bundle {memory['bundle_disk_mib']:.1f} MiB on disk, {memory['trees']} trees)",
-                    ["extra model-arm bundles", "RSS", "PSS", "USS"],
-                    [[n, x["rss_mib"], x["pss_mib"], x["uss_mib"]] for n, x in memory["by_extra_bundles"].items()] +
-                    [["per extra bundle (slope)", memory["rss_mib_per_extra_bundle"],
-                      memory["pss_mib_per_extra_bundle"], memory["uss_mib_per_extra_bundle"]]]))
+        print(table(f"a worker parent after its pre-fork init, by the format of its extra model-arm bundles (MiB, "
+                    f"medians of {memory['rounds']} rounds; {memory['trees']} trees; 'touched': after reading every "
+                    f"page of its mapped arrays)", ["bundles", "extra", "on disk", "RSS", "PSS", "USS", "RSS touched",
+                                                    "PSS touched", "USS touched"],
+                    [[FORMATS[f], n, x["bundle_disk_mib"], *(b[f"{k}_mib"] for k in ("rss", "pss", "uss")),
+                      *(x["touched"][n][f"{k}_mib"] for k in ("rss", "pss", "uss"))]
+                     for f, x in memory["by_format"].items() for n, b in x["by_extra_bundles"].items()] +
+                    [[FORMATS[f], "per extra bundle (slope)", x["bundle_disk_mib"],
+                      *(x[f"{k}_mib_per_extra_bundle"] for k in ("rss", "pss", "uss")),
+                      *(x["touched"][f"{k}_mib_per_extra_bundle"] for k in ("rss", "pss", "uss"))]
+                     for f, x in memory["by_format"].items()]))
         print(f"wrote {write_result('precompute', out, quick)}")
         return out
     finally:

@@ -84,7 +84,7 @@ def bundle_lines(b: dict) -> list[str]:
         return []
     lines = [f"  bundles        {len(b['loaded'])} loaded by every worker before fork "
              f"({b['extra']} extra for experiments, {b['extra_disk_mib']:.1f} MiB on disk); size on disk is "
-             f"model.cbm + covisit.npz"]
+             f"its models and sources"]
     for x in b["loaded"]:
         use = ", ".join((["promoted"] if x["promoted"] else []) + [f"arm {a}" for a in x["arms"]])
         size = "missing" if x["disk_mib"] is None else f"{x['disk_mib']:.1f} MiB on disk"

@@ -101,8 +101,8 @@ def local_rss_mib(hostname: str | None, pid: int | None) -> float | None:
 def bundles_status(engine, model_dir: Path, promoted: int | None) -> dict:
     """The bundles a worker loads before fork and holds for its lifetime (``pipeline/arms.py``): the promoted one,
     and every other one a running experiment's model arm names, each once, with the arms that use it and its size
-    on disk (``model.cbm`` and ``covisit.npz``; the memory it takes in a worker is measured by ``python -m benchmarks
-    precompute``, not here). ``extra``: the bundles beyond the promoted one."""
+    on disk (its models and sources, ``bundle.disk_bytes``; the memory it takes in a worker is measured by ``python -m
+    benchmarks precompute``, not here). ``extra``: the bundles beyond the promoted one."""
     used: dict[int, list[str]] = {} if promoted is None else {int(promoted): []}
     for e in registry.all_experiments(engine):
         for arm in e.arms if e.status == RUNNING else ():
@@ -118,7 +118,7 @@ def bundles_status(engine, model_dir: Path, promoted: int | None) -> dict:
 
 def _disk_mib(path: Path) -> float | None:
     try:
-        return round(sum((path / name).stat().st_size for name in bundle.FILES) / (1 << 20), 1)
+        return round(bundle.disk_bytes(path) / (1 << 20), 1) if path.is_dir() else None
     except OSError:
         return None
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from precompute.ranking import candidates, features, latent, popularity as live
 from precompute.units import DAY
 
@@ -22,6 +24,17 @@ def weight_of(items, t) -> float:
     return float(items.type_weights[t]) if 0 <= t < len(items.type_weights) else 0.0
 
 
+def _neighbours(lists, r: int) -> list[tuple[int, float]]:
+    """Row ``r``'s neighbours (rows) and weights as its lists hold them, strongest first; a neighbour the item table
+    does not know (a code without a row) left out."""
+    out = []
+    for j in range(int(lists.start[r]), int(lists.end[r])):
+        n = int(lists.nbr[j]) if lists.row_of_code is None else int(lists.row_of_code[lists.nbr[j]])
+        if n >= 0:
+            out.append((n, float(lists.weight[j])))
+    return out
+
+
 def candidates_of(settings, items, index, rows, types, seen: set[int]) -> dict[int, tuple[float, int, int]]:
     """``{item row: (co-visitation score, count, score from the newest item, source bits, kNN score, latent
     score)}`` of one user,
@@ -35,19 +48,19 @@ def candidates_of(settings, items, index, rows, types, seen: set[int]) -> dict[i
     score, count, last, flags = {}, {}, {}, {}
     cov, knn = index.covisit, index.knn
     for i, r in enumerate(recent[: settings.covisit_recent_items]):
-        for j in range(cov.indptr[r], cov.indptr[r + 1]):
-            n = int(cov.nbr[j])
-            score[n] = score.get(n, 0.0) + cov.weight[j] * settings.recency_decay ** i
+        for n, w in _neighbours(cov, r):
+            n = int(n)
+            score[n] = score.get(n, 0.0) + w * settings.recency_decay ** i
             count[n] = count.get(n, 0) + 1
             if i == 0:
-                last[n] = last.get(n, 0.0) + cov.weight[j]
+                last[n] = last.get(n, 0.0) + w
             flags[n] = flags.get(n, 0) | candidates.FROM_COVISIT
     # item-kNN: summed similarity to every distinct item of the history (newest first); the strongest active, unseen,
     # not co-visited ones are candidates of their own, ties by row
     near = {}
     for r in recent:
-        for j in range(knn.indptr[r], knn.indptr[r + 1]):
-            near[int(knn.nbr[j])] = near.get(int(knn.nbr[j]), 0.0) + knn.weight[j]
+        for n, w in _neighbours(knn, r):
+            near[int(n)] = near.get(int(n), 0.0) + w
     close = sorted((n for n in near if items.active[n] and n not in seen and n not in score),
                    key=lambda n: (-near[n], n))[: settings.knn_candidates]
     for n in close:
@@ -56,7 +69,7 @@ def candidates_of(settings, items, index, rows, types, seen: set[int]) -> dict[i
     # unseen ones with a positive score are candidates, ties by row
     factor = {}
     if index.latent is not None:
-        v = index.latent.factors
+        v = index.latent.factors_of(np.arange(len(items)))
         vector = [sum(float(v[r, d]) for r in recent) for d in range(v.shape[1])]
         factor = {n: sum(a * float(b) for a, b in zip(vector, v[n])) for n in range(len(items))}
         # (compared at latent.DECIMALS: items with the same users tie, and go by row)

@@ -34,7 +34,7 @@ def test_bad_bundles_are_refused_and_the_pipeline_keeps_its_own(pipeline, settin
 
     wrong_format = _copy_bundle(settings, world.version)
     meta = settings.model_dir / str(wrong_format) / "meta.json"
-    meta.write_text(meta.read_text().replace('"format": 1', '"format": 99'))
+    meta.write_text(meta.read_text().replace('"format": 2', '"format": 99'))
     with pytest.raises(BundleError, match="format 99"):
         bundle.load(settings.model_dir, wrong_format)
 

@@ -277,7 +277,7 @@ def test_status_shows_the_bundles_every_worker_holds_and_the_workers_memory(sett
         snap = json.loads(as_json.stdout)
         # then it lists the bundles every worker holds: the promoted one, and the copy with the arm that uses it
         # (the control arm is the promoted bundle: no extra one), each with its size on disk
-        size = round(sum((s.model_dir / str(copy) / f).stat().st_size for f in bundle.FILES) / (1 << 20), 1)
+        size = round(bundle.disk_bytes(s.model_dir / str(copy)) / (1 << 20), 1)
         assert snap["bundles"] == {
             "loaded": [{"version": promoted, "promoted": True, "arms": ["next/control"], "disk_mib": size},
                        {"version": copy, "promoted": False, "arms": ["next/copy"], "disk_mib": size}],

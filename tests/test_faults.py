@@ -343,10 +343,10 @@ def test_promoting_a_broken_bundle_is_refused_by_the_cli(settings, world, tmp_pa
 
     bad = world.version + 555_000_000
     shutil.copytree(settings.model_dir / str(world.version), settings.model_dir / str(bad))
-    path = settings.model_dir / str(bad) / "covisit.npz"
+    path = settings.model_dir / str(bad) / "sources" / "covisit_weight.npy"
     path.write_bytes(path.read_bytes()[:-50])
     done = manage(settings, "promote", str(bad))
-    assert done.returncode == 3 and "covisit.npz is truncated" in done.stderr
+    assert done.returncode == 3 and "sources/covisit_weight.npy is truncated" in done.stderr
     assert (settings.model_dir / "CURRENT").read_text().strip() == str(world.version)
 
 

@@ -102,7 +102,7 @@ def test_rollback_skips_bundles_that_no_longer_load_and_walks_back_like_a_stack(
     # given A, B, C promoted in turn, and B's files damaged since
     for v in (a, b, c):
         bundle.promote(s.model_dir, v)
-    (s.model_dir / str(b) / "covisit.npz").unlink()
+    (s.model_dir / str(b) / "sources" / "covisit_weight.npy").unlink()
     # when rolled back, B is skipped and A becomes current
     assert bundle.rollback(s.model_dir).version == a
     # and given C promoted again after a crash wrote CURRENT but not its HISTORY line

@@ -82,7 +82,7 @@ def test_candidates_match_a_plain_python_reference(pipeline, world, own_users, n
     if factorless:
         # and a latent model in which every third item has no factor (nobody interacted with it before the fit):
         # the batch product leaves those out, and the rest must still be found by item row
-        factors = index.latent.factors.copy()
+        factors = index.latent.factors_of(np.arange(len(pipeline.items)))
         factors[::3] = 0.0
         index = dataclasses.replace(index, latent=latent.LatentIndex.of(factors))
     # when candidates are generated without a cap

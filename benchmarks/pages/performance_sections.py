@@ -64,15 +64,23 @@ def _precompute(res: dict) -> list[str]:
                        f"**{times(arms['ratio_by_arm'][label])}**", *(figure(v) for v in a["per_user_ms_by_stage"].values())]
                       for label, a in arms["arms"].items())])]
     if memory:
-        out += ["", f"A worker parent's memory after its pre-fork init (`jobs.context.init`, in a fresh process) with "
-                f"0, 1 and 2 extra model-arm bundles running, each a copy of the promoted one ({memory['trees']:,} "
-                f"trees, {figure(memory['bundle_disk_mib'])} MiB on disk); medians of {memory['rounds']} rounds, MiB. "
-                "Per extra bundle: the slope over every sample.", "",
-                *table(["extra bundles", "RSS", "PSS", "USS"],
-                       [[n, *(figure(x[f"{k}_mib"], 0) for k in ("rss", "pss", "uss"))]
-                        for n, x in memory["by_extra_bundles"].items()] +
-                       [["**per extra bundle**", *(f"**{figure(memory[f'{k}_mib_per_extra_bundle'])}**"
-                                                   for k in ("rss", "pss", "uss"))]])]
+        # A run from before format 2 measured the one format there was, after the init only.
+        formats, kinds = memory.get("by_format") or {"1": dict(memory, touched=None)}, ("rss", "pss", "uss")
+        names = {"1": "format 1 (id pairs in `covisit.npz`, in memory)", "2": "format 2 (`.npy` sources, mapped)"}
+        out += ["", f"A worker parent's memory (`/proc/<pid>/smaps_rollup`) after its pre-fork init "
+                f"(`jobs.context.init`, in a fresh process) with 0, 1 and 2 extra model-arm bundles running, each a "
+                f"copy of the promoted one ({memory['trees']:,} trees), by the format the copies are written in "
+                f"(`train` writes format 2), measured in the same rounds; medians of {memory['rounds']} rounds, MiB. "
+                "*Touched*: the same process after reading every page of its bundles' mapped arrays (the most it can "
+                "hold of them). Per extra bundle: the slope over every sample.", "",
+                *table(["extra bundles", "on disk", "RSS", "PSS", "USS", "RSS touched", "PSS touched", "USS touched"],
+                       [[f"{names[f]}: {n}", figure(x["bundle_disk_mib"]), *(figure(b[f"{k}_mib"], 0) for k in kinds),
+                         *(figure(x["touched"][n][f"{k}_mib"], 0) if x["touched"] else "–" for k in kinds)]
+                        for f, x in formats.items() for n, b in x["by_extra_bundles"].items()] +
+                       [[f"**{names[f]}: per extra bundle**", f"**{figure(x['bundle_disk_mib'])}**",
+                         *(f"**{figure(x[f'{k}_mib_per_extra_bundle'])}**" for k in kinds),
+                         *(f"**{figure(x['touched'][f'{k}_mib_per_extra_bundle'])}**" if x["touched"] else "–"
+                           for k in kinds)] for f, x in formats.items()])]
     return out
 
 

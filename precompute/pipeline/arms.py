@@ -48,10 +48,10 @@ class Arms:
                                for kind, v in [method_of(a.spec)] if kind == "model"} - {promoted}):
             if known is not None and version in known.bundles:
                 b, index = known.bundles[version]
-                held[version] = (b, index if known.items is items else for_items(items, b.pairs))
+                held[version] = (b, index if known.items is items else for_items(items, b.sources))
                 continue
             b = bundles.load(settings.model_dir, version, layout)
-            held[version] = (b, for_items(items, b.pairs))
+            held[version] = (b, for_items(items, b.sources))
         return cls(list(experiments), assignment, held, items)
 
     @staticmethod

@@ -76,7 +76,7 @@ class Pipeline:
         self._install(new_bundle, load_item_table(self.engine, self.settings))
 
     def _install(self, new_bundle: bundles.Bundle, items: ItemTable) -> None:
-        self.index = for_items(items, new_bundle.pairs)
+        self.index = for_items(items, new_bundle.sources)
         # Warm CatBoost's evaluator here, so a worker does it once before forking instead of every work horse doing
         # it on its first batch (the item table's blocks are built when it is made).
         scoring.score(new_bundle.model, np.zeros((1, len(items.layout)), dtype=np.float32, order="F"))

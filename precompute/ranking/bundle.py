@@ -1,12 +1,19 @@
-"""Versioned model bundles: the CatBoost model, the co-visitation neighbours and metadata, in one directory.
+"""Versioned model bundles: the CatBoost model, the candidate sources and metadata, in one directory.
 
     MODEL_DIR/CURRENT              the version in use (replaced atomically; the one file workers read)
     MODEL_DIR/HISTORY              one line per promotion: version, UTC time, how (train, promote, rollback, ...)
     MODEL_DIR/.lock                held (``fcntl.flock``) while CURRENT and HISTORY change
     MODEL_DIR/<version>/model.cbm
-    MODEL_DIR/<version>/covisit.npz
     MODEL_DIR/<version>/first_stage.cbm   the cascade's first stage (``scoring.py``), when it has one
+    MODEL_DIR/<version>/sources/*.npy     the candidate sources over the bundle's items (``source_arrays.py``)
     MODEL_DIR/<version>/meta.json  format, feature layout (names in order, dtype), checksums, training metrics
+
+The format is 2: the sources are uncompressed ``.npy`` files in the form a worker reads them, which it maps
+read-only from disk, so that every process on a host (each worker parent, its work horses, each extra model arm's
+bundle loaded beside the promoted one) shares one copy through the page cache. A bundle of format 1 (written before)
+holds them as id pairs in ``covisit.npz`` instead (co-visitation's ``src``, ``dst``, ``weight``, ``knn.KEYS``,
+``latent.KEYS``), loaded into memory and ranking as before; ``write`` writes format 2 only, which a prefeed from
+before refuses (it reads format 1): upgrade the workers before ``train`` writes a bundle they must load.
 
 A bundle is written to a temporary directory and renamed into place, and is checked (format, the feature layout
 recorded in meta.json against the one inside the model and against the layout today's settings imply
@@ -14,10 +21,11 @@ recorded in meta.json against the one inside the model and against the layout to
 is made current and whenever it is loaded. A bad bundle, or one trained with other attributes or event types, is
 refused with a ``BundleError`` that says to retrain; workers keep the bundle they have.
 
-Bundles are immutable: written once under a new version, never changed. Promotions are recorded in HISTORY so
-``rollback`` knows the previous current. Both files change under one exclusive lock, CURRENT first, then HISTORY
-(each replaced atomically): two promotions at once cannot lose a line, and a crash between the two writes leaves
-a CURRENT that HISTORY does not end with, which ``rollback`` reads as the newest promotion.
+Bundles are immutable: written once under a new version, never changed (workers map their sources: a file
+rewritten in place would change what they read, one truncated would kill them with SIGBUS). Promotions are recorded
+in HISTORY so ``rollback`` knows the previous current. Both files change under one exclusive lock, CURRENT first,
+then HISTORY (each replaced atomically): two promotions at once cannot lose a line, and a crash between the two
+writes leaves a CURRENT that HISTORY does not end with, which ``rollback`` reads as the newest promotion.
 """
 
 from __future__ import annotations
@@ -25,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -36,20 +43,22 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import BundleError
-from . import knn, latent
+from .bundle_files import FILES, FIRST_STAGE, READS, SOURCES, checked_files, disk_bytes, file_sha256, read_sources
 from .layout import FeatureLayout
 from .scoring import Cascade, Ranker, load_cascade
+from .source_arrays import SourceArrays
 
-BUNDLE_FORMAT = 1
-FILES = ("model.cbm", "covisit.npz")
-FIRST_STAGE = "first_stage.cbm"
+__all__ = ["BUNDLE_FORMAT", "FILES", "FIRST_STAGE", "READS", "SOURCES", "disk_bytes", "file_sha256"]
+
+BUNDLE_FORMAT = 2
 
 
 @dataclasses.dataclass
 class Bundle:
     version: int
     model: object            # catboost.CatBoost
-    pairs: dict[str, np.ndarray]
+    #: The candidate sources: a format-2 bundle's arrays, mapped read-only; a format-1 bundle's id pairs, in memory.
+    sources: SourceArrays | dict[str, np.ndarray]
     meta: dict
     cascade: Cascade | None = None      # a bundle written before the cascade, or without one, has none
 
@@ -68,10 +77,11 @@ def current_version(model_dir: Path) -> int | None:
         raise BundleError(f"{model_dir}/CURRENT is not a bundle version") from exc
 
 
-def write(model_dir: Path, model, pairs: dict[str, np.ndarray], meta: dict, cascade: Cascade | None = None) -> int:
-    """Write a new bundle and return its version (not yet current). Its recorded layout is the one the model was
-    trained with: training names every column (``learning.fit.fit_ranker``). ``cascade``: its first stage, whose
-    columns are recorded by name."""
+def write(model_dir: Path, model, sources: dict[str, np.ndarray] | SourceArrays, meta: dict,
+          cascade: Cascade | None = None) -> int:
+    """Write a new bundle (format 2) and return its version (not yet current). Its recorded layout is the one the
+    model was trained with: training names every column (``learning.fit.fit_ranker``). ``sources``: the fitted id
+    pairs, or another bundle's arrays. ``cascade``: its first stage, whose columns are recorded by name."""
     model_dir = Path(model_dir)
     model_dir.mkdir(parents=True, exist_ok=True)
     version = int(time.strftime("%Y%m%d%H%M%S", time.gmtime()))
@@ -80,16 +90,16 @@ def write(model_dir: Path, model, pairs: dict[str, np.ndarray], meta: dict, casc
     tmp = Path(tempfile.mkdtemp(prefix=".incoming-", dir=model_dir))
     try:
         model.save_model(str(tmp / "model.cbm"))
-        np.savez(tmp / "covisit.npz", **pairs)
+        arrays = sources if isinstance(sources, SourceArrays) else SourceArrays.of_pairs(sources)
+        files = ["model.cbm", *(f"{SOURCES}/{name}" for name in arrays.write(tmp / SOURCES))]
         names = tuple(model.feature_names_ or ())
         trained = FeatureLayout(groups=(("trained", names),))
-        files = FILES
         if cascade is not None:
             cascade.model.save_model(str(tmp / FIRST_STAGE))
             meta = dict(meta, cascade=dict(columns=[names[c] for c in cascade.columns], keep=cascade.keep))
-            files = (*FILES, FIRST_STAGE)
+            files.append(FIRST_STAGE)
         full = dict(meta, format=BUNDLE_FORMAT, version=version, **trained.as_meta(), created_at=time.time(),
-                    sha256={name: _sha256(tmp / name) for name in files})
+                    sha256={name: file_sha256(tmp / name) for name in files})
         (tmp / "meta.json").write_text(json.dumps(full, indent=2))
         os.replace(tmp, model_dir / str(version))
     except BaseException:
@@ -251,12 +261,11 @@ def load(model_dir: Path, version: int | None = None, layout: FeatureLayout | No
     # meta.json edited or copied from another bundle cannot pair a model with columns in another order.
     recorded = FeatureLayout(groups=(("recorded", tuple(names)),), dtype=meta.get("feature_dtype") or "float32")
     recorded.check(list(model.feature_names_ or []), None, f"the model in bundle {version}")
-    with np.load(path / "covisit.npz") as npz:
-        pairs = {k: npz[k] for k in ("src", "dst", "weight", *knn.KEYS, *latent.KEYS) if k in npz.files}
+    sources = read_sources(path, version, meta)
     staged = meta.get("cascade")
     cascade = None if staged is None else \
         load_cascade(path / FIRST_STAGE, staged, meta["feature_names"], f"model bundle {version}")
-    return Bundle(version=version, model=model, pairs=pairs, meta=meta, cascade=cascade)
+    return Bundle(version=version, model=model, sources=sources, meta=meta, cascade=cascade)
 
 
 def checked_meta(model_dir: Path, version: int, layout: FeatureLayout | None = None) -> dict:
@@ -269,27 +278,14 @@ def checked_meta(model_dir: Path, version: int, layout: FeatureLayout | None = N
         raise BundleError(f"model bundle {version} not found in {model_dir}") from None
     except (OSError, ValueError) as exc:
         raise BundleError(f"model bundle {version}: unreadable meta.json ({exc})") from None
-    if not isinstance(meta, dict) or meta.get("format") != BUNDLE_FORMAT:
+    if not isinstance(meta, dict) or meta.get("format") not in READS:
         found = meta.get("format") if isinstance(meta, dict) else None
-        raise BundleError(f"model bundle {version}: format {found!r}, this prefeed reads {BUNDLE_FORMAT}")
+        raise BundleError(f"model bundle {version}: format {found!r}, this prefeed reads "
+                          f"{' and '.join(map(str, READS))}")
     names = meta.get("feature_names")
     if layout is not None:
         layout.check(names, meta.get("feature_dtype"), f"model bundle {version}")
     elif not isinstance(names, list) or not names or len(set(names)) != len(names):
         raise BundleError(f"model bundle {version}: meta.json records no valid feature names; retrain")
-    for name in (*FILES, *((FIRST_STAGE,) if "cascade" in meta else ())):
-        try:
-            digest = _sha256(path / name)
-        except FileNotFoundError:
-            raise BundleError(f"model bundle {version}: {name} is missing") from None
-        if digest != meta.get("sha256", {}).get(name):
-            raise BundleError(f"model bundle {version}: {name} is truncated or altered (checksum mismatch)")
+    checked_files(path, version, meta)
     return meta
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()

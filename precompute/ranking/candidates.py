@@ -230,7 +230,7 @@ def for_batch(items: ItemTable, index: SourceIndex, hist: Histories, settings: S
         # Every item's score for every user of the batch, one float32 product over the items with a factor (the
         # others score 0): the candidates' scores are gathered from it, and the best items found in it are re-scored
         # exactly.
-        vectors = latent.user_vectors(index.latent.factors, mine, mine_owner, n_users)
+        vectors = index.latent.user_vectors(mine, mine_owner, n_users)
         dense = vectors.astype(np.float32) @ index.latent.factors32
         if settings.latent_candidates > 0:
             latent_top = _latent_top(items, hist, dense, vectors, index.latent, settings.latent_candidates)
@@ -281,8 +281,8 @@ def _latent_top(items: ItemTable, hist: Histories, scores: np.ndarray, vectors: 
     col = model.column[hist.seen_rows]
     has = col >= 0
     scores[np.repeat(np.arange(len(hist)), np.diff(hist.seen_offsets))[has], col[has]] = -np.inf
-    factors, item_row = model.factors, model.rows
+    item_row = model.rows
     top = latent.top(scores, n, rescore=lambda rows, cols: np.einsum("ij,ij->i", vectors[rows],
-                                                                     factors[item_row[cols]]),
+                                                                     model.factors_of(item_row[cols])),
                      error=latent.float32_error(vectors, model.norm))[0]
     return np.where(top >= 0, item_row[np.maximum(top, 0)], -1)

@@ -1,8 +1,8 @@
 """Fitting co-visitation: items viewed close together in the same session, as each item's strongest neighbours.
 
 Built from the event log with whole-array numpy (no per-event Python), as id pairs (``src``, ``dst``, ``weight``);
-stored in the model bundle keyed by item id (``covisit.npz``), and mapped onto the rows of the current
-``ItemTable`` when a worker loads it (``neighbours.Neighbours``, held by ``source_index.SourceIndex``).
+stored in the model bundle as neighbour lists over its items (``source_arrays.py``), and read by the rows of the
+current ``ItemTable`` when a worker loads it (``neighbours.Neighbours``, held by ``source_index.SourceIndex``).
 """
 
 from __future__ import annotations

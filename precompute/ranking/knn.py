@@ -6,8 +6,8 @@ history, which reaches further than a session (on a purchase log, the kNN over w
 static method). Its neighbours of the user's history items become candidates (``candidates.for_user``) and their
 summed similarity a column (``ux_knn_score``), the classic item-kNN score Σ_{i ∈ history} cos(i, j).
 
-Built at training time with the co-visitation pairs and stored beside them in the bundle (``pairs["knn_*"]``), so a
-worker loads both from one file. Memory: the similarity of ``BLOCK`` source items to every item at a time (dense
+Built at training time with the co-visitation pairs (``pairs["knn_*"]``) and stored beside them in the bundle
+(``source_arrays.py``). Memory: the similarity of ``BLOCK`` source items to every item at a time (dense
 float32) per thread, never the item × item matrix.
 """
 

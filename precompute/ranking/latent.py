@@ -13,9 +13,9 @@ compiled dependency; PureSVD folds a user in with one sum, and its fit is one sp
 on MovieLens-1M. Its neighbours of the history become candidates (``candidates.for_user``) and its score a column
 (``ux_latent_score``).
 
-Stored in the bundle beside the co-visitation pairs (``latent_ids``, ``latent_factors``); older bundles load
-without them and the source is then absent. A worker maps them onto its item rows (``by_row``) and holds them, with
-what the batch product needs, as a ``LatentIndex``.
+Stored in the bundle beside the co-visitation lists (``latent_ids``, ``latent_factors``: ``source_arrays.py``);
+older bundles load without them and the source is then absent. A worker reads them by its item rows and holds, with
+them, what the batch product needs, as a ``LatentIndex``.
 """
 
 from __future__ import annotations
@@ -72,13 +72,20 @@ class LatentIndex:
     ``rows``: the item rows with a factor (an item nobody interacted with before the fit has none: its score is 0
     for every user); ``factors32``: their factors in float32 (``(k, len(rows))``, transposed and contiguous: BLAS
     reads it ~1.6x faster than a transposed view); ``column``: each item row's column in that product (-1: no
-    factor); ``norm``: the largest factor norm (which bounds the product's error, ``float32_error``)."""
+    factor); ``norm``: the largest factor norm (which bounds the product's error, ``float32_error``).
 
-    factors: np.ndarray
+    ``factors``: every row's factors in float64 (``(items, k)``, ``by_row``), when the index was made of them
+    (``of``). An index over a bundle's mapped arrays (``over_stored``) has none: it reads the bundle's float32 rows
+    through ``code`` (each item row's row there, -1: none); ``factors_of`` gives the same float64 values either
+    way."""
+
+    factors: np.ndarray | None
     rows: np.ndarray
     factors32: np.ndarray
     column: np.ndarray
     norm: float
+    stored: np.ndarray | None = None       # (m, k) float32, a bundle's (``over_stored``)
+    code: np.ndarray | None = None         # item row → row of ``stored`` (-1: none)
 
     @classmethod
     def of(cls, factors: np.ndarray) -> LatentIndex:
@@ -89,18 +96,66 @@ class LatentIndex:
         return cls(factors=factors, rows=rows, factors32=np.ascontiguousarray(factors[rows].T, dtype=np.float32),
                    column=column, norm=float(np.sqrt(np.einsum("ij,ij->i", factors, factors).max(initial=0.0))))
 
+    @classmethod
+    def over_stored(cls, items, ids: np.ndarray, stored: np.ndarray) -> LatentIndex:
+        """The index of a bundle's factors (``ids`` ascending, ``stored`` ``(m, k)`` float32, read-only) over
+        ``items`` rows, equal to ``of(by_row(items, ...))`` without its float64 copy of them: the product's float32
+        columns are made here (in item row order, which is the table's, not the ids'), and arrays of the table's
+        length; the rest is read from ``stored`` where it lies."""
+        at = items.rows(ids)
+        nonzero = np.zeros(len(ids), dtype=bool)
+        sq = np.zeros(len(ids))
+        for lo in range(0, len(ids), _BLOCK):            # bounded temporaries, whatever the model's size
+            part = np.asarray(stored[lo:lo + _BLOCK], dtype=np.float64)
+            nonzero[lo:lo + _BLOCK] = np.any(part != 0, axis=1)
+            sq[lo:lo + _BLOCK] = np.einsum("ij,ij->i", part, part)
+        known = at >= 0
+        keep = np.flatnonzero(known & nonzero)
+        keep = keep[np.argsort(at[keep])]                # the stored rows in item row order
+        rows = at[keep]
+        column = np.full(len(items), -1, dtype=np.int64)
+        column[rows] = np.arange(len(rows))
+        code = np.full(len(items), -1, dtype=np.int64)
+        code[at[known]] = np.flatnonzero(known)
+        return cls(factors=None, rows=rows, factors32=np.ascontiguousarray(stored[keep].T, dtype=np.float32),
+                   column=column, norm=float(np.sqrt(sq[known].max(initial=0.0))), stored=stored, code=code)
+
+    def factors_of(self, rows: np.ndarray) -> np.ndarray:
+        """``(len(rows), k)`` float64: the factors of item ``rows`` (zeros for an item without)."""
+        if self.factors is not None:
+            return self.factors[rows]
+        code = self.code[rows]
+        if code.min(initial=0) >= 0:
+            return self.stored[code].astype(np.float64)
+        out = np.zeros((len(rows), self.stored.shape[1]), dtype=np.float64)
+        has = code >= 0
+        out[has] = self.stored[code[has]]
+        return out
+
+    def user_vectors(self, rows: np.ndarray, owner: np.ndarray, n_users: int) -> np.ndarray:
+        """``user_vectors`` of these factors."""
+        return _summed(self.factors_of(rows), owner, n_users)
+
+
+#: Stored factor rows read at once when an index is made over them (``LatentIndex.over_stored``).
+_BLOCK = 4096
+
 
 def user_vectors(factors: np.ndarray, rows: np.ndarray, owner: np.ndarray, n_users: int) -> np.ndarray:
     """``(n_users, k)``: the sum of the factors of each user's ``rows`` (distinct items of their history);
     ``owner`` (each row's user) ascending."""
-    out = np.zeros((n_users, factors.shape[1]), dtype=factors.dtype)
-    if len(rows) == 0:
+    return _summed(factors[rows], owner, n_users)
+
+
+def _summed(gathered: np.ndarray, owner: np.ndarray, n_users: int) -> np.ndarray:
+    out = np.zeros((n_users, gathered.shape[1]), dtype=gathered.dtype)
+    if len(gathered) == 0:
         return out
     if np.any(owner[1:] < owner[:-1]):
         raise ValueError("user_vectors: rows must be grouped by user, in ascending order")
     # One sum per user's run of rows, in the rows' order.
     users, start = np.unique(owner, return_index=True)
-    out[users] = np.add.reduceat(factors[rows], start, axis=0)
+    out[users] = np.add.reduceat(gathered, start, axis=0)
     return out
 
 

@@ -1,9 +1,9 @@
 """Every fitted candidate source of a bundle, mapped onto the rows of one ``ItemTable``: what candidate generation,
 the simple methods and evaluate read.
 
-The bundle stores each source keyed by item id (``covisit.npz``: the co-visitation pairs, ``knn.KEYS``,
-``latent.KEYS``); a worker builds this index once per bundle and item table (``for_items``), and again only when
-either changes.
+A bundle stores its sources over its own item codes (``source_arrays.py``), mapped from disk; an older bundle, and
+evaluate, hold them as id pairs in memory (``covisit.npz``'s keys). A worker builds this index once per bundle and
+item table (``for_items``), and again only when either changes.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from . import latent
 from .item_table import ItemTable
 from .latent import LatentIndex
 from .neighbours import Neighbours
+from .source_arrays import SourceArrays
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,9 +29,12 @@ class SourceIndex:
     latent: LatentIndex | None = None
 
 
-def for_items(items: ItemTable, pairs: dict[str, np.ndarray]) -> SourceIndex:
-    """Map a bundle's ``pairs`` onto ``items`` rows; pairs touching an unknown item are dropped. The item-kNN pairs
-    (``knn.KEYS``) and latent factors (``latent.KEYS``), when ``pairs`` has them, become ``knn`` and ``latent``."""
+def for_items(items: ItemTable, pairs: dict[str, np.ndarray] | SourceArrays) -> SourceIndex:
+    """Map a bundle's sources onto ``items`` rows; pairs touching an unknown item are dropped. ``pairs``: fitted id
+    pairs in memory (``covisit.npz``'s keys: the item-kNN pairs, ``knn.KEYS``, and latent factors, ``latent.KEYS``,
+    when it has them, become ``knn`` and ``latent``), or a bundle's ``SourceArrays``, which are read in place."""
+    if isinstance(pairs, SourceArrays):
+        return _over_arrays(items, pairs)
     knn = None
     if "knn_src" in pairs:
         knn = Neighbours.of(items, pairs["knn_src"], pairs["knn_dst"], pairs["knn_weight"])
@@ -39,3 +43,15 @@ def for_items(items: ItemTable, pairs: dict[str, np.ndarray]) -> SourceIndex:
         factors = LatentIndex.of(latent.by_row(items, pairs))
     return SourceIndex(covisit=Neighbours.of(items, pairs["src"], pairs["dst"], pairs["weight"]), knn=knn,
                        latent=factors)
+
+
+def _over_arrays(items: ItemTable, arrays: SourceArrays) -> SourceIndex:
+    """The index over a bundle's mapped arrays: equal to ``for_items`` of the pairs they were made of. It makes
+    arrays of the table's length and the product's float32 factors; the lists and factor rows stay the bundle's."""
+    row_of_code = items.rows(arrays.items)
+    lists = {name: None if c is None else Neighbours.over_codes(items, row_of_code, c.indptr, c.nbr, c.weight)
+             for name, c in (("covisit", arrays.covisit), ("knn", arrays.knn))}
+    factors = None
+    if arrays.latent_ids is not None and len(arrays.latent_ids):
+        factors = LatentIndex.over_stored(items, arrays.latent_ids, arrays.latent_factors)
+    return SourceIndex(covisit=lists["covisit"], knn=lists["knn"], latent=factors)
