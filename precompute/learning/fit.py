@@ -102,8 +102,8 @@ def fit_ranker(engine: Engine, settings: Settings, *, iterations: int | None = N
         fitted.close()                  # a child still fitting a period is stopped on an error
     if not (y_train > 0).any():
         raise InvalidInput("no training user has a relevant candidate; the log has too little structure to learn")
-    # The serving index (the whole log's pairs) is fitted in a child meanwhile.
-    with ahead.Ahead(lambda: periods.pairs(events, slice(None), settings), engine) as whole:
+    # The serving index (the whole log's pairs, and the similar lists) is fitted in a child meanwhile.
+    with ahead.Ahead(lambda: periods.bundle_pairs(events, settings), engine) as whole:
         if by_steps:
             X_eval, y_eval, g_eval = _step_examples(judge, events, by_user, valid_steps, valid_users, settings, rng)
         else:

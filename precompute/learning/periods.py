@@ -22,7 +22,7 @@ from sqlalchemy import Engine
 from ..data.history import Histories, histories_from_arrays
 from ..data.log import EventLog
 from ..settings import Settings
-from ..ranking import arrays, candidates, covisit, features, knn, latent
+from ..ranking import arrays, candidates, covisit, features, knn, latent, similar
 from ..ranking.candidates import Candidates
 from ..ranking.item_loader import load_item_table
 from ..ranking.item_table import ItemTable
@@ -184,6 +184,12 @@ def pairs(events: EventLog, part: slice, settings: Settings) -> dict[str, np.nda
                                   settings.session_gap, settings.covisit_neighbours, factors),
             **knn.build_pairs(ev_user[part], ev_item[part], factors > 0, settings.knn_neighbours),
             **latent.fit(ev_user[part], ev_item[part], factors > 0, settings.latent_factors)}
+
+
+def bundle_pairs(events: EventLog, settings: Settings) -> dict[str, np.ndarray]:
+    """What a bundle stores: the whole log's ``pairs`` and each item's similar items (``ranking/similar.py``)."""
+    fitted = pairs(events, slice(None), settings)
+    return {**fitted, **similar.build(fitted, settings.similar_length)}
 
 
 def labels(events: EventLog, items: ItemTable, users: np.ndarray, cut: float, n_known: int, n_end: int,

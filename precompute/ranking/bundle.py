@@ -4,7 +4,7 @@
     MODEL_DIR/HISTORY              one line per promotion: version, UTC time, how (train, promote, rollback, ...)
     MODEL_DIR/.lock                held (``fcntl.flock``) while CURRENT and HISTORY change
     MODEL_DIR/<version>/model.cbm
-    MODEL_DIR/<version>/covisit.npz
+    MODEL_DIR/<version>/covisit.npz   the sources' pairs and factors, and the similar-item lists (``similar.py``)
     MODEL_DIR/<version>/first_stage.cbm   the cascade's first stage (``scoring.py``), when it has one
     MODEL_DIR/<version>/meta.json  format, feature layout (names in order, dtype), checksums, training metrics
 
@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import BundleError
-from . import knn, latent
+from . import knn, latent, similar
 from .layout import FeatureLayout
 from .scoring import Cascade, Ranker, load_cascade
 
@@ -252,7 +252,8 @@ def load(model_dir: Path, version: int | None = None, layout: FeatureLayout | No
     recorded = FeatureLayout(groups=(("recorded", tuple(names)),), dtype=meta.get("feature_dtype") or "float32")
     recorded.check(list(model.feature_names_ or []), None, f"the model in bundle {version}")
     with np.load(path / "covisit.npz") as npz:
-        pairs = {k: npz[k] for k in ("src", "dst", "weight", *knn.KEYS, *latent.KEYS) if k in npz.files}
+        pairs = {k: npz[k] for k in ("src", "dst", "weight", *knn.KEYS, *latent.KEYS, *similar.KEYS)
+                 if k in npz.files}
     staged = meta.get("cascade")
     cascade = None if staged is None else \
         load_cascade(path / FIRST_STAGE, staged, meta["feature_names"], f"model bundle {version}")
