@@ -169,9 +169,9 @@ CUT = 100.0
 #: - user 1, one step at 110: 13 then 14 → query 13, truth {14};
 #: - user 2, steps at 120 (15) and 130 (16): the first has no other item, so it takes the next step, within the
 #:   session gap → query 15, truth {16}; the step at 130 has no other and no next: not judged;
-#: - user 3, one step at 140: 17 then 13 → query 17, truth {13}.
+#: - user 3, one step at 140: 17 then 11 → query 17, truth {11}.
 LOG = [(1, 11, 1, 10), (2, 12, 1, 20), (2, 12, 1, 25), (3, 18, 1, 30), (3, 12, 1, 35),
-       (1, 13, 1, 110), (1, 14, 1, 110), (2, 15, 1, 120), (2, 16, 1, 130), (3, 17, 1, 140), (3, 13, 1, 140)]
+       (1, 13, 1, 110), (1, 14, 1, 110), (2, 15, 1, 120), (2, 16, 1, 130), (3, 17, 1, 140), (3, 11, 1, 140)]
 #: Co-visitation: 13 → 11 (stronger), 14; item-kNN: 15 → 16. Item 17 has no neighbour anywhere.
 PAIRS = {"src": np.array([13, 13]), "dst": np.array([11, 14]), "weight": np.array([2.0, 1.0]),
          "knn_src": np.array([15]), "knn_dst": np.array([16]), "knn_weight": np.array([1.0])}
@@ -198,8 +198,8 @@ def test_the_item_to_item_check_judges_each_methods_top_k_on_a_steps_other_items
     assert hit["knn"] == pytest.approx(1 / 3)
     assert hit["latent"] == 0.0
     # the category's most popular item not the query nor seen: 12 for 13 (miss), 11 for 15 (user 2 saw 12: miss),
-    # 11 for 17 (user 3 saw 12 and 18): miss
-    assert hit["category"] == 0.0
-    # the served list: co-visitation for 13, item-kNN for 15, and 17 (no list) gets the category's: 11, a miss
-    assert hit["served"] == pytest.approx(2 / 3)
-    assert check.methods["served"]["recall"] == pytest.approx(2 / 3)
+    # 11 for 17 (user 3 saw 12 and 18): a hit
+    assert hit["category"] == pytest.approx(1 / 3)
+    # the served list: co-visitation for 13, item-kNN for 15, and 17 (no list) gets the category's: 11
+    assert hit["served"] == 1.0
+    assert check.methods["served"]["recall"] == 1.0
