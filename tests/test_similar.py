@@ -203,3 +203,16 @@ def test_the_item_to_item_check_judges_each_methods_top_k_on_a_steps_other_items
     # the served list: co-visitation for 13, item-kNN for 15, and 17 (no list) gets the category's: 11
     assert hit["served"] == 1.0
     assert check.methods["served"]["recall"] == 1.0
+
+
+def test_a_log_without_steps_to_judge_reports_zeros(own_url, tmp_path):
+    # given only the steps of one item each, none followed within the session gap
+    s = Settings(database_url=own_url, var_dir=tmp_path, session_gap=5)
+    engine = small_world(s, own_url, [(i, [1], 5.0, None) for i in range(11, 19)], [e for e in LOG if e[3] <= CUT])
+    items = load_item_table(engine, s, as_of=CUT)
+    lone = [e for e in LOG if e[3] <= CUT] + [(2, 15, 1, 120), (2, 16, 1, 130)]
+    user, item, type_, ts = (np.array(c) for c in zip(*lone))
+    log = EventLog(user.astype(np.int64), item.astype(np.int64), type_.astype(np.int16), ts.astype(np.float64), None)
+    # then the check judges none, and says so with zeros
+    check = item_to_item.judge(items, for_items(items, PAIRS), log, CUT, s, k=1)
+    assert check.steps == 0 and check.methods["served"] == dict(hit_rate=0.0, recall=0.0)

@@ -94,6 +94,8 @@ def judge(items: ItemTable, index: SourceIndex, events: EventLog, cut: float, se
     t_row.append(rows[keep])
     t_step, t_row = np.concatenate(t_step), np.concatenate(t_row)
     judged = np.unique(t_step)
+    if len(judged) == 0:
+        return ItemToItem(k=k, steps=0, methods={m: dict(hit_rate=0.0, recall=0.0) for m in METHODS})
     truth_code = np.unique(t_step * span + t_row)
     n_truth = np.bincount(truth_code // span, minlength=len(steps))
     # What each step's user touched before it: dropped from every list, as the route drops the user's seen items.
@@ -118,8 +120,7 @@ def judge(items: ItemTable, index: SourceIndex, events: EventLog, cut: float, se
     for name in METHODS:
         step, code = served.get(name, (np.empty(0, np.int64), np.empty(0, np.int64)))
         hits = np.bincount(step[np.isin(code, truth_code)], minlength=len(steps))[judged]
-        out[name] = dict(hit_rate=float(np.mean(hits > 0)) if len(judged) else 0.0,
-                         recall=float(np.mean(hits / n_truth[judged])) if len(judged) else 0.0)
+        out[name] = dict(hit_rate=float(np.mean(hits > 0)), recall=float(np.mean(hits / n_truth[judged])))
     return ItemToItem(k=k, steps=int(len(judged)), methods=out)
 
 
