@@ -98,16 +98,16 @@ class SimilarPage:
     source: str         # "neighbours" | "category_popular"
 
 
-def read(pages: PageReader, item_id: int, user_id: int | None) -> tuple[np.ndarray | None, np.ndarray]:
-    """The item's stored list (None: none, or unreadable) and ``user_id``'s seen items (the live seen set, up to
-    ``PREFEED_SEEN_RECENT_MAX``; none without a user), in one pipelined round trip."""
+def read(pages: PageReader, item_id: int, user_id: int | None) -> tuple[np.ndarray | None, frozenset[bytes]]:
+    """The item's stored list (None: none, or unreadable) and ``user_id``'s seen items as Redis holds them (decimal
+    ids as bytes: the live seen set, up to ``PREFEED_SEEN_RECENT_MAX``; none without a user), in one pipelined round
+    trip. The seen ids stay bytes: a list of 20 is looked up in them, where parsing 500 ids cost ~50 us."""
     pipe = pages.r.pipeline(transaction=False)
     pipe.get(pages.keys.similar(item_id))
     if user_id is not None:
         pipe.execute_command("ZRANGE", pages.keys.seen(user_id), 0, -1)
     replies = pipe.execute()
-    seen = np.array([int(i) for i in replies[1]], dtype=np.int64) if user_id is not None else np.empty(0, np.int64)
-    return decode(replies[0]), seen
+    return decode(replies[0]), frozenset(replies[1]) if user_id is not None else frozenset()
 
 
 def similar_page(pages: PageReader, item_id: int, limit: int, user_id: int | None,
@@ -118,13 +118,17 @@ def similar_page(pages: PageReader, item_id: int, limit: int, user_id: int | Non
     hold (then None is returned: the caller's 404). ``newest(n)``: the newest active listings, for a deployment
     whose workers have not published popular lists yet."""
     stored, seen = read(pages, item_id, user_id)
+    pages.states.refresh()
     if stored is not None and len(stored):
-        drop = np.union1d(seen, [item_id])
-        kept = stored[pages.servable(stored, drop)]
-        if len(kept):
-            return SimilarPage(item_id, kept[:limit].tolist(), "neighbours")
+        # ~20 items: a comprehension over Python ints is cheaper here than numpy's set operations
+        inactive = pages.states.inactive_flags(stored)
+        kept = [i for i, off in zip(stored.tolist(), inactive)
+                if not off and i != item_id and not (seen and str(i).encode() in seen)]
+        if kept:
+            return SimilarPage(item_id, kept[:limit], "neighbours")
     cats = categories(item_id)
     if cats is None:
         return None
-    page = popular_page(pages, cats, limit, 0, np.union1d(seen, [item_id]), newest)
+    drop = np.array(sorted({int(i) for i in seen} | {item_id}), dtype=np.int64)
+    page = popular_page(pages, cats, limit, 0, drop, newest)
     return SimilarPage(item_id, [i for i, _, _ in page.items], "category_popular")
