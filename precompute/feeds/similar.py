@@ -111,7 +111,8 @@ def read(pages: PageReader, item_id: int, user_id: int | None) -> tuple[np.ndarr
 
 
 def similar_page(pages: PageReader, item_id: int, limit: int, user_id: int | None,
-                 categories: Callable[[int], list[int] | None], newest: Callable[[int], list[int]]) -> SimilarPage | None:
+                 categories: Callable[[int], list[int] | None],
+                 newest: Callable[[int], list[int]]) -> SimilarPage | None:
     """The item's similar items as served: its stored list less inactive items, ``user_id``'s seen items and the item
     itself, first ``limit``; when that leaves none, its categories' popular items (then global popular, as the
     fallback feed's). ``categories(item_id)``: the item's category ids, None for an item the catalogue does not

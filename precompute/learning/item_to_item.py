@@ -5,8 +5,9 @@ order) and the truth the step's other new items (positive type weight, never tou
 A log stamped per event (the synthetic marketplace: every step is one event) has no other item in a step: there the
 truth is the user's next step's new items, when it comes within ``PREFEED_SESSION_GAP`` (the same visit). Each
 method's list of the query is as long as a stored one (``PREFEED_SIMILAR_LENGTH``) and served as the route serves
-it with ``user_id``: the user's earlier items, inactive items and the query itself dropped, the first ``k`` kept. Reported per method: the share of steps whose list holds
-at least one truth item (``hit_rate``) and the mean share of a step's truth items it holds (``recall``).
+it with ``user_id``: the user's earlier items, inactive items and the query itself dropped, the first ``k`` kept.
+Reported per method: the share of steps whose list holds at least one truth item (``hit_rate``) and the mean share
+of a step's truth items it holds (``recall``).
 
 Methods: ``covisit``, ``knn``, ``latent`` (each source's neighbours of the item alone), ``category`` (the popular
 items of the item's categories, interleaved, as the fallback) and ``served``: the stacked list (``ranking/similar.py``)
