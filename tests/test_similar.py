@@ -216,3 +216,25 @@ def test_a_log_without_steps_to_judge_reports_zeros(own_url, tmp_path):
     # then the check judges none, and says so with zeros
     check = item_to_item.judge(items, for_items(items, PAIRS), log, CUT, s, k=1)
     assert check.steps == 0 and check.methods["served"] == dict(hit_rate=0.0, recall=0.0)
+
+
+def test_a_worker_holding_a_bundle_no_longer_current_does_not_write_its_lists(settings, world, r, tmp_path):
+    import dataclasses
+    import shutil
+
+    from precompute.pipeline.pipeline import Pipeline
+
+    # given a worker that loaded the current bundle, in a model directory of this test's own
+    models = tmp_path / "models"
+    shutil.copytree(world.settings.model_dir, models)
+    s = dataclasses.replace(settings, model_dir=models)
+    p = Pipeline(s, world.engine, r)
+    p.load()
+    keys = Keys(s.key_prefix)
+    assert int(r.get(keys.similar_version)) == world.version
+    # when another bundle becomes current (a promotion or rollback it has not loaded yet) and Redis lost the lists
+    (models / "CURRENT").write_text(f"{world.version + 1}\n")
+    r.delete(keys.similar_version)
+    # then reloading its item table with the old bundle writes nothing: the new bundle's loader will
+    assert not p.publish_similar(p.bundle, p.items)
+    assert r.get(keys.similar_version) is None
