@@ -46,7 +46,7 @@ def create_app(settings: Settings | None = None, test_config: dict | None = None
                                        on_sent=lambda n: schedule_collect(settings, queue_redis),
                                        user_max=settings.impressions_user_max)
     from . import (addresses, boosts, dashboard, errors, events, feed, health, items, metrics, observe, openapi,
-                   rq_panel)
+                   rq_panel, similar)
 
     app.extensions[EXTENSION] = Services(
         settings=settings,
@@ -73,7 +73,7 @@ def create_app(settings: Settings | None = None, test_config: dict | None = None
     errors.register(app)
     addresses.register(app)
     health.register(app)
-    for module in (feed, events, boosts, items, health, openapi, metrics, dashboard):
+    for module in (feed, events, boosts, items, similar, health, openapi, metrics, dashboard):
         app.register_blueprint(module.bp)
     rq_panel.mount(app, settings)
     app.after_request(_nosniff)

@@ -52,6 +52,25 @@ def _items_paths(settings: Settings) -> dict:
     written = {"item_id": _ID, "created": {"type": "boolean"}}
     refusals = {"400": _ERROR, "413": _ERROR, "415": _ERROR, **_KEYED, "503": _ERROR}
     return {
+        "/items/{item_id}/similar": {"get": {
+            "summary": "The item's similar items (\"more like this\"), with the live rules applied",
+            "description": "co-visitation neighbours, then item-kNN's, precomputed per item; inactive items left out, "
+                           "and with `user_id` the items that user interacted with; boosts are not applied. An item "
+                           "whose list leaves nothing gets its categories' popular items (`source`: "
+                           "`category_popular`)",
+            "security": _key("feed:read"),
+            "parameters": [_path_id("item_id"),
+                           {"name": "limit", "in": "query", "schema": {
+                               "type": "integer", "minimum": 1, "maximum": settings.similar_length,
+                               "default": min(settings.similar_limit_default, settings.similar_length)}},
+                           {"name": "user_id", "in": "query", "schema": _ID,
+                            "description": "leave out the items this user interacted with (their live seen set)"}],
+            "responses": {"200": _object("similar items", {
+                "item_id": _ID, "user_id": {"type": ["integer", "null"]},
+                "source": {"enum": ["neighbours", "category_popular"]},
+                "items": {"type": "array", "items": {"type": "object", "properties": {"item_id": _ID}}}}),
+                "400": _ERROR, "404": {**_ERROR, "description": "an item the catalogue does not hold"},
+                **_KEYED, "503": _ERROR}}},
         "/items/{item_id}": {
             "put": {"summary": "Create or replace a whole item", "security": _ITEMS,
                     "parameters": [_path_id("item_id")], "requestBody": _json_body(item),

@@ -1,5 +1,6 @@
 """memory: RSS and PSS of the worker parents and their work horses during a full rebuild (copy-on-write sharing
-of the model and item matrices shows as PSS well below RSS), and the bytes one user's feed takes in Redis."""
+of the model and item matrices shows as PSS well below RSS), the bytes one user's feed takes in Redis, and the bytes
+one item's similar items take (the workers write them when they load the bundle), scaled to a million items."""
 
 from __future__ import annotations
 
@@ -22,6 +23,28 @@ from .lab.world import ROOT, make_world
 FULL = dict(users=3000, items=45_000, events=600_000, rebuild_users=3000)
 QUICK = dict(users=150, items=2000, events=15_000, rebuild_users=150)
 MiB = 1 << 20
+
+
+def similar_bytes(r, keys: Keys, s: Settings, sample: int = 2000) -> dict:
+    """Bytes per item of the similar lists the workers wrote (``feeds/similar.py``): the value and MEMORY USAGE
+    (key, value and Redis's per-key overhead) over a sample of the items, by list length, scaled to a million
+    items as written and to 10 million items whose lists are all full."""
+    found = list(r.scan_iter(match=f"{keys.prefix}similar:[0-9]*", count=10_000))
+    pick = [found[i] for i in np.random.default_rng(0).permutation(len(found))[:sample]]
+    pipe = r.pipeline(transaction=False)
+    for key in pick:
+        pipe.memory_usage(key, samples=0)
+        pipe.strlen(key)
+    vals = pipe.execute()
+    mem, length = np.array(vals[0::2], dtype=float), np.array(vals[1::2], dtype=float)
+    full = length == 4 + 8 * s.similar_length
+    per_full = float(mem[full].mean()) if full.any() else float("nan")
+    return dict(items=len(found), sampled=len(pick), value_bytes_mean=float(length.mean()),
+                redis_bytes_mean=float(mem.mean()), listed_share=float((length > 4).mean()),
+                redis_bytes_full_list=per_full, redis_bytes_empty_list=float(mem[length == 4].mean())
+                if (length == 4).any() else float("nan"), similar_length=s.similar_length,
+                mib_per_million_items=float(mem.mean()) * 1e6 / MiB,
+                gib_10m_items_full=per_full * 1e7 / (1 << 30))
 
 
 def run(quick: bool = False) -> dict:
@@ -72,7 +95,8 @@ def run(quick: bool = False) -> dict:
 
         rows = []
         out = dict(config=cfg, feed_value_bytes_mean=float(length.mean()),
-                   feed_redis_bytes_mean=float(mem.mean()), feed_length=s.feed_length, processes={})
+                   feed_redis_bytes_mean=float(mem.mean()), feed_length=s.feed_length, processes={},
+                   similar=similar_bytes(r, keys, s))
         for role in ("pool", "worker", "horse"):
             if not samples[role]:
                 continue
@@ -88,6 +112,12 @@ def run(quick: bool = False) -> dict:
                     ["process", "count", "RSS median", "RSS max", "PSS median", "PSS max", "USS max"], rows))
         print(f"feed in Redis: {out['feed_value_bytes_mean']:.0f} bytes of value, {out['feed_redis_bytes_mean']:.0f} "
               f"bytes with key and overhead (MEMORY USAGE), {s.feed_length} items max")
+        sim = out["similar"]
+        print(f"similar items in Redis: {sim['items']} items, {sim['value_bytes_mean']:.0f} bytes of value and "
+              f"{sim['redis_bytes_mean']:.0f} with key and overhead (MEMORY USAGE) per item, "
+              f"{sim['listed_share']:.0%} of items with neighbours; {sim['mib_per_million_items']:.0f} MiB per million "
+              f"items, {sim['gib_10m_items_full']:.2f} GiB for 10 million items every one with "
+              f"{s.similar_length} neighbours")
         print(f"wrote {write_result('memory', out, quick)}")
         return out
     finally:

@@ -22,6 +22,7 @@ PUBLIC = {"/livez", "/healthz"}
 #: The scope each route needs (None: any key); a route missing here fails the first test.
 SCOPES = {
     ("GET", "/feed/<user_id>"): "feed:read",
+    ("GET", "/items/<item_id>/similar"): "feed:read",
     ("POST", "/events"): "events:write",
     ("PUT", "/items/<item_id>"): "items:write",
     ("PATCH", "/items/<item_id>"): "items:write",

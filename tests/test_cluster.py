@@ -127,3 +127,23 @@ def test_a_boost_or_a_deactivation_reaches_every_api_process_within_a_second(whe
         while not visible(served()):
             assert time.monotonic() - start < 1.0, "the change was not served within a second"
             time.sleep(0.005)
+
+
+def test_similar_items_are_written_per_node_and_served_with_the_users_seen_items_dropped(on_cluster, rc, world,
+                                                                                           user_id):
+    from precompute.feeds.similar import SimilarStore, decode
+
+    keys = Keys(on_cluster.key_prefix)
+    # given the lists of 300 items written to the cluster (one pipeline per node), and a user who saw item 1005
+    items = np.arange(1000, 1300)
+    SimilarStore(rc, on_cluster).publish(7, np.repeat(items, 3), np.repeat(items, 3) + np.tile([5, 6, 7], 300),
+                                         items)
+    rc.zadd(keys.seen(user_id), {"1005": 1})
+    # then they spread over every master, each read back from its own slot
+    assert len({rc.get_node_from_key(keys.similar(int(i))).name for i in items}) == 3
+    assert decode(rc.get(keys.similar(1100))).tolist() == [1105, 1106, 1107]
+    # and the route reads an item's list and the user's seen set (two slots) in one pipelined read
+    client = _app(on_cluster).test_client()
+    client.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {world.key}"
+    got = client.get(f"/items/1000/similar?user_id={user_id}").get_json()
+    assert got["source"] == "neighbours" and [x["item_id"] for x in got["items"]] == [1006, 1007]

@@ -19,6 +19,15 @@ def require_item(engine: Engine, item_id: int) -> None:
             raise NotFound(f"item {item_id} does not exist")
 
 
+def item_categories(engine: Engine, item_id: int) -> list[int] | None:
+    """The category ids of ``item_id``, ascending; None when the catalogue does not hold it."""
+    with engine.connect() as conn:
+        rows = conn.execute(select(Item.id, ItemCategory.category)
+                            .outerjoin(ItemCategory, ItemCategory.item_id == Item.id)
+                            .where(Item.id == item_id).order_by(ItemCategory.category)).all()
+    return None if not rows else [c for _, c in rows if c is not None]
+
+
 def set_active(engine: Engine, item_id: int, active: bool) -> None:
     """Mark ``item_id`` active or not; ``NotFound`` if it does not exist."""
     with engine.begin() as conn:

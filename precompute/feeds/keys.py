@@ -50,6 +50,8 @@ class Keys:
         self.recovery_lock = f"{prefix}recovery:lock"
         # Popular lists hold 64-bit ids, all in one slot so they are replaced in one transaction.
         self.popular_global = f"{prefix}{{popular}}:global"
+        # Similar items (``similar.py``): one value per item, each key its own slot; the bundle version written.
+        self.similar_version = f"{prefix}similar:version"
 
     def feed(self, user_id: int) -> str:
         return f"{self.prefix}{{u:{user_id}}}:feed"
@@ -68,6 +70,9 @@ class Keys:
 
     def rate_user(self, user_id: int) -> str:
         return f"{self.prefix}rate:user:{user_id}"      # a user id's event budget (queue Redis)
+
+    def similar(self, item_id: int) -> str:
+        return f"{self.prefix}similar:{item_id}"          # an item's similar items (binary, ``similar.py``)
 
     def popular_category(self, category: int) -> str:
         return f"{self.prefix}{{popular}}:cat:{category}"

@@ -23,7 +23,7 @@ from ..ranking.item_loader import load_item_table
 from ..ranking.item_table import ItemTable
 from ..ranking.source_index import SourceIndex, for_items
 from ..settings import Settings
-from . import baselines, bootstrap, diversity_cost, metrics, periods, ranker_lists, replay
+from . import baselines, bootstrap, diversity_cost, item_to_item, metrics, periods, ranker_lists, replay
 from .fit import fit_ranker
 from .periods import Period
 from .split import Split, cut_time, split_log
@@ -57,6 +57,8 @@ class Evaluation:
     replay: replay.ReplayResult | None = None
     #: The diversity rule's cost on the ranker's static lists, by setting (``diversity_cost.py``)
     diversity: dict | None = None
+    #: The item-to-item check (``item_to_item.py``) on the replayed steps, when the replay protocol ran.
+    item_to_item: item_to_item.ItemToItem | None = None
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -143,18 +145,23 @@ def evaluate(engine: Engine, settings: Settings, *, cut_quantile: float = 0.8, k
                                         progress=progress, diversity=cost)
         base = summary[best]["ndcg"]
         ratio = summary["ranker"]["ndcg"] / base if base > 0 else None
-    replayed = None
+    replayed = similar = None
     if protocol in ("replay", "both"):
+        detail: dict = {}
         replayed = replay.judge_replay(at.items, at.index, log, at.split.cut, result.ranker,
                                 settings, n_steps=steps, users=users, k=k, seed=seed, progress=progress,
-                                       diversity=diversity_cost.settings_measured(Diversity.of(settings)))
+                                       diversity=diversity_cost.settings_measured(Diversity.of(settings)),
+                                       detail=detail)
+        progress("the item-to-item check: each step's first item's similar items against its others")
+        similar = item_to_item.judge(at.items, at.index, log, at.split.cut, settings, n_steps=steps,
+                                     users=detail["steps"].users(), k=k)
     split = at.split
     return Evaluation(cut=split.cut, cut_quantile=cut_quantile, k=k, users=len(split.users),
                       events_before=split.n_before, events_after=split.n_after, methods=summary, best_baseline=best,
                       ratio=ratio, ratio_interval=interval,
                       train={key: v for key, v in result.metrics.items() if np.isscalar(v)},
                       seconds=time.perf_counter() - t0, protocol=protocol, replay=replayed,
-                      diversity=cost)
+                      diversity=cost, item_to_item=similar)
 
 
 def _utc(ts: float) -> str:

@@ -34,7 +34,22 @@ def table(ev: Evaluation) -> str:
         parts.append(replay_table(ev.replay))
         if ev.replay.diversity:
             parts.append("replay: " + diversity_cost.table(ev.replay.diversity, ev.replay.k, f"{ev.replay.users} users"))
+    if ev.item_to_item is not None:
+        parts.append(item_to_item_table(ev.item_to_item))
     return "\n\n".join(parts)
+
+
+def item_to_item_table(check) -> str:
+    """The item-to-item check: per method, the share of steps whose list of the step's first item holds one of its
+    others (HitRate@k) and the share of them it holds (Recall@k)."""
+    lines = [f"item-to-item check ({check.steps} steps; the similar items of each step's first item, the user's "
+             "seen items dropped):",
+             "method".ljust(10) + f"{'HitRate@' + str(check.k):>12}  {'Recall@' + str(check.k):>12}"]
+    for name, m in check.methods.items():
+        lines.append(name.ljust(10) + f"{m['hit_rate']:12.4f}  {m['recall']:12.4f}")
+    lines.append("served: what GET /items/<id>/similar answers (co-visitation, then item-kNN; the category's "
+                 "popular items when that leaves none)")
+    return "\n".join(lines)
 
 
 def replay_table(rp) -> str:

@@ -20,10 +20,11 @@ from ..data.history import Histories, load_histories
 from ..data.shown_pages import load_pages
 from ..errors import BundleError
 from ..feeds.codec import encode_many
+from ..feeds.similar import SimilarStore
 from ..feeds.store import FeedStore
 from ..settings import Settings
 from ..ranking import bundle as bundles
-from ..ranking import candidates, features, methods, scoring
+from ..ranking import candidates, features, methods, scoring, similar
 from ..ranking import shown as shown_columns
 from ..ranking.arrays import top_desc_grouped
 from ..ranking.item_loader import load_item_table
@@ -60,6 +61,7 @@ class Pipeline:
         self.settings = settings
         self.engine = engine
         self.store = FeedStore(r, settings)
+        self.similar = SimilarStore(r, settings)
         self.bundle: bundles.Bundle | None = None
         self.items: ItemTable | None = None
         self.index: SourceIndex | None = None
@@ -92,6 +94,23 @@ class Pipeline:
         # Serving drops what this set holds; rebuilt at every load so it cannot stay behind the database after
         # Redis lost data (within ``item_table_max_age`` of a running worker).
         self.store.replace_inactive(lambda: catalog.inactive_ids(self.engine))
+        self.publish_similar(new_bundle, items)
+
+    def publish_similar(self, bundle: bundles.Bundle, items: ItemTable) -> bool:
+        """Write the bundle's similar lists to Redis unless they are there already (``feeds/similar.py``), only for
+        the current bundle: a worker still holding an older one never writes over the newer's. Returns True when
+        written. The lists are stacked here from the bundle's sources (``ranking/similar.py``): a few seconds per
+        million items, once per bundle, beside the popular lists."""
+        if self.similar.written() == bundle.version or \
+                bundles.current_version(self.settings.model_dir) != bundle.version:
+            return False
+        t0 = time.perf_counter()
+        sources = bundle.sources
+        pairs = similar.build(sources if isinstance(sources, dict) else sources.pairs(), self.settings.similar_length)
+        n = self.similar.publish(bundle.version, pairs["similar_src"], pairs["similar_dst"], items.ids)
+        log.info("similar items of bundle %s written: %d items in %.1fs", bundle.version, n,
+                 time.perf_counter() - t0)
+        return True
 
     def stale(self) -> str | None:
         """Whether the item matrices are due a reload: ``"full"`` once the last full load is

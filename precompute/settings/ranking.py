@@ -26,6 +26,9 @@ class RankingSettings:
                                        "popular items are candidates", unit="categories")
     category_popular: int = setting(1200, "PREFEED_CATEGORY_POPULAR", "popular items of each of them", unit="items")
     knn_neighbours: int = setting(50, "PREFEED_KNN_NEIGHBOURS", "most similar items kept per item", unit="items")
+    similar_length: int = setting(20, "PREFEED_SIMILAR_LENGTH", "similar items kept per item in "
+                                  "Redis (`GET /items/<id>/similar`: its largest `limit`)", unit="items", minimum=1,
+                                  maximum=255)
     knn_candidates: int = setting(300, "PREFEED_KNN_CANDIDATES", "the items most similar to a user's history added "
                                   "to their candidates (0: none)", unit="items", minimum=0)
     latent_factors: int = setting(64, "PREFEED_LATENT_FACTORS", "dimensions of the latent model (PureSVD of who "

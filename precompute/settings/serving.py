@@ -16,6 +16,9 @@ class ServingSettings:
                                       unit="items")
     page_limit_max: int = setting(100, "PREFEED_PAGE_LIMIT_MAX", "largest `limit` a feed request may ask for",
                                   unit="items")
+    similar_limit_default: int = setting(10, "PREFEED_SIMILAR_LIMIT_DEFAULT", "similar items per answer when "
+                                         "`limit` is not given (at most `PREFEED_SIMILAR_LENGTH`)", unit="items",
+                                         minimum=1)
     exclude_max: int = setting(100, "PREFEED_EXCLUDE_MAX", "most item ids a feed request may leave out "
                                "(`?exclude=`); more is a 400", unit="items", minimum=0)
     boost_every: int = setting(4, "PREFEED_BOOST_EVERY", "at most one boosted item per this many feed slots",
