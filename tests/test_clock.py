@@ -33,7 +33,7 @@ def test_precompute_builds_the_feature_rows_training_builds_at_the_same_clock(se
     items_t = load_item_table(world.engine, s, as_of=clock)
     pipeline = Pipeline(s, world.engine, r)
     pipeline.load()
-    index_t = for_items(items_t, pipeline.bundle.pairs)
+    index_t = for_items(items_t, pipeline.bundle.sources.pairs())
     _, cand_t, X_t = periods.feature_rows(items_t, index_t, load_events(world.engine, clock), np.array(users),
                                          clock, s)
     # ... and precompute's path reads the batch from the database and builds them at the clock it reads

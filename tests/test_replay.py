@@ -124,7 +124,7 @@ def test_replay_reports_for_each_method_the_share_of_its_pages_repeated(world, p
     events = load_events(world.engine)
     cut = cut_time(events.ts, 0.8)
     items = load_item_table(world.engine, world.settings, as_of=cut)
-    index = source_index.for_items(items, pipeline.bundle.pairs)
+    index = source_index.for_items(items, pipeline.bundle.sources.pairs())
     detail: dict = {}
     # when the replay protocol judges 60 users' next steps
     result = replay.judge_replay(items, index, events, cut, pipeline.bundle.ranker, world.settings, users=60, k=10,
