@@ -4,7 +4,7 @@ listings, a user's latest interactions with their items' categories, and the ite
 from __future__ import annotations
 
 import numpy as np
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, func, select, update
 
 from ..errors import NotFound
 from ..settings import Settings
@@ -84,8 +84,6 @@ def seen_items(engine: Engine, user_id: int, settings: Settings) -> np.ndarray:
 def counted_categories(engine: Engine) -> tuple[np.ndarray, np.ndarray]:
     """Every item with a category and the category it counts in for the diversity rule (its lowest category id),
     ascending by item id, as two int64 arrays."""
-    from sqlalchemy import func
-
     with engine.connect() as conn:
         rows = conn.execute(select(ItemCategory.item_id, func.min(ItemCategory.category))
                             .group_by(ItemCategory.item_id).order_by(ItemCategory.item_id)).all()

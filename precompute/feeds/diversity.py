@@ -57,6 +57,11 @@ class Diversity(NamedTuple):
         return cls(settings.diversity_max, settings.diversity_window)
 
     @property
+    def past(self) -> int:
+        """How far past a page's last slot the rule reads the list (``DEPTH - 1`` items; 0 when off)."""
+        return DEPTH - 1 if self.on else 0
+
+    @property
     def carried(self) -> int:
         """The categories of the last slots a scroll's next page must know (W-1; 0 when off)."""
         return self.window - 1 if self.on else 0

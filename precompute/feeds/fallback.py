@@ -17,7 +17,7 @@ import numpy as np
 from ..settings import Settings
 from . import taste
 from .cursor import Scroll
-from .diversity import DEPTH, Diversity
+from .diversity import OFF, Diversity
 from .page import Page, PageReader
 
 
@@ -42,7 +42,7 @@ def fallback_page(pages: PageReader, settings: Settings, recent: Sequence[tuple[
 
 def popular_page(pages: PageReader, categories: list[int], limit: int, offset: int, seen: np.ndarray,
                  newest: Callable[[int], list[int]], scroll: Scroll | None = None,
-                 rule: Diversity = Diversity(0, 0)) -> Page:
+                 rule: Diversity = OFF) -> Page:
     """Popular items of ``categories`` (interleaved), then global popular; seen and inactive items dropped; the
     diversity ``rule`` applied after ``scroll``'s last slots."""
     pipe = pages.r.pipeline(transaction=False)
@@ -65,8 +65,7 @@ def popular_page(pages: PageReader, categories: list[int], limit: int, offset: i
     _, first = np.unique(merged, return_index=True)
     merged = merged[np.sort(first)]
     need = offset + limit
-    extra = DEPTH - 1 if rule.on else 0
-    head = merged[: need + extra + len(seen) + pages.lookahead]
+    head = merged[: need + rule.past + len(seen) + pages.lookahead]
     head = head[pages.servable(head, seen)] if len(head) else head
-    items, recent = pages.spread([(int(i), 0.0, False) for i in head[:need + extra]], need, rule, scroll)
+    items, recent = pages.spread([(int(i), 0.0, False) for i in head[:need + rule.past]], need, rule, scroll)
     return Page(items=items[offset:], source="fallback", header=None, recent=recent)

@@ -22,7 +22,7 @@ from .client import is_cluster
 from .codec import MAX_HEADER_SIZE, RECORD_SIZE, CorruptFeed, FeedHeader, decode
 from .categories import ItemCategories
 from .cursor import Scroll
-from .diversity import DEPTH, OFF, Diversity, categories_after, spread
+from .diversity import OFF, Diversity, categories_after, spread
 from .item_states import ItemStatesCopy
 from .keys import Keys
 
@@ -83,7 +83,7 @@ class PageReader:
     def spread(self, items: list[tuple[int, float, bool]], need: int, rule: Diversity,
                scroll: Scroll | None) -> tuple[list[tuple[int, float, bool]], tuple[int, ...]]:
         """The first ``need`` of ``items`` (a served list: ``(item_id, score, boosted)``, its first
-        ``need + DEPTH - 1`` or all) as the diversity rule orders them after the scroll's last slots, and the
+        ``need + rule.past`` or all) as the diversity rule orders them after the scroll's last slots, and the
         categories of the last W-1 slots once they are served."""
         if not rule.on:
             return items[:need], ()
@@ -149,8 +149,7 @@ class PageReader:
             served = served | exclude               # left out alike: neither is on the page
         need = limit if scroll is not None else offset + limit
         rule = self.rule(diversity)
-        extra = DEPTH - 1 if rule.on else 0             # the diversity rule looks this far past the page
-        n_read = need + extra + len(served) + self.lookahead + limit
+        n_read = need + rule.past + len(served) + self.lookahead + limit
         keys = [self.keys.feed(user_id), self.keys.seen(user_id)]
         while True:
             blob, tail = self._read(keys, MAX_HEADER_SIZE + n_read * RECORD_SIZE)
@@ -177,7 +176,7 @@ class PageReader:
             else:
                 kept_ids, kept_scores = ids, scores         # nothing dropped (most offset pages)
             start, before = (0, 0) if scroll is None else (scroll.slots, scroll.boosted)
-            out = lift_boosts(kept_ids, kept_scores, self.states.boosts_in_force(), need + extra, self.every,
+            out = lift_boosts(kept_ids, kept_scores, self.states.boosts_in_force(), need + rule.past, self.every,
                               self.lookahead, complete, start=start, boosted_before=before)
             if out is not None:
                 out, recent = self.spread(out, need, rule, scroll)
