@@ -22,6 +22,7 @@ import numpy as np
 
 from ..data.log import EventLog
 from ..ranking import similar
+from ..ranking.arrays import group_rank
 from ..ranking.item_table import ItemTable
 from ..ranking.source_index import SourceIndex
 from ..settings import Settings
@@ -140,5 +141,5 @@ def _served(owner: np.ndarray, nbr: np.ndarray, query: np.ndarray, judged: np.nd
     code = step * span + row
     ok = active[row] & ~np.isin(code, seen_code)
     step, code = step[ok], code[ok]
-    rank = np.arange(len(step)) - np.searchsorted(step, step, side="left")
-    return step[rank < k], code[rank < k]
+    keep = group_rank(step) < k
+    return step[keep], code[keep]

@@ -55,6 +55,12 @@ def top_desc_grouped(scores: np.ndarray, offsets: np.ndarray, k: int) -> tuple[n
     return (packed & np.uint64(0xFFFFFFFF)).astype(np.int64), new
 
 
+def group_rank(keys: np.ndarray) -> np.ndarray:
+    """Each element's 0-based place among the elements of its key in ``keys`` (sorted, or at least grouped by key
+    ascending): for a list of pairs grouped by owner, each pair's place in its owner's list."""
+    return np.arange(len(keys)) - np.searchsorted(keys, keys, side="left")
+
+
 def lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray, missing: float = 0.0) -> np.ndarray:
     """``values`` at each of ``query`` in ``keys`` (sorted ascending, distinct, one value each); ``missing`` where a
     query is not among them. One binary search per query: how a batch's grades are read from sorted codes."""

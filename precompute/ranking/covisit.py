@@ -96,8 +96,7 @@ def _top_of_range(pos, it, session, factor, window: int, top_k: int, lo: int, hi
     s, d = codes // span + lo, codes % span
     keep_order = np.lexsort((d, -weight, s))
     s, d, weight = s[keep_order], d[keep_order], weight[keep_order]
-    rank = np.arange(len(s)) - np.searchsorted(s, s, side="left")
-    keep = rank < top_k
+    keep = arrays.group_rank(s) < top_k
     return s[keep], d[keep], weight[keep]
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..data.history import Histories
 from ..settings import Settings
-from . import candidates, sources
+from . import arrays, candidates, sources
 from .item_table import ItemTable
 from .layout import WINDOWS
 from .source_index import SourceIndex
@@ -42,8 +42,7 @@ def best_per_user(owner: np.ndarray, rows: np.ndarray, score: np.ndarray, n: int
     lists and evaluate's baselines."""
     order = np.lexsort((rows, -score, owner))
     by_user = owner[order]
-    rank = np.arange(len(order)) - np.searchsorted(by_user, by_user, side="left")
-    return order[rank < n]
+    return order[arrays.group_rank(by_user) < n]
 
 
 def by_method(method: str, arg: str | None, items: ItemTable, index: SourceIndex, hist: Histories, settings: Settings

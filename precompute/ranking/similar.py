@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .arrays import group_rank
+
 KEYS = ("similar_src", "similar_dst")
 #: The sources a list is stacked from, in the order they fill it.
 ORDER = ("covisit", "knn")
@@ -44,8 +46,7 @@ def stack(parts: list[tuple[np.ndarray, np.ndarray]], length: int) -> tuple[np.n
     at = by_pair[first]
     at = at[np.lexsort((place[at], owner[at]))]
     o = owner[at]
-    rank = np.arange(len(o)) - np.searchsorted(o, o, side="left")
-    at = at[rank < length]
+    at = at[group_rank(o) < length]
     return owner[at], nbr[at]
 
 
@@ -54,8 +55,7 @@ def _first(owner: np.ndarray, nbr: np.ndarray, n: int) -> tuple[np.ndarray, np.n
     stacking sorts at most ``n`` pairs per item and source (40 at 20), not the 50 + 50 the sources keep."""
     if len(owner) and np.any(owner[1:] < owner[:-1]):
         raise ValueError("stack: each part's pairs must be grouped by owner, ascending")
-    rank = np.arange(len(owner)) - np.searchsorted(owner, owner, side="left")
-    keep = rank <= n          # one more than n: the owner itself, left out below, may be among them
+    keep = group_rank(owner) <= n          # one more than n: the owner itself, left out below, may be among them
     return owner[keep], nbr[keep]
 
 
@@ -82,17 +82,13 @@ def latent_neighbours(factors: np.ndarray, owners: np.ndarray, n: int) -> tuple[
     return np.concatenate(out_o), np.concatenate(out_n)
 
 
-def _csr_pairs(lists, owners: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+def _first_neighbours(lists, owners: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """The first ``n`` neighbours of each of ``owners`` (ascending) in a source's lists by item row
     (``neighbours.Neighbours``): ``(owner, neighbour row)`` pairs."""
-    lens = np.minimum(lists.end[owners] - lists.start[owners], n)
-    start = np.repeat(lists.start[owners], lens)
-    offset = np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens)
-    owner, nbr = np.repeat(owners, lens), np.asarray(lists.nbr)[start + offset].astype(np.int64)
-    if lists.row_of_code is not None:           # a bundle's mapped lists hold its item codes: their rows, if known
-        nbr = lists.row_of_code[nbr]
-        owner, nbr = owner[nbr >= 0], nbr[nbr >= 0]
-    return owner, nbr
+    nbr, _, lens = lists.gather(owners)
+    owner = np.repeat(owners, lens)
+    keep = group_rank(owner) < n
+    return owner[keep], nbr[keep]
 
 
 def for_rows(index, rows: np.ndarray, length: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -101,9 +97,9 @@ def for_rows(index, rows: np.ndarray, length: int) -> dict[str, tuple[np.ndarray
     grouped by owner, in list order."""
     rows = np.asarray(rows, dtype=np.int64)
     out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    out["covisit"] = _csr_pairs(index.covisit, rows, length)
+    out["covisit"] = _first_neighbours(index.covisit, rows, length)
     if index.knn is not None:
-        out["knn"] = _csr_pairs(index.knn, rows, length)
+        out["knn"] = _first_neighbours(index.knn, rows, length)
     if index.latent is not None:
         latent = index.latent
         factors = latent.factors if latent.factors is not None else latent.factors_of(np.arange(len(latent.column)))
