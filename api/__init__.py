@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 from flask import Flask
 
@@ -17,6 +18,7 @@ from precompute.feeds.categories import ItemCategories
 from precompute.feeds.item_states import ItemStates
 from precompute.feeds.keys import Keys
 from precompute.feeds.limits import Limiter
+from precompute.feeds.new_items import NewItems
 from precompute.feeds.page import PageReader
 from precompute.settings import Settings
 
@@ -37,6 +39,9 @@ def create_app(settings: Settings | None = None, test_config: dict | None = None
     keys = Keys(settings.key_prefix)
     queue_redis, r = clients(settings)
     engine = make_engine(settings.database_url, settings)
+    pages = PageReader(r, settings, ItemCategories(lambda: catalog.counted_categories(engine),
+                                                   settings.diversity_refresh))
+    new_items = NewItems(r, keys, pages.new_rule)
     impressions = None
     if settings.impressions:
         from jobs.queues import schedule_collect
@@ -44,7 +49,8 @@ def create_app(settings: Settings | None = None, test_config: dict | None = None
         impressions = ImpressionBuffer(queue_redis, keys.impressions, settings.impressions_flush_ms,
                                        settings.impressions_buffer_max,
                                        on_sent=lambda n: schedule_collect(settings, queue_redis),
-                                       user_max=settings.impressions_user_max)
+                                       user_max=settings.impressions_user_max,
+                                       on_pages=_counter(new_items, pages) if new_items.rule.on else None)
     from . import (addresses, boosts, dashboard, errors, events, feed, health, items, metrics, observe, openapi,
                    rq_panel, similar)
 
@@ -57,9 +63,9 @@ def create_app(settings: Settings | None = None, test_config: dict | None = None
         feed_redis=r,
         queue_redis=queue_redis,
         keys=keys,
-        pages=PageReader(r, settings, ItemCategories(lambda: catalog.counted_categories(engine),
-                                                     settings.diversity_refresh)),
+        pages=pages,
         item_states=ItemStates(r, keys),
+        new_items=new_items,
         metrics=ApiMetrics(settings, queue_redis),
         experiments=Directory(engine),
         impressions=impressions,
@@ -80,6 +86,15 @@ def create_app(settings: Settings | None = None, test_config: dict | None = None
     app.wsgi_app = Turns(app.wsgi_app, settings.api_concurrency, settings.request_body_max,
                          Clients(services(app).keyring, addresses.guard(app).trusted))
     return app
+
+
+def _counter(new_items: NewItems, pages: PageReader):
+    """What the impression flush thread calls with the pages it sent: their impressions of the items this
+    process's copy holds as waiting, counted on the events' clock."""
+    def count(sent: list[list[int]]) -> int:
+        waiting = pages.new_items
+        return new_items.count(sent, waiting.ids, pages.states.clock or time.time()) if waiting.ids else 0
+    return count
 
 
 def _nosniff(response):

@@ -10,6 +10,7 @@ between the two retries and both agree.
 from __future__ import annotations
 
 import dataclasses
+import time
 
 from flask import Blueprint
 
@@ -111,7 +112,20 @@ def _upsert(new: list[NewItem]) -> Upserted:
     with svc.engine.begin() as conn:
         done = items.upsert(conn, chunk, attributes, active=active)
     _follow_active({item.item_id: item.active for item in new})
+    _register_new(new, done.new_ids)
     return done
+
+
+def _register_new(new: list[NewItem], created: tuple[int, ...]) -> None:
+    """Register the active items this request created as new (``precompute/feeds/new_items.py``): their
+    ``created_at``, or the events' clock when they give none, must lie within ``PREFEED_NEW_ITEM_WINDOW`` of it."""
+    svc = services()
+    if not created or not svc.new_items.rule.on:
+        return
+    now = svc.pages.states.clock or time.time()
+    last = {item.item_id: item for item in new}          # the same id twice: the last wins, as in the database
+    svc.new_items.add([(i, now if last[i].created_at is None else last[i].created_at, last[i].categories)
+                       for i in created if last[i].active], now)
 
 
 def _follow_active(flags: dict[int, bool]) -> None:

@@ -12,6 +12,7 @@ from precompute.feeds.cursor import Cursors
 from precompute.feeds.item_states import ItemStates
 from precompute.feeds.keys import Keys
 from precompute.feeds.limits import Limiter
+from precompute.feeds.new_items import NewItems
 from precompute.feeds.page import PageReader
 from precompute.experiments.directory import Directory
 from precompute.experiments.impressions import ImpressionBuffer
@@ -36,6 +37,7 @@ class Services:
     keys: Keys                  # every Redis key name, under the settings' prefix
     pages: PageReader           # reads a user's page: their feed with the live rules applied
     item_states: ItemStates     # writes inactive items and boosts to Redis
+    new_items: NewItems         # registers new items and counts their impressions (``new_items.py``)
     metrics: ApiMetrics         # what /metrics renders
     experiments: Directory      # which experiment and arm a page belongs to (read from the database every 2 s)
     impressions: ImpressionBuffer | None    # records every page served (None: PREFEED_IMPRESSIONS=off)

@@ -29,6 +29,8 @@ IN_BATCH = 10_000
 class Upserted:
     created: int = 0
     updated: int = 0
+    #: the ids this upsert created (one upsert's; ``+=`` adds the counts only)
+    new_ids: tuple[int, ...] = ()
 
     def __iadd__(self, other: Upserted) -> Upserted:
         self.created += other.created
@@ -143,7 +145,8 @@ def upsert(conn: Connection, chunk: ItemChunk, attributes: Sequence[str], active
     if attr_rows:
         conn.execute(ItemAttribute.__table__.insert(), attr_rows)
     created = len(id_list) - len(before)
-    return Upserted(created=created, updated=len(id_list) - created)
+    return Upserted(created=created, updated=len(id_list) - created,
+                    new_ids=tuple(i for i in id_list if i not in before))
 
 
 def ensure(conn: Connection, ids: Sequence[int], create: bool) -> int:

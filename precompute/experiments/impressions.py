@@ -2,7 +2,8 @@
 
 A page is appended to its API process's in-memory buffer as it was served; a thread of that process packs each
 into one binary record (``pack``) and sends the buffer to a Redis list (the queue Redis) every
-``PREFEED_IMPRESSIONS_FLUSH_MS``, in one ``RPUSH``, and at exit. A worker job moves the list to the database in
+``PREFEED_IMPRESSIONS_FLUSH_MS``, in one ``RPUSH``, and at exit; then it hands the pages' items to ``on_pages``
+(the API counts new items' impressions there: ``feeds/new_items.py``). A worker job moves the list to the database in
 batches (``collect.py``).
 
 Each record is named by ``(writer, seq)``: a random 63-bit id of the API process and its own count of the pages it
@@ -86,8 +87,10 @@ class ImpressionBuffer:
     a fork) and at exit. ``on_sent(n)`` runs after each send (the API schedules the collector there)."""
 
     def __init__(self, r: redis.Redis, key: str, flush_ms: int, max_pending: int,
-                 on_sent: Callable[[int], None] | None = None, user_max: int = 0) -> None:
+                 on_sent: Callable[[int], None] | None = None, user_max: int = 0,
+                 on_pages: Callable[[list[list[int]]], object] | None = None) -> None:
         self.r, self.key, self.flush_s, self.on_sent = r, key, flush_ms / 1000.0, on_sent
+        self.on_pages = on_pages              # given the item ids of each page sent, after each send
         self.max_pending = max_pending        # here and in the Redis list alike
         self.user_max = user_max              # pages of one user recorded per minute (0: no bound)
         self.pid = -1
@@ -164,6 +167,11 @@ class ImpressionBuffer:
                 self.on_sent(len(batch))
             except redis.RedisError as exc:
                 log.warning("impressions: the collector could not be scheduled (%s)", type(exc).__name__)
+        if self.on_pages is not None:
+            try:
+                self.on_pages([page[7] for page in batch])
+            except redis.RedisError as exc:
+                log.warning("impressions: new items' impressions not counted (%s)", type(exc).__name__)
         return len(batch)
 
     def close(self) -> None:

@@ -30,6 +30,10 @@ class Keys:
         self.live_reactivated = f"{live}reactivated"   # zset item id -> seq of its reactivation
         self.live_boosts = f"{live}boosts"             # hash item id -> "weight expires_at"
         self.live_clock = f"{live}clock"               # the events' clock: the newest accepted event time
+        self.live_new = f"{live}new"                   # hash item id -> "created_at cats": new items waiting
+        self.live_new_shown = f"{live}new_shown"       # hash item id -> impressions counted while waiting
+        self.live_new_at = f"{live}new_at"             # zset item id -> created_at: every new item registered
+        self.live_new_seq = f"{live}new_seq"           # counter: one increment per change to new
         self.dirty = f"{prefix}dirty"                  # zset user_id -> time it may next be claimed (queue Redis)
         self.dirty_known = f"{prefix}dirty:known"      # zset: the users of dirty who had a history, same times
         self.recomputed = f"{prefix}recomputed"        # zset user_id -> time of its last claim (queue Redis)

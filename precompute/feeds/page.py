@@ -25,6 +25,7 @@ from .cursor import Scroll
 from .diversity import OFF, Diversity, categories_after, spread
 from .item_states import ItemStatesCopy
 from .keys import Keys
+from .new_items import TASTE, NewItemRule, NewItemsCopy, place
 
 
 @dataclasses.dataclass
@@ -65,6 +66,9 @@ class PageReader:
         #: the deployment's diversity rule, and where items' categories come from (None: the rule is never applied)
         self.diversity = Diversity.of(settings) if categories is not None else OFF
         self.categories = categories
+        #: the new-item rule and this process's copy of the items waiting for it
+        self.new_rule = NewItemRule.of(settings)
+        self.new_items = NewItemsCopy(r, self.keys, settings.live_refresh_ms)
 
     def page(self, user_id: int, limit: int, offset: int, scroll: Scroll | None = None,
              exclude: frozenset[int] = frozenset(), diversity: Diversity | None = None) -> Page | None:
@@ -91,6 +95,29 @@ class PageReader:
         before = scroll.recent if scroll is not None else ()
         order = spread(cats, [b for _, _, b in items], need, rule, before)
         return [items[p] for p in order], categories_after(before, [cats[p] for p in order], rule)
+
+    def place_new(self, user_id: int, items: list[tuple[int, float, bool]], ids: list[int], start: int,
+                  served: frozenset[int], seen_ids: set[int], tail: list) -> list[tuple[int, float, bool]]:
+        """``items`` (the served list from slot ``start``) with the new items the rule gives slots to
+        (``new_items.py``); ``ids``: the stored feed's prefix, whose first items say the user's taste; ``served``,
+        ``seen_ids``, ``tail``: what the page leaves out (served or excluded, seen since the feed, seen lately)."""
+        rule = self.new_rule
+        if not rule.on:
+            return items
+        self.new_items.refresh()
+        offered = self.new_items.offer(self.states.clock, rule.window)
+        if not offered:
+            return items
+        taste = None if self.categories is None else frozenset(self.categories.of(ids[:TASTE]))
+        lately = {int(i) for i, _ in tail}
+        off = self.states.inactive_ids
+        inactive = off.__contains__ if off is not None else \
+            (lambda i: bool(self.states.inactive_flags(np.array([i]))[0]))
+
+        def blocked(i: int) -> bool:
+            return i in served or i in seen_ids or i in lately or inactive(i)
+
+        return place(items, start, rule.every, offered, taste, blocked, user_id)
 
     def explain(self, user_id: int, limit: int, offset: int) -> tuple[Page, list[Dropped], list[int]] | None:
         """The live page (as ``page``), the feed items the live rules dropped ranked above the deepest item the page
@@ -179,6 +206,7 @@ class PageReader:
             out = lift_boosts(kept_ids, kept_scores, self.states.boosts_in_force(), need + rule.past, self.every,
                               self.lookahead, complete, start=start, boosted_before=before)
             if out is not None:
+                out = self.place_new(user_id, out, ids, start, served, seen_ids, tail)
                 out, recent = self.spread(out, need, rule, scroll)
                 page = Page(items=out[offset:need] if scroll is None else out, source="precomputed",
                             header=feed.header, recent=recent)

@@ -44,6 +44,20 @@ class ServingSettings:
                                      "rule reloads every item's category from the database this often: a new item, "
                                      "or a category change, counts within this long (before: a new item counts in no "
                                      "category)", unit="s", minimum=1)
+    new_item_every: int = setting(10, "PREFEED_NEW_ITEM_EVERY", "one slot in this many of a precomputed feed (the "
+                                  "last of each run) holds an item created through the API within "
+                                  "`PREFEED_NEW_ITEM_WINDOW` that has had fewer than `PREFEED_NEW_ITEM_IMPRESSIONS` "
+                                  "impressions, for a user whose feed shares its category "
+                                  "(`precompute/feeds/new_items.py`); 0: off. Measured in docs/quality.md", unit="slots",
+                                  minimum=0)
+    new_item_window: int = setting(DAY, "PREFEED_NEW_ITEM_WINDOW", "an item is new this long after its `created_at` "
+                                   "(on the events' clock)", unit="s", minimum=1)
+    new_item_impressions: int = setting(50, "PREFEED_NEW_ITEM_IMPRESSIONS", "impressions a new item is given slots "
+                                        "for; then it competes on its columns like every item (counted from the "
+                                        "pages recorded: `PREFEED_IMPRESSIONS`)", unit="impressions", minimum=1)
+    new_item_max: int = setting(10_000, "PREFEED_NEW_ITEM_MAX", "new items tracked at once; past it the oldest "
+                                "leave first (every API process holds the waiting ones: ~150 bytes each)",
+                                unit="items", minimum=1)
     seen_recent_max: int = setting(500, "PREFEED_SEEN_RECENT_MAX", "recent interactions kept per user for the live "
                                    "seen filter and the fallback", unit="items")
     events_batch_max: int = setting(500, "PREFEED_EVENTS_BATCH_MAX", "events accepted in one `POST /events`",
