@@ -25,6 +25,7 @@ EXPECTED = {
     "protocols": ["log", "cuts", "runs"],
     "ablation": ["log", "cut", "runs"],
     "served": ["served", "evaluated", "served_vs_evaluated", "same_score_share", "late_reads"],
+    "new_items": ["runs", "new_items", "pages"],
     "experiment": ["exact", "reports", "simulated", "verdict", "ratio_interval", "aa", "late_reads"],
     "abuse": ["offered_rate", "flood", "real", "keys", "machine"],
     "hot_user": ["hot", "real", "redis", "collector", "machine"],

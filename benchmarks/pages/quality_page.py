@@ -10,13 +10,17 @@ from pathlib import Path
 from ..lab.results import RESULTS
 from ..lab.world import ROOT
 from .provenance import NAMES, by_log, command
+from .quality_sections import new_items
 
 PAGE = ROOT / "docs" / "quality.md"
 
 
 def load(folder: Path = RESULTS) -> list[dict]:
+    """The protocols' results, one per log, then the new-item benchmark's (when it has run)."""
     files = [p for p in folder.glob("protocols-*.json") if not p.stem.endswith("-quick")]
-    return by_log([json.loads(p.read_text()) for p in files])
+    new = folder / "new_items.json"
+    return by_log([json.loads(p.read_text()) for p in files]) + ([json.loads(new.read_text())] if new.is_file()
+                                                                  else [])
 
 
 def render(results: list[dict]) -> str:
@@ -30,7 +34,7 @@ def render(results: list[dict]) -> str:
            "ran, the method tables show their mean and the summary one line per seed.",
            ""]
     for res in results:
-        out += _log(res)
+        out += _new_items(res) if res.get("benchmark") == "new_items" else _log(res)
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -83,3 +87,11 @@ def _ratio(ratio, interval) -> str:
     if ratio is None:
         return "n/a"
     return f"{ratio:.2f}×" + (f" ({interval[0]:.2f}–{interval[1]:.2f})" if interval else "")
+
+
+def _new_items(res: dict) -> list[str]:
+    machine = res.get("machine", {})
+    return ["## New items that get seen", "",
+            f"{res['date']}, {machine.get('cpus', '?')} CPUs, Python {machine.get('python', '?')}; "
+            f"`{command(res)}`.", "", *new_items(res), ""]
+

@@ -60,3 +60,20 @@ def experiment(res: dict) -> list[str]:
             f"{res['verdict'] or 'none'}; A/A verdict: {res['aa_verdict'] or 'none'}. The A/A users split again "
             f"under {aa['seeds']} other hashes: {aa['false_verdicts']} false verdicts, {aa['sample_ratio_flagged']} "
             "sample-ratio flags."]
+
+
+def new_items(res: dict) -> list[str]:
+    rows = [["off" if not r["every"] else f"one slot in {r['every']}", percent(r["reached_share"]),
+             percent(r["any_share"]), figure(r["impressions_median"], 0), figure(r["ndcg"], 4),
+             times(r["ndcg_ratio"]) if r["every"] else "", interval(r["ndcg_interval"]) if r["ndcg_interval"] else "",
+             f"{r['past_threshold_max']}" if r["every"] else ""] for r in res["runs"]]
+    return [f"The synthetic marketplace, cut {res['cut_quantile']:g}: {res['new_items']} items created after the cut "
+            f"through `PUT /items`, as the log after it is lived through the product (a page of {res['limit']} read "
+            f"at each session's start: {res['pages']:,} pages). A new item waits for "
+            f"{res['impressions']} impressions (`PREFEED_NEW_ITEM_IMPRESSIONS` of this run: this log's traffic is "
+            "a few hundred pages a day). NDCG@10 judges each page's first 10 items against the session that "
+            "follows; the ratio is to the run without the rule, the same pages read at the same times.", "",
+            *table(["`PREFEED_NEW_ITEM_EVERY`", f"new items with {res['impressions']} impressions within a day",
+                    "with any", "impressions within a day (median)", "NDCG@10", "ratio to off", "95% interval",
+                    "most impressions past the threshold"], rows)]
+
