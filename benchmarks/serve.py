@@ -78,6 +78,7 @@ def run(quick: bool = False) -> dict:
         floor = in_process.measure(world, cfg["users"], cfg["calls"], cfg["deep_users"])    # before any server runs
         cursor_chars = floor.pop("cursor_chars")    # sizes, not microseconds
         per_send, on_over_off = floor.pop("impressions_per_send"), floor.pop("impressions_on_over_off")
+        waiting = {k: floor.pop(k) for k in ("new_items_waiting", "new_items_pages_placed")}    # counts, not us
         api_port, rt_port, sync_port, open_port = free_port(), free_port(), free_port(), free_port()
         servers.append(_gunicorn(world, "benchmarks.lab.floor:create_app()", api_port, cfg["http_workers"]))
         servers.append(_gunicorn(world, "benchmarks.lab.realtime:create_app()", rt_port, cfg["http_workers"]))
@@ -120,7 +121,7 @@ def run(quick: bool = False) -> dict:
                    ratio_threaded_over_sync=median([t["rps"] / s_["rps"] for t, s_ in classes]),
                    ratio_turns_over_unbounded=median([t["rps"] / u["rps"] for t, u in turns]),
                    ratio_impressions_on_over_off=on_over_off,
-                   impressions_per_send=per_send)
+                   impressions_per_send=per_send, new_items=waiting)
         print(table(f"serve: {cfg['connections']} connections, {cfg['seconds']}s each, gunicorn x"
                     f"{cfg['http_workers']}, load by {out['generator']}", ["endpoint", "rps", "p50 ms", "p99 ms",
                                                                           "errors"],
@@ -135,6 +136,10 @@ def run(quick: bool = False) -> dict:
                     [[floor["feed_diversity_us"], floor["feed_diversity_off_us"], floor["diversity_over_off"],
                       floor["feed_diversity_cursor_us"], floor["feed_diversity_off_cursor_us"],
                       floor["diversity_over_off_cursor"]]]))
+        print(table(f"\nwhat the new-item rule costs a page with {waiting['new_items_waiting']} items waiting "
+                    f"(interleaved; {waiting['new_items_pages_placed']:.0%} of the pages placed one), median "
+                    "microseconds", ["page 1 on", "off", "on / off"],
+                    [[floor["feed_new_items_us"], floor["feed_new_items_off_us"], floor["new_items_over_off"]]]))
         print(table("\nin-process cost per request (no HTTP server), median microseconds",
                     ["one Redis round trip (PING)", "GET /livez", "GET /floor (limit 20)", "GET /feed (limit 20)",
                      "floor/feed (interleaved)"],

@@ -86,6 +86,7 @@ def measure(world, n_users: int, n: int, deep_users: int) -> dict:
                                                                       f"{second[k % n_users]}")}):
         out.update(per_call(pair, n))
     out.update(impressions(world, first, n))
+    out.update(new_items(world, first, n))
     # What the turns cost a page when nothing waits (``api/turns.py``: a lock, the answer listed): the same app's
     # pages with and without its Turns middleware.
     bare = create_app(settings)
@@ -101,6 +102,7 @@ def measure(world, n_users: int, n: int, deep_users: int) -> dict:
             "cursor_over_offset_deep": out["feed_cursor_deep_us"] / out["feed_offset_deep_us"],
             "diversity_over_off": out["feed_diversity_us"] / out["feed_diversity_off_us"],
             "diversity_over_off_cursor": out["feed_diversity_cursor_us"] / out["feed_diversity_off_cursor_us"],
+            "new_items_over_off": out["feed_new_items_us"] / out["feed_new_items_off_us"],
             "cursor_chars": {"page_2": int(np.median([len(c) for c in second])),
                              f"page_{DEEP_PAGE}": int(np.median([len(c) for _, c in deep]))}}
 
@@ -135,6 +137,43 @@ def impressions(world, first: list[str], n: int, sends: int = 5) -> dict:
         buffer.flush()
         took.append((time.perf_counter() - t0) / per_send)
     return {**out, "impressions_send_per_page_us": median(took) * 1e6, "impressions_per_send": per_send}
+
+
+#: New items waiting for impressions while the new-item rule's cost is measured, spread over the catalogue's
+#: categories: a marketplace listing a thousand items an hour that each wait ~10 minutes for their impressions.
+WAITING = 200
+
+
+def new_items(world, first: list[str], n: int) -> dict:
+    """What the new-item rule (``feeds/new_items.py``) costs a first page while ``WAITING`` items wait: the same
+    pages from two apps, the rule on (one slot in ``PREFEED_NEW_ITEM_EVERY``) and off, alternating in one loop. The
+    items are registered last (every other figure is of a deployment with none waiting) and forgotten after."""
+    from sqlalchemy import select
+
+    from precompute.data.tables import ItemCategory
+    from precompute.feeds.keys import Keys
+    from precompute.feeds.new_items import NewItemRule, NewItems
+
+    settings = world.settings
+    with world.engine.connect() as conn:
+        rows = conn.execute(select(ItemCategory.item_id, ItemCategory.category)
+                            .order_by(ItemCategory.item_id.desc()).limit(WAITING)).all()
+    keys, r = Keys(settings.key_prefix), redis_client(settings.feed_url)
+    writer = NewItems(r, keys, NewItemRule.of(settings))
+    now = time.time()
+    writer.add([(i, now, (c,)) for i, c in rows], now)
+    try:
+        clients = {}
+        for name, every in (("feed_new_items_us", max(1, settings.new_item_every)), ("feed_new_items_off_us", 0)):
+            clients[name] = create_app(dataclasses.replace(settings, new_item_every=every)).test_client(
+                use_cookies=False)
+            clients[name].environ_base["HTTP_AUTHORIZATION"] = world.auth["Authorization"]
+        placed = sum(any(x["item_id"] in {i for i, _ in rows} for x in
+                         clients["feed_new_items_us"].get(path).get_json()["items"]) for path in first)
+        out = per_call({name: lambda k, c=c: c.get(first[k % len(first)]) for name, c in clients.items()}, n)
+    finally:
+        r.delete(keys.live_new, keys.live_new_shown, keys.live_new_at, keys.live_new_seq)
+    return {**out, "new_items_waiting": len(rows), "new_items_pages_placed": placed / max(1, len(first))}
 
 
 def _scroll(client, path: str, page: int) -> str | None:

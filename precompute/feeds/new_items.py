@@ -186,24 +186,26 @@ def place(items: list[tuple[int, float, bool]], start: int, every: int, offered:
     """``items`` (a served list ``(item_id, score, boosted)`` whose first slot is the scroll's ``start``) with a
     waiting item in each slot ``s`` where ``(s + 1) % every == 0``, when one fits (see the module doc): of
     ``offered`` (``(item id, categories)``), one not on the list, not ``blocked(item id)`` and sharing a category
-    with ``taste`` (or without a category; ``taste`` None: every item fits). The list keeps its length: its last items move past its end. A placed
-    item carries the score of the item whose slot it took, and is not boosted."""
+    with ``taste`` (or without a category; ``taste`` None: every item fits). The list keeps its length: its last
+    items move past its end. A placed item carries the score of the item whose slot it took, and is not boosted."""
     if every <= 0 or not offered or not items:
         return items
     first = (every - 1 - start) % every            # the first slot of ``items`` that is a new item's
     if first >= len(items):
         return items
-    fits = [i for i, cats in offered
-            if (taste is None or not cats or not cats.isdisjoint(taste)) and not blocked(i)]
-    if not fits:
-        return items
     out = list(items)
     on_page = {i for i, _, _ in items}
+    n = len(offered)
     for k in range(first, len(out), every):
-        free = [i for i in fits if i not in on_page]
-        if not free:
+        # from a place of the user's and the slot's, the first offered item that fits: most fit, so a page checks a
+        # few of them however many wait (when none fits, each is checked once and the page has no new item)
+        begin = (user_id * 1_000_003 + start + k) % n
+        for j in range(n):
+            i, cats = offered[(begin + j) % n]
+            if i not in on_page and (taste is None or not cats or not cats.isdisjoint(taste)) and not blocked(i):
+                break
+        else:
             break
-        chosen = free[(user_id * 1_000_003 + start + k) % len(free)]
-        on_page.add(chosen)
-        out.insert(k, (chosen, out[k][1], False))
+        on_page.add(i)
+        out.insert(k, (i, out[k][1], False))
     return out[:len(items)]
