@@ -122,7 +122,7 @@ def _register_new(new: list[NewItem], created: tuple[int, ...]) -> None:
     svc = services()
     if not created or not svc.new_items.rule.on:
         return
-    now = svc.pages.states.clock or time.time()
+    now = svc.pages.states.clock or time.time()     # read just now, by ``_follow_active``'s refresh
     last = {item.item_id: item for item in new}          # the same id twice: the last wins, as in the database
     svc.new_items.add([(i, now if last[i].created_at is None else last[i].created_at, last[i].categories)
                        for i in created if last[i].active], now)
