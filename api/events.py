@@ -69,9 +69,9 @@ def post_events():
     if result.versions:
         pipe = svc.feed_redis.pipeline(transaction=False)
         for uid, iid, version in result.seen:
-            pipe.zadd(svc.keys.seen(uid), {str(iid): version})
+            pipe.zadd(svc.keys.seen_recent(uid), {str(iid): version})
         for uid in result.versions:
-            key = svc.keys.seen(uid)
+            key = svc.keys.seen_recent(uid)
             pipe.zremrangebyrank(key, 0, -settings.seen_recent_max - 1)
             pipe.expire(key, settings.feed_ttl)
         pipe.execute()

@@ -3,8 +3,6 @@ seen items read from the database, the page made by the core (``precompute/feeds
 
 from __future__ import annotations
 
-import numpy as np
-
 from jobs.queues import notify_changed
 from precompute.data import catalog, event_types
 from precompute.feeds.cursor import Scroll
@@ -22,12 +20,10 @@ def fallback(svc: Services, uid: int, limit: int, offset: int, notify: bool = Tr
     (default: the deployment's); and ask for their real feed when they have
     events (unless ``notify`` is False: the dashboard shows the fallback without acting)."""
     settings = svc.settings
-    recent = catalog.latest_interactions(svc.engine, uid, settings.seen_recent_max)
+    recent = catalog.latest_interactions(svc.engine, uid, settings.fallback_events)
     seen = catalog.seen_items(svc.engine, uid, settings)
     weights = event_types.by_code(event_types.EventTypes.of(settings).weight_by_code(), [r[1] for r in recent])
     if notify and len(recent):
         notify_changed(settings, svc.queue_redis, [uid])
-    if exclude:
-        seen = np.union1d(seen, np.fromiter(exclude, dtype=np.int64, count=len(exclude)))
-    return fallback_page(svc.pages, settings, recent, weights, seen, limit, offset,
-                         lambda n: catalog.newest_active(svc.engine, n), scroll, diversity)
+    return fallback_page(svc.pages, recent, weights, seen, settings.user_top_categories, limit, offset,
+                         lambda n: catalog.newest_active(svc.engine, n), scroll, exclude, diversity)

@@ -64,7 +64,7 @@ def _items_paths(settings: Settings) -> dict:
                                "type": "integer", "minimum": 1, "maximum": settings.similar_length,
                                "default": min(settings.similar_limit_default, settings.similar_length)}},
                            {"name": "user_id", "in": "query", "schema": _ID,
-                            "description": "leave out the items this user interacted with (their live seen set)"}],
+                            "description": "leave out the items this user interacted with (their recent seen items)"}],
             "responses": {"200": _object("similar items", {
                 "item_id": _ID, "user_id": {"type": ["integer", "null"]},
                 "source": {"enum": ["neighbours", "category_popular"]},

@@ -157,7 +157,7 @@ def _largest_footprint(product, r, sample: int = 200) -> int:
                          {"f": FIRST_FLOOD_USER, "n": sample}).scalars().all()
     most = 0
     for uid in ids:
-        most = max(most, sum(r.memory_usage(k) or 0 for k in (keys.feed(uid), keys.seen(uid), keys.rate_user(uid))))
+        most = max(most, sum(r.memory_usage(k) or 0 for k in (keys.feed(uid), keys.seen_recent(uid), keys.rate_user(uid))))
     return most
 
 

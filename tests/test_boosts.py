@@ -38,7 +38,7 @@ def reference(ids, weights, every: int, lookahead: int) -> list[tuple[int, bool]
 
 
 def _store(r, keys: Keys, ids, boosts: dict[int, float], inactive: set[int], seen: set[int]) -> None:
-    r.delete(keys.feed(USER), keys.seen(USER), keys.live_seq, keys.live_epoch, keys.live_inactive,
+    r.delete(keys.feed(USER), keys.seen_recent(USER), keys.live_seq, keys.live_epoch, keys.live_inactive,
              keys.live_reactivated, keys.live_boosts)
     scores = np.linspace(1.0, 0.0, len(ids), dtype=np.float32)
     r.set(keys.feed(USER), encode(np.asarray(ids, dtype=np.int64), scores, VERSION, 0.0, 1))
@@ -47,11 +47,11 @@ def _store(r, keys: Keys, ids, boosts: dict[int, float], inactive: set[int], see
         states.boost(item, weight, time.time() + 60)
     states.set_active(dict.fromkeys(inactive, False))
     if seen:
-        r.zadd(keys.seen(USER), {str(i): VERSION + 1 for i in seen})
+        r.zadd(keys.seen_recent(USER), {str(i): VERSION + 1 for i in seen})
     # items seen before the feed was computed (at its version or earlier) are not dropped: the feed accounted them
     before = {i: VERSION - i % 2 for i in ids if i % 3 == 0 and i not in seen}
     if before:
-        r.zadd(keys.seen(USER), {str(i): v for i, v in before.items()})
+        r.zadd(keys.seen_recent(USER), {str(i): v for i, v in before.items()})
 
 
 def _pages(pages: PageReader, size: int, until: int) -> list[tuple[int, bool]]:

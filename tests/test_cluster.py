@@ -57,7 +57,7 @@ def test_a_users_keys_share_one_slot_and_feeds_spread_over_every_master(on_clust
     feeds = [(u, encode(np.array([u, u + 1], dtype=np.int64), np.ones(2, np.float32), 5, 0.0, 1), 5) for u in users]
     assert all(store.write_many(feeds))
     # then each user's feed and seen keys hash to one slot, and every master holds some of the feeds
-    assert all(rc.keyslot(keys.feed(u)) == rc.keyslot(keys.seen(u)) for u in users)
+    assert all(rc.keyslot(keys.feed(u)) == rc.keyslot(keys.seen_recent(u)) for u in users)
     per_master = {node.name: 0 for node in rc.get_primaries()}
     for u in users:
         per_master[rc.get_node_from_key(keys.feed(u)).name] += 1
@@ -138,7 +138,7 @@ def test_similar_items_are_written_per_node_and_served_with_the_users_seen_items
     items = np.arange(1000, 1300)
     SimilarStore(rc, on_cluster).publish(7, np.repeat(items, 3), np.repeat(items, 3) + np.tile([5, 6, 7], 300),
                                          items)
-    rc.zadd(keys.seen(user_id), {"1005": 1})
+    rc.zadd(keys.seen_recent(user_id), {"1005": 1})
     # then they spread over every master, each read back from its own slot
     assert len({rc.get_node_from_key(keys.similar(int(i))).name for i in items}) == 3
     assert decode(rc.get(keys.similar(1100))).tolist() == [1105, 1106, 1107]

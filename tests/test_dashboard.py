@@ -126,7 +126,7 @@ def test_the_user_lookup_shows_the_served_page_and_why(client, settings, r, pipe
     keys = Keys(settings.key_prefix)
     # and, since: the 2nd item deactivated, the 3rd interacted with, the 15th boosted
     ItemStates(r, keys).set_active({ids[1]: False})
-    r.zadd(keys.seen(user_id), {str(ids[2]): feed.header.history_version + 1})
+    r.zadd(keys.seen_recent(user_id), {str(ids[2]): feed.header.history_version + 1})
     ItemStates(r, keys).boost(ids[14], 5.0, time.time() + 600)
     served = client.get(f"/feed/{user_id}?limit=20").json
     # when the operator looks the user up

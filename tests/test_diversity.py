@@ -1,11 +1,12 @@
 """The diversity rule on every page: ``spread`` against a plain statement of the rule, then pages of 1, 7, 20 and
-100 and whole scrolls put together from ``lift_boosts`` and ``spread`` as the page assembles them, boosts
-included."""
+100 and whole scrolls put together by the page's rules (``rules.apply``), boosts included."""
 
 from hypothesis import given, settings as hsettings, strategies as st
 
-from precompute.feeds.boosts import lift_boosts
+from precompute.feeds.boosts import BoostRule, lift_boosts
+from precompute.feeds.cursor import Scroll
 from precompute.feeds.diversity import DEPTH, NONE, Diversity, categories_after, spread
+from precompute.feeds.rules import Ask, Listed, apply
 
 
 def reference(cats, boosted, need, rule, recent=()):
@@ -86,15 +87,22 @@ def test_off_is_the_list_order():
     assert spread([1, 1, 1], [False] * 3, 2, Diversity(0, 10)) == [0, 1]
 
 
+class _Categories:
+    """The items' counted categories as ``ItemCategories.of`` answers them, from a dict."""
+
+    def __init__(self, cats):
+        self.cats = cats
+
+    def of(self, ids):
+        return [self.cats[i] for i in ids]
+
+
 def _page(ids, cats, weights, served, need, every, lookahead, scroll, recent, rule):
-    """One page as ``PageReader`` assembles it: the boost rule over the feed less the items served, then the
-    diversity rule over the first ``need + DEPTH - 1`` items of its list."""
-    kept = [i for i in ids if i not in served]
-    extra = need + DEPTH - 1 if rule.on else need
-    lifted = lift_boosts(kept, [0.0] * len(kept), weights, extra, every, lookahead, start=scroll[0],
-                         boosted_before=scroll[1])
-    order = spread([cats[i] for i, _, _ in lifted], [b for _, _, b in lifted], need, rule, recent)
-    return [lifted[p] for p in order]
+    """One page of a scroll as every page is made (``rules.apply``): the feed less the items served, the boost rule,
+    then the diversity rule over the first ``need + DEPTH - 1`` items of its list."""
+    ask = Ask.of(need, 0, Scroll(1, tuple(sorted(served)), scroll[0], scroll[1], recent), frozenset(), rule)
+    listed = Listed(list(ids), [0.0] * len(ids), [False] * len(ids), [False] * len(ids), True)
+    return apply(listed, ask, weights, BoostRule(every, lookahead), _Categories(cats)).items
 
 
 feeds = st.integers(0, 260).flatmap(lambda n: st.tuples(

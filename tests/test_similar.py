@@ -110,7 +110,7 @@ def test_inactive_items_are_dropped_at_once(client, app, listed):
 def test_with_user_id_the_users_seen_items_are_dropped(client, app, listed, r, settings, user_id):
     # given a user who interacted with the item's first and third neighbours (the live seen set)
     item, nbrs = listed
-    r.zadd(Keys(settings.key_prefix).seen(user_id), {str(nbrs[0]): 1, str(nbrs[2]): 1})
+    r.zadd(Keys(settings.key_prefix).seen_recent(user_id), {str(nbrs[0]): 1, str(nbrs[2]): 1})
     # then their answer leaves both out; another's, or one without user_id, does not
     got = [x["item_id"] for x in client.get(f"/items/{item}/similar?limit=3&user_id={user_id}").json["items"]]
     assert got == [nbrs[1], nbrs[3], nbrs[4]]

@@ -20,6 +20,19 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+
+class BoostRule(NamedTuple):
+    """The rule's setting: at most one boosted item in ``every`` slots, lifted at most ``lookahead`` places."""
+
+    every: int
+    lookahead: int
+
+    @classmethod
+    def of(cls, settings) -> BoostRule:
+        """The deployment's rule (``PREFEED_BOOST_EVERY``, ``PREFEED_BOOST_LOOKAHEAD``)."""
+        return cls(settings.boost_every, settings.boost_lookahead)
 
 
 def lift_boosts(ids: Sequence[int], scores: Sequence[float], weights: Mapping[int, float], need: int, every: int,

@@ -2,7 +2,7 @@
 
 Keys are laid out for Redis Cluster, and the same layout serves a single Redis:
 
-- a user's keys share the hash tag ``{u:<id>}`` (one slot), so the page script reads the feed and the seen items
+- a user's keys share the hash tag ``{u:<id>}`` (one slot), so a page reads the feed and the recent seen items
   in one call on one node;
 - the item states (boosts, deactivations, their counters) share ``{live}`` and the fallback's popular lists share
   ``{popular}``: each group changes in one atomic step on one node (``item_states.py``, ``store.publish_popular``);
@@ -60,8 +60,10 @@ class Keys:
     def feed(self, user_id: int) -> str:
         return f"{self.prefix}{{u:{user_id}}}:feed"
 
-    def seen(self, user_id: int) -> str:
-        return f"{self.prefix}{{u:{user_id}}}:seen"    # zset item_id -> history version of the interaction
+    def seen_recent(self, user_id: int) -> str:
+        # zset item_id -> history version of the interaction: the user's newest ``PREFEED_SEEN_RECENT_MAX`` seen
+        # items, in which a page finds those seen since its feed (stored as ":seen": existing keys stay readable)
+        return f"{self.prefix}{{u:{user_id}}}:seen"
 
     def marker(self, tag: int) -> str:
         return f"{self.prefix}{{marker:{tag}}}"      # a cluster node's marker: a tag whose slot that node serves

@@ -35,6 +35,7 @@ from .client import per_node
 from .fallback import popular_page
 from .keys import Keys
 from .page import PageReader
+from .rules import Ask
 
 MAGIC = b"PS"
 FORMAT = 1
@@ -99,13 +100,13 @@ class SimilarPage:
 
 
 def read(pages: PageReader, item_id: int, user_id: int | None) -> tuple[np.ndarray | None, frozenset[bytes]]:
-    """The item's stored list (None: none, or unreadable) and ``user_id``'s seen items as Redis holds them (decimal
-    ids as bytes: the live seen set, up to ``PREFEED_SEEN_RECENT_MAX``; none without a user), in one pipelined round
-    trip. The seen ids stay bytes: a list of 20 is looked up in them, where parsing 500 ids cost ~50 us."""
+    """The item's stored list (None: none, or unreadable) and ``user_id``'s recent seen items as Redis holds them
+    (decimal ids as bytes, up to ``PREFEED_SEEN_RECENT_MAX``; none without a user), in one pipelined round trip.
+    The seen ids stay bytes: a list of 20 is looked up in them, where parsing 500 ids cost ~50 us."""
     pipe = pages.r.pipeline(transaction=False)
     pipe.get(pages.keys.similar(item_id))
     if user_id is not None:
-        pipe.execute_command("ZRANGE", pages.keys.seen(user_id), 0, -1)
+        pipe.execute_command("ZRANGE", pages.keys.seen_recent(user_id), 0, -1)
     replies = pipe.execute()
     return decode(replies[0]), frozenset(replies[1]) if user_id is not None else frozenset()
 
@@ -131,5 +132,5 @@ def similar_page(pages: PageReader, item_id: int, limit: int, user_id: int | Non
     if cats is None:
         return None
     drop = np.array(sorted({int(i) for i in seen} | {item_id}), dtype=np.int64)
-    page = popular_page(pages, cats, limit, 0, drop, newest)
+    page = popular_page(pages, cats, Ask.of(limit), drop, newest)
     return SimilarPage(item_id, [i for i, _, _ in page.items], "category_popular")

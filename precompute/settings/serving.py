@@ -1,5 +1,6 @@
-"""What the API accepts and answers: page sizes, the boost rule's limits, the live seen filter, limits on batches,
-bodies and event times, authentication, keys' rates and cursors, how long a health check is reused."""
+"""What the API accepts and answers: page sizes, the boost rule's limits, the live seen filter and the fallback,
+limits on batches, bodies and event times, authentication, keys' rates and cursors, how long a health check is
+reused."""
 
 from __future__ import annotations
 
@@ -58,8 +59,12 @@ class ServingSettings:
     new_item_max: int = setting(10_000, "PREFEED_NEW_ITEM_MAX", "new items tracked at once; past it the oldest "
                                 "leave first (every API process holds the waiting ones: ~150 bytes each)",
                                 unit="items", minimum=1)
-    seen_recent_max: int = setting(500, "PREFEED_SEEN_RECENT_MAX", "recent interactions kept per user for the live "
-                                   "seen filter and the fallback", unit="items")
+    seen_recent_max: int = setting(500, "PREFEED_SEEN_RECENT_MAX", "a user's recent seen items kept in Redis (the "
+                                   "newest interactions, each with its history version): a page drops those seen "
+                                   "since its feed was computed, similar items those of the user", unit="items")
+    fallback_events: int = setting(500, "PREFEED_FALLBACK_EVENTS", "a user's newest events the fallback reads from "
+                                   "the database: their items' categories make the user's top categories",
+                                   unit="events")
     events_batch_max: int = setting(500, "PREFEED_EVENTS_BATCH_MAX", "events accepted in one `POST /events`",
                                     unit="events")
     event_max_age: int = setting(365 * DAY, "PREFEED_EVENT_MAX_AGE", "oldest `ts` an event may carry, before now",
