@@ -67,6 +67,33 @@ def test_spread_is_the_rule_on_every_page_size(given_list, rule, need, skew):
     assert all(not boosted[p] or all(q in got[:s] for q in range(p)) for s, p in enumerate(got))
 
 
+few_categories = st.integers(0, 250).flatmap(lambda n: st.tuples(
+    st.lists(st.sampled_from([1] * 12 + [2] * 3 + [3, NONE]), min_size=n, max_size=n),
+    st.lists(st.sampled_from([False] * 4 + [True]), min_size=n, max_size=n),
+    st.lists(st.sampled_from([1, 2, 3, NONE]), max_size=49),
+))
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(few_categories, rules, st.integers(1, 200))
+def test_spread_is_the_rule_when_one_category_crowds_the_list(given_list, rule, need):
+    # given a list mostly of one category (so most slots pass items over, and many look the whole DEPTH down before
+    # relaxing), with boosted items among them, and the categories served before
+    cats, boosted, recent = given_list
+    # then the rule places every slot as the plain statement does
+    assert spread(cats, boosted, need, rule, recent) == reference(cats, boosted, need, rule, recent)[0]
+
+
+def test_an_item_fits_only_within_depth_of_the_first_left():
+    # given one item of category 2 after a run of category 1, and at most 1 of a category in 2 slots
+    for gap in (DEPTH - 1, DEPTH):
+        cats = [1] * (gap + 1) + [2]
+        got = spread(cats, [False] * len(cats), 2, Diversity(1, 2))
+        # then slot 2 takes it when it is among the first DEPTH items left (DEPTH - 1 below the first), else the
+        # rule relaxes to the list's order
+        assert got == ([0, gap + 1] if gap < DEPTH else [0, 1]), gap
+
+
 def test_one_category_relaxes_to_the_list_order():
     # given a catalogue of one category, the rule at most 1 in 5
     cats = [7] * 30

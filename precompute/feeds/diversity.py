@@ -29,6 +29,8 @@ offset pages read one after another give the pages of one big read. (``Settings.
 from __future__ import annotations
 
 import struct
+from bisect import bisect_left
+from collections import deque
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -77,38 +79,84 @@ def spread(cats: Sequence[int], boosted: Sequence[bool], need: int, rule: Divers
     categories of the slots served before this list's first, oldest first (only the last W-1 count).
 
     Reads the list's first ``need + DEPTH - 1`` items at most: a caller passes at least those, or the whole list.
-    Plain lists and a dict of counts: a page places ~20-100 slots, most taking the first item they look at.
+    While every slot takes the first item not yet placed (most slots of a page), a slot costs one look-up. From the
+    first item passed over, the items not yet placed are also queued by category (``_Waiting``): a slot whose first
+    item does not fit takes the first waiting item of a category that fits, without rescanning the next ``DEPTH``.
     """
     n = len(cats)
     if not rule.on:
         return list(range(min(need, n)))
     most, back = rule.most, rule.window - 1
-    window = list(recent[max(0, len(recent) - back):])
+    window = deque(recent[max(0, len(recent) - back):])
     counts: dict[int, int] = {}
     for c in window:
         if c != NONE:
             counts[c] = counts.get(c, 0) + 1
-    left = list(range(n))                      # places not yet placed, in list order
     out: list[int] = []
-    while len(out) < need and left:
-        take = 0                               # relaxation: the first item not yet placed
-        for j in range(min(DEPTH, len(left))):
-            p = left[j]
-            c = cats[p]
-            if (c == NONE or counts.get(c, 0) < most) and (j == 0 or not boosted[p]):
-                take = j
+    waiting: _Waiting | None = None             # None while no item was passed over: the next item is len(out)
+    while len(out) < need:
+        if waiting is None:
+            p = len(out)
+            if p == n:
                 break
-        p = left.pop(take)
+            c = cats[p]
+            if c != NONE and counts.get(c, 0) >= most:
+                waiting = _Waiting(cats, boosted, p)
+        if waiting is not None:
+            if not waiting.left:
+                break
+            p = waiting.take(counts, most)
+            c = cats[p]
         out.append(p)
-        c = cats[p]
         window.append(c)
         if c != NONE:
             counts[c] = counts.get(c, 0) + 1
         if len(window) > back:
-            gone = window.pop(0)
+            gone = window.popleft()
             if gone != NONE:
                 counts[gone] -= 1
     return out
+
+
+class _Waiting:
+    """The items ``spread`` has not placed, from the first one it passed over: ``left``, their places in list order,
+    and ``queues``, each category's places among them of items not boosted (the only ones that may be taken from
+    below the first: a boosted item is never moved up)."""
+
+    def __init__(self, cats: Sequence[int], boosted: Sequence[bool], start: int) -> None:
+        self.cats = cats
+        self.boosted = boosted
+        self.left = list(range(start, len(cats)))
+        self.queues: dict[int, deque[int]] = {}
+        for p in self.left:
+            if not boosted[p]:
+                queue = self.queues.get(cats[p])
+                if queue is None:
+                    self.queues[cats[p]] = deque((p,))
+                else:
+                    queue.append(p)
+
+    def take(self, counts: dict[int, int], most: int) -> int:
+        """Take the place of the next slot, given the counts of the window it closes: the first item left if it
+        fits; else the first item of a category that fits, if it is among the first ``DEPTH`` left; else
+        (relaxation) the first item left."""
+        left, cats = self.left, self.cats
+        p, at = left[0], 0
+        c = cats[p]
+        if c != NONE and counts.get(c, 0) >= most:
+            fits = [queue[0] for k, queue in self.queues.items() if k == NONE or counts.get(k, 0) < most]
+            if fits:
+                first = min(fits)
+                below = bisect_left(left, first)
+                if below < DEPTH:
+                    p, at, c = first, below, cats[first]
+        del left[at]
+        if not self.boosted[p]:
+            queue = self.queues[c]
+            queue.popleft()                     # ``p`` is its category's first: none before it is left
+            if not queue:
+                del self.queues[c]
+        return p
 
 
 def categories_after(recent: Sequence[int], page_cats: Sequence[int], rule: Diversity) -> tuple[int, ...]:
