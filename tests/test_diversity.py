@@ -237,6 +237,17 @@ def test_a_scroll_served_with_diversity_keeps_every_window(diverse_app, r, setti
     assert [i["item_id"] for i in client.get(f"/feed/{uid}?limit=84&diversity=off").get_json()["items"]] == ids[:84]
 
 
+def test_a_copy_of_the_categories_answers_each_item_and_none_for_others():
+    # given a copy of five items' categories, the last of them the largest id but one
+    copy = ItemCategories(lambda: (np.array([3, 5, 8, 13, 2**63 - 2], dtype=np.int64),
+                                   np.array([7, 1, 7, 4, 9], dtype=np.int64)), 3600)
+    # then each known item has its category, and an item not in the copy (below, between, above them all, the
+    # largest id) has none, in the order asked
+    assert (copy.of([13, 1, 5, 6, 2**63 - 2, 2**63 - 1, 3, 100, 8])
+            == [4, NONE, 1, NONE, 9, NONE, 7, NONE, 7])
+    assert copy.of([]) == []
+
+
 def test_the_counted_category_is_the_lowest(world):
     # given the catalogue's memberships, then each item counts in its lowest category id
     known, counted = catalog.counted_categories(world.engine)

@@ -3,7 +3,7 @@
 A page reads only its own user's keys in one round trip (``page.py``), so the items' categories cannot be read per
 page. Each API process holds them as two sorted arrays: the ids of the items that have a category and the category
 each counts in (its lowest category id, ``diversity.py`` says why), 16 bytes per item: ~160 MB for a catalogue of
-10 million items, ~1.6 MB for 100,000. A page looks its ~60-150 items up with one binary search.
+10 million items, ~1.6 MB for 100,000. A page looks its ~60-150 items up with one binary search (four numpy calls).
 
 Loaded from the database the first time a page applies the rule (a deployment with the rule off and no request
 asking for it never holds them), then reloaded whole in a background thread every ``PREFEED_DIVERSITY_REFRESH``;
@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -26,13 +27,26 @@ from .diversity import NONE
 Reader = Callable[[], tuple[np.ndarray, np.ndarray]]
 
 
+class Held(NamedTuple):
+    """One copy: the items with a category, ascending, then the largest int64 (so a search never runs off the end),
+    and the category each counts in, then ``NONE``."""
+
+    known: np.ndarray
+    cats: np.ndarray
+
+    @classmethod
+    def of(cls, known: np.ndarray, cats: np.ndarray) -> Held:
+        return cls(np.append(np.asarray(known, dtype=np.int64), np.iinfo(np.int64).max),
+                   np.append(np.asarray(cats, dtype=np.int64), NONE))
+
+
 class ItemCategories:
     """One process's copy of every item's counted category (see the module doc)."""
 
     def __init__(self, read: Reader, refresh_s: float) -> None:
         self._read = read
         self.refresh_s = refresh_s
-        self._held: tuple[np.ndarray, np.ndarray] | None = None
+        self._held: Held | None = None
         self._lock = threading.Lock()
         self.loaded_at = float("-inf")           # monotonic s of the copy held
 
@@ -41,17 +55,16 @@ class ItemCategories:
         held = self._held
         if held is None:
             held = self._first_load()
-        known, cats = held
-        if not len(known) or not len(ids):
-            return [NONE] * len(ids)
-        q = np.asarray(ids, dtype=np.int64)
-        at = np.searchsorted(known, q).clip(max=len(known) - 1)
-        return np.where(known[at] == q, cats[at], NONE).tolist()
+        q = np.array(ids, dtype=np.int64)
+        at = held.known.searchsorted(q)
+        found = held.cats[at]
+        found[held.known[at] != q] = NONE
+        return found.tolist()
 
-    def _first_load(self) -> tuple[np.ndarray, np.ndarray]:
+    def _first_load(self) -> Held:
         with self._lock:
             if self._held is None:
-                self._held = self._read()
+                self._held = Held.of(*self._read())
                 self.loaded_at = time.monotonic()
                 threading.Thread(target=self._follow, name="prefeed-categories", daemon=True).start()
         return self._held
@@ -61,7 +74,7 @@ class ItemCategories:
         while True:
             time.sleep(self.refresh_s)
             try:
-                self._held = self._read()
+                self._held = Held.of(*self._read())
                 self.loaded_at = time.monotonic()
             except Exception:                    # noqa: BLE001 - a database away: keep serving the copy held
                 continue
