@@ -4,7 +4,8 @@ synthetic marketplace at the demo's size when that database holds no events.
 
 Prints one line per run (static and replay ratios with their intervals, the replay's best baseline, candidate recall
 per source) and writes ``results/protocols-<name>.json`` (name: the var dir's folder, or ``synthetic``) with every
-method's metrics per run: the docs' quality tables are rendered from it.
+method's metrics per run: the docs' quality tables are rendered from it. A run with ``PREFEED_CASCADE_KEEP=0`` (the full
+model on every candidate) writes ``results/protocols-<name>-full-model.json``: the page sets it beside the cascade's.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from .lab.results import table, write_result
 
 FULL = dict(cuts=(0.7, 0.8, 0.9), seeds=(0,), iterations=None)
 QUICK = dict(cuts=(0.8,), seeds=(0,), iterations=30)
+#: The results file's suffix for a run without the cascade's first stage (``PREFEED_CASCADE_KEEP=0``).
+FULL_MODEL = "full-model"
 
 
 def run(quick: bool = False) -> dict:
@@ -42,8 +45,10 @@ def run(quick: bool = False) -> dict:
         print(table(f"evaluate --protocol both on {name}", ["cut", "seed", "users", "static ratio", "static best",
                                                            "steps", "replay ratio", "replay best", "cand. recall"],
                     rows))
-        out = dict(log=name, cuts=list(cfg["cuts"]), seeds=list(cfg["seeds"]), runs=runs)
-        print(f"wrote {write_result('protocols' if quick else f'protocols-{name}', out, quick)}")
+        out = dict(log=name, cuts=list(cfg["cuts"]), seeds=list(cfg["seeds"]), cascade_keep=settings.cascade_keep,
+                   runs=runs)
+        stem = f"protocols-{name}" + ("" if settings.cascade_keep else f"-{FULL_MODEL}")
+        print(f"wrote {write_result('protocols' if quick else stem, out, quick)}")
         return out
 
 

@@ -86,6 +86,25 @@ def test_the_quality_page_is_the_render_of_the_committed_results():
     assert report.PAGE.read_text() == report.render(results), "docs/quality.md is stale: python -m benchmarks report"
 
 
+def test_the_quality_page_sets_a_run_without_the_cascade_beside_the_cascades(tmp_path):
+    # given a log's protocols run with the cascade, and the same run with the full model on every candidate
+    from benchmarks.pages import report
+
+    committed = ROOT / "benchmarks" / "results"
+    (tmp_path / "protocols-pf-ml-100k.json").write_text((committed / "protocols-pf-ml-100k.json").read_text())
+    full = json.loads((committed / "protocols-pf-ml-100k-full-model.json").read_text())
+    assert full["cascade_keep"] == 0
+    for run in full["runs"]:
+        run["static"]["methods"]["ranker"]["ndcg"] = 0.5
+    (tmp_path / "protocols-pf-ml-100k-full-model.json").write_text(json.dumps(full))
+    page = report.render(report.load(tmp_path))
+    # then the log is shown once, by the cascade's runs, with the full model's beside them run by run
+    assert page.count("## MovieLens-100K") == 1
+    beside = [line for line in page.splitlines() if line.startswith("| ") and "0.5000 → " in line]
+    assert len(beside) == len(full["runs"]) == 9
+    assert "PREFEED_CASCADE_KEEP=0 python -m benchmarks protocols" in page
+
+
 def test_the_performance_page_is_the_render_of_the_committed_results():
     # given the latest full result of every benchmark, as committed
     from benchmarks.pages import report

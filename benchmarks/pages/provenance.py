@@ -17,13 +17,14 @@ def by_log(results: list[dict]) -> list[dict]:
 
 def command(res: dict) -> str:
     """What to type to write ``res`` again, with what its name alone does not say: the log's folder
-    (``PREFEED_VAR_DIR``), the protocols' training seeds, the ablation's cut, the import's row count and PostgreSQL
-    run."""
+    (``PREFEED_VAR_DIR``), the protocols' training seeds and a run without the cascade, the ablation's cut, the
+    import's row count and PostgreSQL run."""
     name = res["benchmark"].partition("-")[0]
     env = f"PREFEED_VAR_DIR=<{res['log']}> " if res.get("log", "synthetic") != "synthetic" else ""
     seeds = res.get("seeds", [0]) if name == "protocols" else [0]
     env += f"PREFEED_BENCH_SEEDS={','.join(map(str, seeds))} " if seeds != [0] else ""
     env += f"PREFEED_BENCH_CUT={res['cut']:g} " if name == "ablation" and res.get("cut", 0.8) != 0.8 else ""
+    env += "PREFEED_CASCADE_KEEP=0 " if res.get("cascade_keep") == 0 else ""
     options = ""
     if name == "import":
         from ..import_ import FULL_ROWS

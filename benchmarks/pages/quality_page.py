@@ -1,5 +1,6 @@
 """``docs/quality.md``: every method under both protocols, per log and cut, with candidate recall per source, from
-``benchmarks/results/protocols-<log>.json`` (``report.py`` writes it)."""
+``benchmarks/results/protocols-<log>.json`` (``report.py`` writes it); beside each log's runs, the same runs without
+the cascade's first stage when ``protocols-<log>-full-model.json`` holds them."""
 
 from __future__ import annotations
 
@@ -23,6 +24,11 @@ def load(folder: Path = RESULTS) -> list[dict]:
                                                                   else [])
 
 
+def full_model(res: dict) -> bool:
+    """Whether ``res`` ranked every candidate with the full model (``PREFEED_CASCADE_KEEP=0``): the comparison."""
+    return res.get("cascade_keep") == 0
+
+
 def render(results: list[dict]) -> str:
     out = ["# Quality under both protocols",
            "",
@@ -31,14 +37,22 @@ def render(results: list[dict]) -> str:
            "do not edit by hand. NDCG@10 of every method, with Recall@10 (static: the share of each user's new items in",
            "the top 10) and HitRate@10 (replay: the share of steps with a hit); the ranker's ratio is to the best baseline",
            "of the same run and protocol, with its 95 % bootstrap interval over users. Where several training seeds",
-           "ran, the method tables show their mean and the summary one line per seed.",
+           "ran, the method tables show their mean and the summary one line per seed. Where a log also ran without the",
+           "cascade's first stage (`PREFEED_CASCADE_KEEP=0`: the full model on every candidate), a table sets those",
+           "runs beside the cascade's.",
            ""]
+    protocols = [res for res in results if res.get("benchmark") != "new_items"]
+    beside = {res["log"]: res for res in protocols if full_model(res)}
+    shown = {res["log"] for res in protocols if not full_model(res)}
     for res in results:
-        out += _new_items(res) if res.get("benchmark") == "new_items" else _log(res)
+        if res.get("benchmark") == "new_items":
+            out += _new_items(res)
+        elif not full_model(res) or res["log"] not in shown:
+            out += _log(res, beside.get(res["log"]) if not full_model(res) else None)
     return "\n".join(out).rstrip() + "\n"
 
 
-def _log(res: dict) -> list[str]:
+def _log(res: dict, full: dict | None = None) -> list[str]:
     machine = res.get("machine", {})
     out = [f"## {NAMES.get(res['log'], res['log'])}", "",
            f"{res['date']}, {machine.get('cpus', '?')} CPUs, Python {machine.get('python', '?')}; "
@@ -52,6 +66,8 @@ def _log(res: dict) -> list[str]:
                    f"| {rp['steps']:,} | {_ratio(rp['ratio'], rp['ratio_interval'])} | {rp['best_baseline']} "
                    f"| {rp['methods']['ranker']['candidate_recall']:.3f} |")
     out.append("")
+    if full is not None:
+        out += _cascade(res, full)
     for cut in res["cuts"]:
         runs = [r for r in res["runs"] if r["cut"] == cut]
         if not runs:
@@ -75,6 +91,30 @@ def _log(res: dict) -> list[str]:
                 + f" | {statistics.mean(r['replay']['methods']['ranker']['candidate_recall'] for r in runs):.3f} |",
                 ""]
     return out
+
+
+def _cascade(res: dict, full: dict) -> list[str]:
+    """The runs of ``res`` (the cascade) beside ``full``'s of the same cut and seed: the ranker's NDCG@10 and its
+    ratio to the best baseline under both protocols."""
+    by_run = {(r["cut"], r["seed"]): r for r in full["runs"]}
+    out = [f"The cascade beside the full model on every candidate: {full['date']}, `{command(full)}`.", "",
+           "| cut | seed | static NDCG@10: full model → cascade | static ratio: full model → cascade "
+           "| replay NDCG@10: full model → cascade | replay ratio: full model → cascade "
+           "| the full model's top 10 in the first stage's best (held-out lists) |",
+           "|---:|---:|---|---|---|---|---:|"]
+    for run in res["runs"]:
+        before = by_run.get((run["cut"], run["seed"]))
+        if before is None:
+            continue
+        cells = []
+        for protocol, ratio, interval in (("static", "ratio", "interval"), ("replay", "ratio", "ratio_interval")):
+            a, b = before[protocol], run[protocol]
+            cells += [f"{a['methods']['ranker']['ndcg']:.4f} → {b['methods']['ranker']['ndcg']:.4f}",
+                      f"{_ratio(a[ratio], a[interval])} → {_ratio(b[ratio], b[interval])}"]
+        kept = run.get("train", {}).get("cascade_top10_kept")
+        cells.append("–" if kept is None else f"{kept:.2%}")
+        out.append(f"| {run['cut']:g} | {run['seed']} | " + " | ".join(cells) + " |")
+    return out + [""]
 
 
 def _mean(runs: list[dict], protocol: str, method: str, metric: str) -> str:
