@@ -21,15 +21,18 @@ and one refresh interval (set here to 100 ms each, since the log plays a day in 
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from sqlalchemy import select
 
 from precompute.data import bulk, engine as db, synthetic
 from precompute.data.log import load_events
+from precompute.data.tables import Item, ItemAttribute, ItemCategory
 from precompute.learning import bootstrap
 from precompute.learning.split import cut_time
 from precompute.settings import Settings
@@ -128,7 +131,7 @@ def _live(source, source_settings, events, cut: float, cfg: dict, new: np.ndarra
             while c < len(order) and created[order[c]] <= t:
                 product.post_until(names, k)            # the clock at the item's creation
                 item = int(new[order[c]])
-                status, _ = product.request(product.http, "PUT", f"/items/{item}", _json(bodies[item]),
+                status, _ = product.request(product.http, "PUT", f"/items/{item}", json.dumps(bodies[item]),
                                             {"Content-Type": "application/json"})
                 if status != 201:
                     raise RuntimeError(f"PUT /items/{item} answered {status}")
@@ -146,10 +149,6 @@ def _live(source, source_settings, events, cut: float, cfg: dict, new: np.ndarra
 
 def _bodies(source, new: np.ndarray) -> dict[int, dict]:
     """The ``PUT /items`` body of each new item, as the source catalogue holds it."""
-    from sqlalchemy import select
-
-    from precompute.data.tables import Item, ItemAttribute, ItemCategory
-
     ids = new.tolist()
     with source.connect() as conn:
         rows = {r.id: dict(price=r.price, created_at=r.created_at, categories=[], attributes={})
@@ -161,12 +160,6 @@ def _bodies(source, new: np.ndarray) -> dict[int, dict]:
                                                      ItemAttribute.value).where(ItemAttribute.item_id.in_(ids))):
             rows[item]["attributes"][name] = value
     return rows
-
-
-def _json(body: dict) -> str:
-    import json
-
-    return json.dumps(body)
 
 
 def _judge(pages, events, cut: float, gap: float, new: np.ndarray, created: np.ndarray, every: int) -> dict:

@@ -75,8 +75,8 @@ def _writer(r, settings, **rule):
 
 
 def _copy(r, settings) -> NewItemsCopy:
-    copy = NewItemsCopy(r, Keys(settings.key_prefix), 1000)
-    copy.refresh(force=True)
+    copy = NewItemsCopy(r, Keys(settings.key_prefix))
+    copy.sync()
     return copy
 
 
@@ -142,7 +142,9 @@ def test_a_new_item_gets_its_slots_until_its_impressions_are_recorded(new_app, p
     assert client.put(f"/items/{item}", headers=admin, json={"categories": [cat]}).status_code == 201
     assert client.put(f"/items/{stranger}", headers=admin, json={"categories": [999_999]}).status_code == 201
     try:
-        services(app).pages.new_items.refresh(force=True)
+        # once the process's item states are read again (every PREFEED_LIVE_REFRESH_MS; here at once), bringing the
+        # new items' counter with them
+        services(app).pages.states.refresh(force=True)
         # then the user's page holds it in slot 10, the feed's own items moved down one; the stranger nowhere
         page, _ = _ids(client, uid)
         assert page[9] == item and page[:9] == before[:9] and page[10:] == before[9:19]
@@ -154,11 +156,11 @@ def test_a_new_item_gets_its_slots_until_its_impressions_are_recorded(new_app, p
         assert scroll.index(item) == 9 and len(set(scroll)) == len(scroll)
         # when its pages are recorded: the two pages above that held it are not enough, two more are
         services(app).impressions.flush()
-        services(app).pages.new_items.refresh(force=True)
+        services(app).pages.new_items.sync()
         assert services(app).new_items.shown(item) == 2 and item in services(app).pages.new_items.ids
         assert all(item in _ids(client, uid)[0] for _ in range(2))
         services(app).impressions.flush()
-        services(app).pages.new_items.refresh(force=True)
+        services(app).pages.states.refresh(force=True)
         # then it keeps no slot: the page is the feed again
         assert services(app).new_items.shown(item) == 4
         assert _ids(client, uid)[0] == before
@@ -175,7 +177,7 @@ def test_an_item_created_long_ago_or_inactive_is_not_new(new_app, admin, world):
         assert client.put(f"/items/{old}", headers=admin,
                           json={"categories": [1], "created_at": time.time() - 3 * 86400}).status_code == 201
         assert client.put(f"/items/{off}", headers=admin, json={"categories": [1], "active": False}).status_code == 201
-        services(app).pages.new_items.refresh(force=True)
+        services(app).pages.new_items.sync()
         assert services(app).pages.new_items.ids == frozenset()
     finally:
         with world.engine.begin() as conn:

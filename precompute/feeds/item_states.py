@@ -16,7 +16,8 @@ small).
 It reloads everything when the epoch changed or the reactivations it missed were trimmed. A change is therefore
 visible to every API process within the refresh interval plus one round trip.
 
-The same read brings the events' clock, ``clock``: the newest time of an event ``POST /events`` accepted, which
+The same read brings the new items' counter (``new_items.py``, whose copy reads the items again when it moved) and
+the events' clock, ``clock``: the newest time of an event ``POST /events`` accepted, which
 served pages are timed on (``served_at``, for attribution: ``precompute/experiments/collect.py``).
 """
 
@@ -137,6 +138,7 @@ class ItemStatesCopy:
         self.seq = self.epoch = -1
         self.checked = float("-inf")
         self.clock: float | None = None                       # the events' clock as last read; None: not set
+        self.new_seq = 0                                      # the new items' counter as last read (``new_items.py``)
         self.inactive = np.empty(0, dtype=np.int64)          # sorted: 8 bytes per deactivated item
         #: The same ids as a set, for a page's look-ups, while there are at most ``SET_MAX`` of them (None past it)
         self.inactive_ids: frozenset[int] | None = frozenset()
@@ -149,9 +151,10 @@ class ItemStatesCopy:
         if not force and now - self.checked < self.refresh_s:
             return
         k = self.keys
-        seq, epoch, clock = self.r.mget(k.live_seq, k.live_epoch, k.live_clock)
+        seq, epoch, clock, new_seq = self.r.mget(k.live_seq, k.live_epoch, k.live_clock, k.live_new_seq)
         seq, epoch = int(seq or 0), int(epoch or 0)
         self.clock = None if clock is None else float(clock)
+        self.new_seq = int(new_seq or 0)
         if seq != self.seq or epoch != self.epoch:
             # A counter that went back (Redis lost data) means the copy cannot be caught up: reload it whole.
             self._load(epoch != self.epoch or seq < self.seq)
@@ -200,6 +203,13 @@ class ItemStatesCopy:
         if not inactive:
             return [False] * len(ids)
         return [i in inactive for i in ids.tolist()]
+
+    def is_inactive(self, item_id: int) -> bool:
+        """Whether one item is deactivated (as ``inactive_flags``, for an item looked up alone)."""
+        inactive = self.inactive_ids
+        if inactive is not None:
+            return item_id in inactive
+        return bool(_member(self.inactive, np.array([item_id], dtype=np.int64))[0])
 
     def boosts_in_force(self, now: float | None = None) -> dict[int, float]:
         """Item id -> weight of the boosts in force at ``now`` (default: the wall clock): not expired, weight > 0.

@@ -34,8 +34,8 @@ slots (they compete on their columns, as after the window).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import redis
@@ -85,11 +85,13 @@ return changed
 """
 
 
-class NewItemRule:
+class NewItemRule(NamedTuple):
     """The deployment's settings of the rule (``PREFEED_NEW_ITEM_*``); ``every`` 0: off."""
 
-    def __init__(self, every: int, window: float, impressions: int, most: int) -> None:
-        self.every, self.window, self.impressions, self.most = every, window, impressions, most
+    every: int              # one slot in this many
+    window: float           # s an item is new after its created_at
+    impressions: int        # impressions it waits for
+    most: int               # items tracked at once
 
     @classmethod
     def of(cls, settings) -> NewItemRule:
@@ -137,24 +139,24 @@ class NewItems:
 
 
 class NewItemsCopy:
-    """One process's copy of the items waiting, read again within ``refresh_ms`` of a change."""
+    """One process's copy of the items waiting, read again when the ``new_seq`` counter moved. A page's reader
+    learns the counter with the item states' (``ItemStatesCopy.refresh``: one read of the ``{live}`` counters every
+    ``PREFEED_LIVE_REFRESH_MS``), so an API process sees a change within that interval."""
 
-    def __init__(self, r: redis.Redis, keys: Keys, refresh_ms: int) -> None:
+    def __init__(self, r: redis.Redis, keys: Keys) -> None:
         self.r, self.keys = r, keys
-        self.refresh_s = refresh_ms / 1000.0
         self.seq = -1
-        self.checked = float("-inf")
         #: item id -> (created_at, its categories); and the same ids, for the flush thread's count
         self.waiting: dict[int, tuple[float, frozenset[int]]] = {}
         self.ids: frozenset[int] = frozenset()
         self._offer: list[tuple[int, frozenset[int]]] = []      # all of them, ascending by id
         self._oldest = float("inf")                              # the earliest created_at among them
 
-    def refresh(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self.checked < self.refresh_s:
-            return
-        seq = int(self.r.get(self.keys.live_new_seq) or 0)
+    def sync(self, seq: int | None = None) -> None:
+        """Read the items again if the counter is no longer ``self.seq``: ``seq`` as the caller last read it
+        (default: read now)."""
+        if seq is None:
+            seq = int(self.r.get(self.keys.live_new_seq) or 0)
         if seq != self.seq:
             pipe = self.r.pipeline(transaction=True)          # one slot: the set and its counter together
             pipe.get(self.keys.live_new_seq)
@@ -165,7 +167,6 @@ class NewItemsCopy:
             self._offer = sorted((i, cats) for i, (_, cats) in self.waiting.items())
             self._oldest = min((created for created, _ in self.waiting.values()), default=float("inf"))
             self.seq = int(seq or 0)
-        self.checked = now
 
     def offer(self, clock: float | None, window: float) -> list[tuple[int, frozenset[int]]]:
         """The items waiting that are still new at the events' ``clock`` (all when it is not known), ascending by

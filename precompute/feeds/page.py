@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import redis
 
 from ..settings import Settings
@@ -69,7 +68,7 @@ class PageReader:
         self.categories = categories
         #: the new-item rule and this process's copy of the items waiting for it
         self.new_rule = NewItemRule.of(settings)
-        self.new_items = NewItemsCopy(r, self.keys, settings.live_refresh_ms)
+        self.new_items = NewItemsCopy(r, self.keys)
 
     def page(self, user_id: int, limit: int, offset: int, scroll: Scroll | None = None,
              exclude: frozenset[int] = frozenset(), diversity: Diversity | None = None) -> Page | None:
@@ -93,15 +92,13 @@ class PageReader:
         rule = self.new_rule
         if not rule.on:
             return None
-        self.new_items.refresh()
+        self.new_items.sync(self.states.new_seq)             # the counter as the page's state refresh read it
         offered = self.new_items.offer(self.states.clock, rule.window)
         if not offered:
             return None
         taste = None if self.categories is None else frozenset(self.categories.of(ids[:TASTE]))
         lately = {int(i) for i, _ in tail}
-        off = self.states.inactive_ids
-        inactive = off.__contains__ if off is not None else \
-            (lambda i: bool(self.states.inactive_flags(np.array([i]))[0]))
+        inactive = self.states.is_inactive
 
         def blocked(i: int) -> bool:
             return i in left_out or i in seen_ids or i in lately or inactive(i)
