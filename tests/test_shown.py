@@ -11,7 +11,8 @@ from sqlalchemy import delete, insert
 from precompute.data.history import load_histories
 from precompute.data.shown_pages import load_pages
 from precompute.data.tables import ServedPage
-from precompute.learning.derived import PAGE, DerivedPages
+from precompute.learning import derived
+from precompute.learning.derived import PAGE, DerivedPages, StoredPages, training_shown
 from precompute.ranking import shown
 from precompute.ranking.layout import for_declaration
 from precompute.units import DAY
@@ -117,6 +118,41 @@ def test_a_worker_reads_the_pages_stored_for_its_users_only(pipeline, world, own
         at = np.searchsorted(seen.code, 0 * seen.span + 1)
         assert seen.code[at] == 1 and seen.pages[at] == 2 and seen.best[at] == 1
         assert (seen.code // seen.span).tolist().count(1) == 1
+    finally:
+        with pipeline.engine.begin() as conn:
+            conn.execute(delete(ServedPage).where(ServedPage.writer == writer))
+
+
+def test_training_steps_see_the_pages_stored_before_their_feed_else_the_stand_ins(pipeline, own_users):
+    # Given pages the product served to users a and b (items as rows), one to a long before the keep window, and
+    # 102 to user c; the stored pages begin at time 100
+    a, b, c = own_users(3)
+    keep = pipeline.settings.impressions_keep
+    rows = [(a, 100.0, 0, [1, 2]), (a, 200.0, 2, [3]), (a, 300.0, 3, [4]), (b, 150.0, 0, [5]),
+            (a, 100.0 - keep - 1, 0, [6]), *[(c, 1000.0 + k, 0, [10 + k]) for k in range(102)]]
+    writer = 992_000 + a
+    with pipeline.engine.begin() as conn:
+        conn.execute(insert(ServedPage), [dict(writer=writer, seq=k, user_id=u, experiment=0, arm=0, served_at=t,
+                                               position=p, items=np.asarray(i, "<i8").tobytes(), request_id="t")
+                                          for k, (u, t, p, i) in enumerate(rows)])
+    try:
+        stored = StoredPages(pipeline.engine, keep, since=100.0)
+        # and the stand-in's page before user a's first step
+        stand_in = DerivedPages()
+        stand_in.add(np.array([a]), np.array([0]), np.array([10.0]), [np.array([7])])
+        # When training's steps are a at feed clocks 250, 300 and 50, b at 100, and c after all of c's pages
+        users, index = np.array([a, a, b, a, c]), np.array([1, 2, 3, 4, 5])
+        feed = np.array([250.0, 300.0, 100.0, 50.0, 2000.0])
+        got = training_shown(stand_in, stored, users, index, feed, lambda ids: ids, 200)
+        seen = {(int(code // 200), int(code % 200)): (int(n), int(best))
+                for code, n, best in zip(got.code, got.pages, got.best)}
+        # Then a covered step sees its user's stored pages served before its feed and within the window, never the
+        # page served at its feed's time, nor the stand-in's; b saw nothing before 100; a step before the stored
+        # pages sees the stand-in's page; and c's newest 100 pages count, the two oldest not
+        want = {(0, 1): (1, 0), (0, 2): (1, 1), (0, 3): (1, 2), (1, 1): (1, 0), (1, 2): (1, 1), (1, 3): (1, 2),
+                (3, 7): (1, 0), **{(4, 10 + k): (1, 0) for k in range(2, 102)}}
+        assert seen == want
+        assert derived.PER_USER == 100
     finally:
         with pipeline.engine.begin() as conn:
             conn.execute(delete(ServedPage).where(ServedPage.writer == writer))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, func, select
 
 from .tables import ServedPage
 
@@ -30,27 +30,37 @@ class Pages:
     position: np.ndarray
 
 
-def load_pages(engine: Engine, user_ids: np.ndarray, since: float, per_user: int = PER_USER) -> Pages:
-    """The newest ``per_user`` pages served to each of ``user_ids`` at or after ``since`` (one query on
-    ``ix_served_pages_user``)."""
-    place = {int(u): j for j, u in enumerate(user_ids.tolist())}
-    owner, ids, ts, pos = [], [], [], []
-    if place:
+def served(engine: Engine, user_ids: np.ndarray, since: float) -> dict[int, list[tuple[float, int, np.ndarray]]]:
+    """Each of ``user_ids``' pages served at or after ``since``, newest first: ``(served_at, position, item ids)``
+    (one query on ``ix_served_pages_user``). A user served nothing is absent."""
+    out: dict[int, list[tuple[float, int, np.ndarray]]] = {}
+    users = sorted({int(u) for u in user_ids.tolist()})
+    if users:
         with engine.connect() as conn:
             rows = conn.execute(
                 select(ServedPage.user_id, ServedPage.served_at, ServedPage.position, ServedPage.items)
-                .where(ServedPage.user_id.in_(list(place)), ServedPage.served_at >= since)
+                .where(ServedPage.user_id.in_(users), ServedPage.served_at >= since)
                 .order_by(ServedPage.user_id, ServedPage.served_at.desc())).all()
-        count: dict[int, int] = {}
         for user, served_at, position, items in rows:
-            n = count.get(user, 0)
-            if n >= per_user:
-                continue
-            count[user] = n + 1
-            page = np.frombuffer(items, dtype="<i8")
-            owner.append(np.full(len(page), place[user])), ids.append(page)
+            out.setdefault(user, []).append((served_at, position, np.frombuffer(items, dtype="<i8")))
+    return out
+
+
+def load_pages(engine: Engine, user_ids: np.ndarray, since: float, per_user: int = PER_USER) -> Pages:
+    """The newest ``per_user`` pages served to each of ``user_ids`` at or after ``since``."""
+    owner, ids, ts, pos = [], [], [], []
+    pages = served(engine, user_ids, since)
+    for j, user in enumerate(user_ids.tolist()):
+        for served_at, position, page in pages.get(int(user), ())[:per_user]:
+            owner.append(np.full(len(page), j)), ids.append(page)
             ts.append(np.full(len(page), served_at)), pos.append(position + np.arange(len(page)))
     if not owner:
         return Pages(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0), np.empty(0, np.int64))
     return Pages(np.concatenate(owner), np.concatenate(ids).astype(np.int64), np.concatenate(ts),
                  np.concatenate(pos))
+
+
+def oldest_page(engine: Engine) -> float | None:
+    """When the oldest page still stored was served (None: no page is stored)."""
+    with engine.connect() as conn:
+        return conn.execute(select(func.min(ServedPage.served_at))).scalar()

@@ -7,15 +7,20 @@ One page of ``PAGE`` items is read before each replayed step, at the top of the 
 
 - ``evaluate``'s replay and ``train``'s promotion check (``replay.py``): the ranker being judged, its own top of
   each earlier step (closed loop, as the product runs: a feed recomputed after a step knows the page read before it);
-- ``train``'s examples (``fit.py``): the model does not exist yet, so a model-free stand-in for it ranks each step's
-  own candidates: the latent model's score, the personal ranking over the whole history nearest to what the ranker
-  puts on top; co-visitation where no latent model is fitted (``PREFEED_LATENT_FACTORS=0``).
+- ``train``'s examples (``fit.py``): the pages the product served, where the database stores them (``StoredPages``:
+  a log the running product has served, whose users saw those pages and acted after them). Before the oldest stored
+  page, the model does not exist yet, so a model-free stand-in for it ranks each step's own candidates: the latent
+  model's score, the personal ranking over the whole history nearest to what the ranker puts on top; co-visitation
+  where no latent model is fitted (``PREFEED_LATENT_FACTORS=0``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from sqlalchemy import Engine
+
+from ..data.shown_pages import PER_USER, oldest_page, served
 from ..ranking.candidates import Candidates
 from ..ranking.methods import best_per_user
 from ..ranking.shown import Impressions, Shown, aggregate
@@ -50,6 +55,64 @@ class DerivedPages:
 
     def shown(self, users: np.ndarray, index: np.ndarray, span: int) -> Shown:
         return aggregate(self.impressions(users, index), span)
+
+
+class StoredPages:
+    """The pages the product served and the collector stored (``served_pages``), as training reads them for its
+    steps: a step whose feed was computed at ``f`` sees its user's pages served before ``f`` and within ``keep``
+    (``PREFEED_IMPRESSIONS_KEEP``) of it, the newest ``PER_USER`` of them, as the worker that computed that feed read
+    them (``data/shown_pages.py``). The page read before the step itself was served after its feed was computed, so
+    it is never among them. Steps before ``since`` (the oldest page stored) are not covered: their pages are the
+    stand-in's."""
+
+    def __init__(self, engine: Engine, keep: float, since: float) -> None:
+        self.engine, self.keep, self.since = engine, keep, since
+
+    @classmethod
+    def of(cls, engine: Engine, keep: float) -> StoredPages | None:
+        """The database's stored pages; None when it stores none (a log imported from a file)."""
+        since = oldest_page(engine)
+        return None if since is None else cls(engine, keep, float(since))
+
+    def covers(self, feed_clock: np.ndarray) -> np.ndarray:
+        """Which steps (by their feed clock) the stored pages cover."""
+        return feed_clock >= self.since
+
+    def impressions(self, users: np.ndarray, feed_clock: np.ndarray, which: np.ndarray, rows_of) -> Impressions:
+        """The stored impressions of the steps ``which`` (batch rows; ``users[j]`` at ``feed_clock[j]``), items as
+        rows by ``rows_of`` (item ids → rows, < 0 unknown)."""
+        if not len(which):
+            return Impressions.none()
+        pages = served(self.engine, users[which], float(feed_clock[which].min()) - self.keep)
+        owner, ids, ts, pos = [], [], [], []
+        for j in which.tolist():
+            f, n = float(feed_clock[j]), 0
+            for served_at, position, page in pages.get(int(users[j]), ()):      # newest first
+                if served_at >= f:
+                    continue
+                if served_at < f - self.keep or n >= PER_USER:
+                    break
+                n += 1
+                owner.append(np.full(len(page), j)), ids.append(page)
+                ts.append(np.full(len(page), served_at)), pos.append(position + np.arange(len(page)))
+        if not owner:
+            return Impressions.none()
+        return Impressions(np.concatenate(owner), rows_of(np.concatenate(ids).astype(np.int64)),
+                           np.concatenate(ts), np.concatenate(pos))
+
+
+def training_shown(pages: DerivedPages, stored: StoredPages | None, users: np.ndarray, index: np.ndarray,
+                   feed_clock: np.ndarray, rows_of, span: int) -> Shown:
+    """What each of a batch of training steps was shown: the stored pages where they cover the step, else the
+    stand-in's pages at the user's earlier steps (``pages``, already holding this batch's)."""
+    derived = pages.impressions(users, index)
+    if stored is None:
+        return aggregate(derived, span)
+    covered = stored.covers(feed_clock)
+    real = stored.impressions(users, feed_clock, np.flatnonzero(covered), rows_of)
+    keep = ~covered[derived.owner]
+    both = [np.concatenate([getattr(derived, f)[keep], getattr(real, f)]) for f in ("owner", "rows", "ts", "position")]
+    return aggregate(Impressions(*both), span)
 
 
 def stand_in_pages(cand: Candidates, index: SourceIndex) -> list[np.ndarray]:

@@ -82,6 +82,8 @@ def fit_ranker(engine: Engine, settings: Settings, *, iterations: int | None = N
     rng = np.random.default_rng(seed)
     by_steps = settings.train_labels == "steps"
     by_user = replayed.ByUser(events) if by_steps else None
+    # The pages the product served, where the database stores them: what the "shown" columns learn from.
+    stored = derived.StoredPages.of(engine, settings.impressions_keep) if by_steps and settings.rank_shown else None
     # The validation period, then each training period (the next one fitted in a child meanwhile: ``periods.each``).
     fitted = periods.each(engine, settings, events, [(valid_cut, float("inf"))] + [(c, valid_cut) for c in bounds[:-1]],
                           everyone, settings.replay_steps if by_steps else None)
@@ -97,7 +99,7 @@ def fit_ranker(engine: Engine, settings: Settings, *, iterations: int | None = N
         rest = np.setdiff1d(eligible, valid_users)
         choice_users = np.sort(np.random.default_rng([seed, 1]).permutation(rest)[:min(n_valid, len(rest) // 2)])
         X_train, y_train, g_train, n_train = _periods(fitted, settings, events, bounds, everyone, users - n_valid,
-                                                      rng, progress, by_user)
+                                                      rng, progress, by_user, stored)
     finally:
         fitted.close()                  # a child still fitting a period is stopped on an error
     if not (y_train > 0).any():
@@ -105,7 +107,8 @@ def fit_ranker(engine: Engine, settings: Settings, *, iterations: int | None = N
     # The serving index (the whole log's pairs) is fitted in a child meanwhile.
     with ahead.Ahead(lambda: periods.pairs(events, slice(None), settings), engine) as whole:
         if by_steps:
-            X_eval, y_eval, g_eval = _step_examples(judge, events, by_user, valid_steps, valid_users, settings, rng)
+            X_eval, y_eval, g_eval = _step_examples(judge, events, by_user, valid_steps, valid_users, settings, rng,
+                                                    stored)
         else:
             X_eval, y_eval, g_eval = _examples(judge, valid_users, settings, rng)
         names = list(judge.items.layout.names)
@@ -123,7 +126,7 @@ def fit_ranker(engine: Engine, settings: Settings, *, iterations: int | None = N
         if len(models) > 1:
             progress(f"choosing the objective on the validation lists of {len(choice_users)} users")
             loss, choice = objective.choose(models, _whole_lists(judge, events, by_user, valid_steps, choice_users,
-                                                                 settings, rng), seed=seed)
+                                                                 settings, rng, stored), seed=seed)
             progress(f"kept {loss}: NDCG@10 of the validation lists " +
                      ", ".join(f"{name} {v:.4f}" for name, v in choice.items()))
         model = models[loss]
@@ -132,7 +135,7 @@ def fit_ranker(engine: Engine, settings: Settings, *, iterations: int | None = N
             progress(f"fitting the first stage: the model's {first_stage.COLUMNS} most important columns, its best "
                      f"{settings.cascade_keep} candidates per list for the full model")
             cascade, staged = first_stage.fit(model, _whole_lists(judge, events, by_user, valid_steps, eligible,
-                                                                  settings, rng), names, settings.cascade_keep, seed)
+                                                                  settings, rng, stored), names, settings.cascade_keep, seed)
             progress(f"the first stage keeps {staged['cascade_top10_kept']:.2%} of the full model's top 10 in its "
                      f"best {settings.cascade_keep} ({staged['cascade_lists']} held-out lists)")
         all_pairs = whole.result()
@@ -148,8 +151,8 @@ def fit_ranker(engine: Engine, settings: Settings, *, iterations: int | None = N
 
 def _periods(fitted: Iterator[tuple[Period, replayed.Steps | None]], settings: Settings, events: EventLog,
              bounds: list[float], everyone: np.ndarray, n: int, rng: np.random.Generator,
-             progress: Callable[[str], None], by_user: replayed.ByUser | None = None
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+             progress: Callable[[str], None], by_user: replayed.ByUser | None = None,
+             stored: derived.StoredPages | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Training examples of every training period (``fitted``, with their steps given ``by_user``): period ``p``
     knows the log up to ``bounds[p]`` (its own item table and co-visitation) and is labelled by all events after it
     up to the validation cut ``bounds[-1]``; up to ``n / periods`` of its eligible users each. Group ids are
@@ -164,7 +167,7 @@ def _periods(fitted: Iterator[tuple[Period, replayed.Steps | None]], settings: S
         train_users = _sample(eligible, -(-n // n_periods), rng, "training")
         progress(f"building features for {len(train_users)} training users at {bounds[p]:.0f}")
         if found is not None:
-            X, y, g = _step_examples(learn, events, by_user, found, train_users, settings, rng)
+            X, y, g = _step_examples(learn, events, by_user, found, train_users, settings, rng, stored)
         else:
             X, y, g = _examples(learn, train_users, settings, rng)
             g = np.searchsorted(everyone, g)
@@ -175,15 +178,16 @@ def _periods(fitted: Iterator[tuple[Period, replayed.Steps | None]], settings: S
 
 
 def _step_examples(at: Period, events: EventLog, by_user: replayed.ByUser, found: replayed.Steps,
-                   user_ids: np.ndarray, settings: Settings, rng: np.random.Generator
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                   user_ids: np.ndarray, settings: Settings, rng: np.random.Generator,
+                   stored: derived.StoredPages | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Feature rows, grades and group ids (one group per step) of ``user_ids``' replayed steps after ``at.cut``:
     each step ranked as a worker would before it (``_step_batches``) and labelled by its new items, with
     ``train_negatives // 3`` random negatives per step that has a positive candidate. What the replay protocol
     judges, so the model learns that question."""
     negatives = max(settings.train_negatives // 3, 1)
     Xs, ys, gs = [], [], []
-    for start, part, hist, cand, live, rel, shown in _step_batches(at, events, by_user, found, user_ids, settings):
+    for start, part, hist, cand, live, rel, shown in _step_batches(at, events, by_user, found, user_ids, settings,
+                                                                   stored):
         owner = cand.owner
         keep = (rel > 0) | group_smallest(owner, cand.offsets, rng.random(len(rel)), negatives)
         has_pos = np.bincount(owner[rel > 0], minlength=len(part)) > 0
@@ -197,12 +201,14 @@ def _step_examples(at: Period, events: EventLog, by_user: replayed.ByUser, found
 
 
 def _step_batches(at: Period, events: EventLog, by_user: replayed.ByUser, found: replayed.Steps,
-                  user_ids: np.ndarray, settings: Settings) -> Iterator[tuple]:
+                  user_ids: np.ndarray, settings: Settings, stored: derived.StoredPages | None = None
+                  ) -> Iterator[tuple]:
     """``user_ids``' replayed steps after ``at.cut`` in batches, each step's candidates as a worker computes them
     before it (history up to it, popularity at its feed clock; the item table and source index of the cut) with
     their grades, and what each step was shown before it: ``(start, steps, histories, candidates, live popularity,
     grades, shown)``, candidates owned by step. With the "shown" columns, the pages before each step are those
-    ``derived.stand_in_pages`` ranks at the user's earlier steps (None without them)."""
+    the product's stored pages where they cover the step (``stored``), else those ``derived.stand_in_pages`` ranks
+    at the user's earlier steps (None without the columns)."""
     mine = found.take(np.flatnonzero(np.isin(found.user, user_ids)))
     act = Activity(at.items, events.ts, events.item, events.type)
     lengths = candidates.recent_lengths(settings)
@@ -220,12 +226,13 @@ def _step_batches(at: Period, events: EventLog, by_user: replayed.ByUser, found:
         if shown_on:
             # Steps are in log order: a user's earlier steps are in this batch or an earlier one.
             pages.add(part.user, index, part.clock, derived.stand_in_pages(cand, at.index))
-            shown = pages.shown(part.user, index, span)
+            shown = derived.training_shown(pages, stored, part.user, index, part.feed_clock, at.items.rows, span)
         yield start, part, hist, cand, live, rel, shown
 
 
 def _whole_lists(at: Period, events: EventLog, by_user: replayed.ByUser | None, found: replayed.Steps | None,
-                 user_ids: np.ndarray, settings: Settings, rng: np.random.Generator) -> Iterator[tuple]:
+                 user_ids: np.ndarray, settings: Settings, rng: np.random.Generator,
+                 stored: derived.StoredPages | None = None) -> Iterator[tuple]:
     """What ``objective.choose`` ranks: whole candidate lists of up to ``objective.CHOICE_LISTS`` validation steps
     (of a seeded sample of ``user_ids``) or, labelled by period, of as many users at the cut; batches of (feature
     rows, grades, list offsets, each list's user)."""
@@ -238,7 +245,7 @@ def _whole_lists(at: Period, events: EventLog, by_user: replayed.ByUser | None, 
     users, counts = np.unique(found.user, return_counts=True)
     n_steps = arrays.lookup(users, counts, user_ids)
     kept = user_ids[np.cumsum(n_steps) <= objective.CHOICE_LISTS]
-    for _, part, hist, cand, live, rel, shown in _step_batches(at, events, by_user, found, kept, settings):
+    for _, part, hist, cand, live, rel, shown in _step_batches(at, events, by_user, found, kept, settings, stored):
         yield features.build(at.items, hist, cand, part.feed_clock, live, shown), rel, cand.offsets, part.user
 
 
