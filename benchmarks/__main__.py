@@ -16,7 +16,8 @@ from .lab.world import Skipped
 #: Benchmark name → module (``import`` is a Python keyword, so its module is ``import_``).
 NAMES = {"precompute": "precompute", "fork": "fork", "serve": "serve", "freshness": "freshness", "memory": "memory",
          "scaling": "scaling", "soak": "soak", "import": "import_", "quality": "quality", "hosts": "hosts",
-         "protocols": "protocols", "ablation": "ablation", "served": "served", "experiment": "experiment", "new_items": "new_items",
+         "protocols": "protocols", "ablation": "ablation", "served": "served", "experiment": "experiment",
+         "closed_loop": "closed_loop", "new_items": "new_items",
          "abuse": "abuse", "hot_user": "hot_user", "report": "pages.report"}
 HELP = {"all": "Run every benchmark, then report. One this machine cannot run is skipped, saying why.",
         "report": "Render docs/quality.md and docs/performance.md. Each figure is one a results file holds."}

@@ -85,7 +85,7 @@ def run(quick: bool = False) -> dict:
             theirs = dict(users=arm["users"], pages=arm["pages"], clicks=arm["events"]["click"]["attributed"])
             checks.append(mine == theirs)
             rows.append([experiment, arm["name"], arm["spec"], theirs["users"], theirs["pages"], theirs["clicks"],
-                         mine["clicks"], _num(arm["events"]["click"]["per_user"]), _ratio(arm)])
+                         mine["clicks"], fmt_num(arm["events"]["click"]["per_user"]), fmt_ratio(arm)])
     main = reports["ranker-vs-recent"]
     out = dict(log=name, cut=cut, cut_quantile=cfg["cut"], users=int(len(who)), steps=len(steps), late_reads=sim.late,
                replay_seconds=seconds, reports=reports, simulated={f"{e}/{a}": v for (e, a), v in expected.items()},
@@ -111,6 +111,7 @@ class Simulation:
         self.names = [n for n, _ in self.settings.event_types]
         self.click = self.names.index("click") + 1
         self.pages: dict[int, list[tuple[float, str, str, set]]] = {}     # user -> (served_at, exp, arm, items)
+        self.reads: list[tuple[int, str, list, set]] = []                  # (user, arm, items in order, chosen)
         self.clicks: list[tuple[int, int, float]] = []                     # (user, item, ts) posted by the users
         self.late = 0
         self.redis = clients(self.settings)[1]
@@ -158,6 +159,7 @@ class Simulation:
         self.pages.setdefault(uid, []).append((served_at, body["experiment"], body["arm"], set(shown)))
         self.late += late
         chosen = set(self.items.ids[steps.rows[steps.offsets[s]:steps.offsets[s + 1]]].tolist())
+        self.reads.append((uid, body["arm"], shown, chosen))
         ts = max(float(steps.ts[s]), served_at)
         clicked = [{"user_id": uid, "item_id": i, "type": "click", "ts": ts, "event_id": f"click-{s}-{i}"}
                    for i in shown if i in chosen]
@@ -225,10 +227,10 @@ def resplit(product: Product, seeds: int) -> dict:
     return dict(seeds=seeds, users=int(len(users)), false_verdicts=false, sample_ratio_flagged=flagged)
 
 
-def _num(x) -> str:
+def fmt_num(x) -> str:
     return "-" if x is None else f"{x:.4f}"
 
 
-def _ratio(arm: dict) -> str:
+def fmt_ratio(arm: dict) -> str:
     iv = arm["ratio_interval"]
     return "-" if arm["ratio"] is None else f"{arm['ratio']:.2f}x" + (f" ({iv[0]:.2f}-{iv[1]:.2f})" if iv else "")

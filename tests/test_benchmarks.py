@@ -27,13 +27,15 @@ EXPECTED = {
     "served": ["served", "evaluated", "served_vs_evaluated", "same_score_share", "late_reads"],
     "new_items": ["runs", "new_items", "pages"],
     "experiment": ["exact", "reports", "simulated", "verdict", "ratio_interval", "aa", "late_reads"],
+    "closed_loop": ["exact", "report", "simulated", "verdict", "judged", "stored_pages", "shown_importance",
+                    "late_reads"],
     "abuse": ["offered_rate", "flood", "real", "keys", "machine"],
     "hot_user": ["hot", "real", "redis", "collector", "machine"],
 }   # hosts needs root and network namespaces: tests/test_hosts.py runs it, or says why it cannot
 #: Counts of things that went wrong, which a quick run must leave at zero: a soak request answered with an error
 #: (or not at all), a freshness event whose feed never carried its version within the deadline, a failed job.
 ZERO = {"soak": ["errors"], "freshness": ["timed_out", "failed_jobs"], "served": ["late_reads"],
-        "experiment": ["late_reads"]}
+        "experiment": ["late_reads"], "closed_loop": ["late_reads"]}
 
 
 @pytest.mark.timeout(300)
@@ -67,6 +69,10 @@ def test_benchmark_runs_in_quick_mode(name, tmp_path):
     if name == "experiment":    # the report's counts are the simulation's, arm by arm, and it saw clicks
         assert result["exact"] is True, result["simulated"]
         assert sum(v["clicks"] for v in result["simulated"].values()) > 0 and result["aa"]["sample_ratio_flagged"] == 0
+    if name == "closed_loop":   # the pages of the first half stored and trained on, the experiment counted exactly
+        assert result["stored_pages"] >= result["first_steps"] > 0 and result["exact"] is True, result["simulated"]
+        assert set(result["judged"]) == {"without", "with"}, result["judged"]
+        assert result["trained"]["with"]["stored_steps"] > 0, result["trained"]
     if name == "hot_user":      # one key reading one user at its full rate: every real click attributed, its
         # pages recorded within the cap, the collector caught up after the run and never failed
         assert result["real"]["clicks"] > 0 and result["real"]["exact"] is True, result["real"]

@@ -109,7 +109,8 @@ class Product:
         self.auth = {"Authorization": f"Bearer {key}"}
         self.n_posted = n
         # Trained on the log before the cut, as ``evaluate`` trains, and made current.
-        self.trained = fit_ranker(self.engine, self.settings, iterations=self.cfg["iterations"], seed=0)
+        self.trained = fit_ranker(self.engine, self.settings, iterations=self.cfg["iterations"], seed=0,
+                                  ignore=tuple(self.cfg.get("ignore", ())))
         bundle.promote(self.settings.model_dir, bundle.write(self.settings.model_dir, self.trained.model,
                                                              self.trained.pairs, {"metrics": {}},
                                                              self.trained.cascade))

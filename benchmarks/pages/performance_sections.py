@@ -7,7 +7,7 @@ import math
 
 from .figures import figure, interval, percent, table, times
 from .abuse_sections import abuse, hot_user
-from .quality_sections import ablation, experiment, new_items, protocols, served
+from .quality_sections import ablation, closed_loop, experiment, new_items, protocols, served
 
 
 def _precompute(res: dict) -> list[str]:
@@ -289,6 +289,10 @@ SECTIONS = {
     "experiment": ("An experiment run live: the log after a cut replayed through the API and workers, the simulated "
                    "users clicking what they chose on the pages they read; the ranker against `recent:1d`, and an "
                    "A/A. The report's counts are checked against the simulation's own.", experiment),
+    "closed_loop": ("The ranker with and without the shown columns, judged by an experiment on pages the product "
+                    "served: half the log after a cut lived through the product and its pages stored, two bundles "
+                    "trained on them, the other half an experiment between them (also on [quality.md](quality.md)).",
+                    closed_loop),
     "new_items": ("Items created after the cut, as the log after it is lived through the product: how many are "
                   "seen within a day of their creation with the new-item rule off and on, and what it costs the "
                   "feed's NDCG@10 (also on [quality.md](quality.md)).", new_items),

@@ -11,17 +11,20 @@ from pathlib import Path
 from ..lab.results import RESULTS
 from ..lab.world import ROOT
 from .provenance import NAMES, by_log, command
-from .quality_sections import new_items
+from .quality_sections import closed_loop, new_items
 
 PAGE = ROOT / "docs" / "quality.md"
 
 
 def load(folder: Path = RESULTS) -> list[dict]:
-    """The protocols' results, one per log, then the new-item benchmark's (when it has run)."""
+    """The protocols' results, one per log, then the new-item benchmark's (when it has run), then the closed loop's
+    per log."""
     files = [p for p in folder.glob("protocols-*.json") if not p.stem.endswith("-quick")]
     new = folder / "new_items.json"
-    return by_log([json.loads(p.read_text()) for p in files]) + ([json.loads(new.read_text())] if new.is_file()
-                                                                  else [])
+    loops = [p for p in folder.glob("closed_loop-*.json") if not p.stem.endswith("-quick")]
+    return (by_log([json.loads(p.read_text()) for p in files]) + ([json.loads(new.read_text())] if new.is_file()
+                                                                   else [])
+            + by_log([json.loads(p.read_text()) for p in loops]))
 
 
 def full_model(res: dict) -> bool:
@@ -41,12 +44,14 @@ def render(results: list[dict]) -> str:
            "cascade's first stage (`PREFEED_CASCADE_KEEP=0`: the full model on every candidate), a table sets those",
            "runs beside the cascade's.",
            ""]
-    protocols = [res for res in results if res.get("benchmark") != "new_items"]
+    protocols = [res for res in results if res.get("benchmark", "").startswith("protocols")]
     beside = {res["log"]: res for res in protocols if full_model(res)}
     shown = {res["log"] for res in protocols if not full_model(res)}
     for res in results:
         if res.get("benchmark") == "new_items":
             out += _new_items(res)
+        elif res.get("benchmark", "").startswith("closed_loop"):
+            out += _closed_loop(res)
         elif not full_model(res) or res["log"] not in shown:
             out += _log(res, beside.get(res["log"]) if not full_model(res) else None)
     return "\n".join(out).rstrip() + "\n"
@@ -135,3 +140,10 @@ def _new_items(res: dict) -> list[str]:
             f"{res['date']}, {machine.get('cpus', '?')} CPUs, Python {machine.get('python', '?')}; "
             f"`{command(res)}`.", "", *new_items(res), ""]
 
+
+
+def _closed_loop(res: dict) -> list[str]:
+    machine = res.get("machine", {})
+    return [f"## What was shown, learned in a closed loop: {NAMES.get(res['log'], res['log'])}", "",
+            f"{res['date']}, {machine.get('cpus', '?')} CPUs, Python {machine.get('python', '?')}; "
+            f"`{command(res)}`.", "", *closed_loop(res), ""]

@@ -1,5 +1,5 @@
 """The performance page's sections of the benchmarks that judge quality through the product (``protocols``,
-``ablation``, ``served``, ``experiment``): how their results files' figures are shown."""
+``ablation``, ``served``, ``experiment``, ``closed_loop``, ``new_items``): how their results files' figures are shown."""
 
 from __future__ import annotations
 
@@ -77,3 +77,30 @@ def new_items(res: dict) -> list[str]:
                     "with any", "impressions within a day (median)", "NDCG@10", "ratio to off", "95% interval",
                     "most impressions past the threshold"], rows)]
 
+
+
+def closed_loop(res: dict) -> list[str]:
+    rows = []
+    for arm in res["report"]["arms"]:
+        click = arm["events"]["click"]
+        mine = res["simulated"].get(f"shown/{arm['name']}", {})
+        judged = res["judged"].get(arm["name"], {})
+        rows.append([f"`{arm['name']}`", f"{arm['users']:,}", f"{arm['pages']:,}", f"{click['attributed']:,}",
+                     f"{mine.get('clicks', 0):,}", figure(click["per_user"] or 0.0, 3),
+                     f"**{times(arm['ratio'])}**" if arm["ratio"] is not None else "-",
+                     interval(arm["ratio_interval"]) if arm["ratio_interval"] else "",
+                     figure(judged.get("ndcg", 0.0), 4),
+                     percent(judged["repeated"]) if judged.get("repeated") is not None else "-"])
+    trained = res["trained"]
+    return [f"Cut {res['cut_quantile']:g}, {res['users']:,} users: the first {res['first_steps']:,} steps after the "
+            f"cut lived through the product by a model without the shown columns ({res['stored_pages']:,} pages "
+            f"stored); then both bundles trained on the product's database, the served period their last training "
+            f"period (`without`: {trained['without']['trees']} trees; `with`: {trained['with']['trees']} trees, "
+            f"the shown columns {percent(res['shown_importance'])} of its importance); then the next "
+            f"{res['second_steps']:,} steps in an experiment over every user, `without` the control. NDCG@10 "
+            "judges each page read against the step that followed it; \"repeated\" is the share of a page's items "
+            "on the same user's previous page.", "",
+            *table(["arm", "exposed users", "pages", "clicks (report)", "clicks (simulation)", "clicks per user",
+                    "ratio to control", "95% interval", "NDCG@10 of the pages", "repeated"], rows),
+            "", f"The report's counts equal the simulation's: **{'yes' if res['exact'] else 'NO'}**. Verdict: "
+            f"**{res['verdict'] or 'none'}** (no interval excludes 1 when none)."]

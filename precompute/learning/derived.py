@@ -67,6 +67,7 @@ class StoredPages:
 
     def __init__(self, engine: Engine, keep: float, since: float) -> None:
         self.engine, self.keep, self.since = engine, keep, since
+        self.steps_shown = 0        # steps that have read at least one stored page (training reports it)
 
     @classmethod
     def of(cls, engine: Engine, keep: float) -> StoredPages | None:
@@ -93,6 +94,7 @@ class StoredPages:
                 if served_at < f - self.keep or n >= PER_USER:
                     break
                 n += 1
+                self.steps_shown += n == 1
                 owner.append(np.full(len(page), j)), ids.append(page)
                 ts.append(np.full(len(page), served_at)), pos.append(position + np.arange(len(page)))
         if not owner:

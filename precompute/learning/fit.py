@@ -143,6 +143,7 @@ def fit_ranker(engine: Engine, settings: Settings, *, iterations: int | None = N
     metrics = dict(loss=loss, data_clock=float(ev_ts[-1]), train_users=n_train, train_rows=int(len(y_train)),
                    iterations=iterations, trees=int(model.tree_count_), depth=depth, cut=cut, valid_cut=valid_cut,
                    events=int(len(ev_user)), **{f"choice_ndcg10_{name}": v for name, v in choice.items()},
+                   **({"shown_stored_steps": stored.steps_shown} if stored is not None else {}),
                    **staged)
     return Fitted(model=model, pairs=all_pairs, metrics=metrics,
                        stopping_users=np.union1d(valid_users, choice_users) if choice else valid_users,
