@@ -10,6 +10,7 @@ from flask import Blueprint, current_app, render_template, request
 
 from jobs.status import age_text, snapshot, utc_text
 from precompute.data import users
+from precompute.data.shown_pages import shown_before
 from precompute.errors import InvalidInput
 
 from . import chart, experiments_panel
@@ -71,8 +72,9 @@ def lookup(svc: Services, uid: int, limit: int) -> dict:
         page, dropped, ranks = found
     ids = [i for i, _, _ in page.items]
     weights = pages.states.weights(ids)
+    before = shown_before(svc.engine, uid)
     items = [{"item_id": i, "score": round(s, 6), "boosted": b, "weight": w if b else None,
-              "rank": ranks[k] if k < len(ranks) else None}
+              "rank": ranks[k] if k < len(ranks) else None, "shown": before.get(i)}
              for k, ((i, s, b), w) in enumerate(zip(page.items, weights))]
     h = page.header
     version = users.history_version(svc.engine, uid)

@@ -60,6 +60,17 @@ def load_pages(engine: Engine, user_ids: np.ndarray, since: float, per_user: int
                  np.concatenate(pos))
 
 
+def shown_before(engine: Engine, user_id: int) -> dict[int, tuple[int, float, int]]:
+    """What the user's newest ``PER_USER`` stored pages showed, as a worker ranking with the "shown" columns reads
+    them: per item id, ``(pages that showed it, when the last of them was served, its best place)``."""
+    out: dict[int, tuple[int, float, int]] = {}
+    for served_at, position, page in served(engine, np.array([user_id]), float("-inf")).get(user_id, [])[:PER_USER]:
+        for k, item in enumerate(page.tolist()):
+            n, last, best = out.get(item, (0, served_at, position + k))
+            out[item] = (n + 1, max(last, served_at), min(best, position + k))
+    return out
+
+
 def oldest_page(engine: Engine) -> float | None:
     """When the oldest page still stored was served (None: no page is stored)."""
     with engine.connect() as conn:
