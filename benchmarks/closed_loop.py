@@ -39,6 +39,7 @@ from precompute.data.tables import ServedPage
 from precompute.experiments.collect import collect, newest_event_id, settle_seconds
 from precompute.feeds.client import clients
 from precompute.learning.fit import fit_ranker
+from precompute.learning.replay import repeat_share
 from precompute.learning.split import cut_time
 from precompute.learning.steps import find
 from precompute.ranking import bundle, shown
@@ -98,7 +99,7 @@ def run(quick: bool = False) -> dict:
             experiment_seconds = time.perf_counter() - t0
             report = json.loads(product.manage("experiments", "report", "shown", "--json"))
             expected = sim.expected()
-    judged = per_arm(sim, second, items)
+    judged = per_arm(sim)
     checks, rows = [], []
     for arm in report["arms"]:
         mine = expected.get(("shown", arm["name"]), dict(users=0, pages=0, clicks=0))
@@ -149,23 +150,22 @@ def _take_in(product: Product) -> int:
         return int(conn.execute(select(func.count()).select_from(ServedPage)).scalar())
 
 
-def per_arm(sim: Simulation, steps, items) -> dict:
+def per_arm(sim: Simulation) -> dict:
     """Per arm: the mean NDCG@10 of the pages read against the step each preceded (binary: the items chosen), and
-    the mean share of a page's items on the same user's previous page (pages after the user's first)."""
-    ndcg: dict[str, list[float]] = {}
-    repeated: dict[str, list[float]] = {}
+    the share of a page's items on the same user's previous page (``replay.repeat_share``, as evaluate reports it)."""
     discount = 1.0 / np.log2(np.arange(2, 12))
-    previous: dict[int, set] = {}
-    for uid, arm, page, chosen in sim.reads:
-        gains = np.array([i in chosen for i in page[:10]], dtype=float)
-        ideal = discount[:min(len(chosen), 10)].sum()
-        ndcg.setdefault(arm, []).append(float(gains @ discount[:len(gains)] / ideal) if ideal else 0.0)
-        if uid in previous and page:
-            repeated.setdefault(arm, []).append(len(previous[uid] & set(page)) / len(page))
-        previous[uid] = set(page)
-    return {arm: dict(pages=len(v), ndcg=float(np.mean(v)),
-                      repeated=float(np.mean(repeated[arm])) if repeated.get(arm) else None)
-            for arm, v in ndcg.items()}
+    out = {}
+    for arm in dict.fromkeys(a for _, a, _, _ in sim.reads):
+        reads = [r for r in sim.reads if r[1] == arm]
+        ndcg = []
+        for _, _, page, chosen in reads:
+            gains = np.array([i in chosen for i in page[:10]], dtype=float)
+            ideal = discount[:min(len(chosen), 10)].sum()
+            ndcg.append(float(gains @ discount[:len(gains)] / ideal) if ideal else 0.0)
+        out[arm] = dict(pages=len(reads), ndcg=float(np.mean(ndcg)),
+                        repeated=repeat_share(np.array([u for u, _, _, _ in reads]),
+                                              [np.array(page, dtype=np.int64) for _, _, page, _ in reads]))
+    return out
 
 
 def _importance(fitted) -> float:

@@ -13,7 +13,8 @@ Once with the rule off (``PREFEED_NEW_ITEM_EVERY=0``) and once at each setting o
 seed and reads. For each run: the share of the new items that had ``IMPRESSIONS`` impressions (on the pages this
 client read) within a day of their creation, and that had any; NDCG@10 of each page's first 10 items against the
 distinct items of the session that follows it, with its ratio to the run without the rule (a 95 % bootstrap
-interval over users: the runs read the same users at the same times). "Past the threshold": impressions a new item
+interval over users: the runs read the same users at the same times); and the share of a page's items on the same
+user's previous page ("repeated", ``replay.repeat_share``). "Past the threshold": impressions a new item
 had in a rule's slot after this client had seen it reach the threshold, which the live count allows for one flush
 and one refresh interval (set here to 100 ms each, since the log plays a day in seconds).
 """
@@ -34,6 +35,7 @@ from precompute.data import bulk, engine as db, synthetic
 from precompute.data.log import load_events
 from precompute.data.tables import Item, ItemAttribute, ItemCategory
 from precompute.learning import bootstrap
+from precompute.learning.replay import repeat_share
 from precompute.learning.split import cut_time
 from precompute.settings import Settings
 from precompute.units import DAY
@@ -75,11 +77,11 @@ def run(quick: bool = False) -> dict:
     print(table(f"new items on the synthetic marketplace: {len(new)} created after the cut, {out['pages']:,} pages "
                 f"of {LIMIT} read; threshold {IMPRESSIONS} impressions",
                 ["PREFEED_NEW_ITEM_EVERY", f"seen {IMPRESSIONS}x within a day", "seen at all within a day",
-                 "NDCG@10", "/ off", "95% interval", "past the threshold (max)"],
+                 "NDCG@10", "/ off", "95% interval", "past the threshold (max)", "repeated"],
                 [[r["every"] or "off", f"{r['reached_share']:.0%}", f"{r['any_share']:.0%}", r["ndcg"],
                   "-" if r["ndcg_ratio"] is None else f"{r['ndcg_ratio']:.3f}x",
                   "-" if r["ndcg_interval"] is None else f"{r['ndcg_interval'][0]:.3f}-{r['ndcg_interval'][1]:.3f}",
-                  r["past_threshold_max"]] for r in runs]))
+                  r["past_threshold_max"], f"{r['repeated']:.3f}"] for r in runs]))
     print(f"wrote {write_result('new_items', out, quick)}")
     return out
 
@@ -198,7 +200,8 @@ def _judge(pages, events, cut: float, gap: float, new: np.ndarray, created: np.n
                     past[i] += 1
                 seen[i].append(t)
     reached = [len(v) >= IMPRESSIONS for v in seen.values()]
-    return dict(ndcg=float(gains_a.mean()) if len(gains) else 0.0, per_user=per_user,
+    repeated = repeat_share(np.array([u for u, _, _ in pages]), [np.array(ids, dtype=np.int64) for _, _, ids in pages])
+    return dict(ndcg=float(gains_a.mean()) if len(gains) else 0.0, per_user=per_user, repeated=repeated,
                 reached_share=float(np.mean(reached)), any_share=float(np.mean([bool(v) for v in seen.values()])),
                 impressions_median=float(np.median([len(v) for v in seen.values()])),
                 past_threshold_max=int(max(past.values(), default=0)))

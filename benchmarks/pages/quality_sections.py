@@ -66,7 +66,8 @@ def new_items(res: dict) -> list[str]:
     rows = [["off" if not r["every"] else f"one slot in {r['every']}", percent(r["reached_share"]),
              percent(r["any_share"]), figure(r["impressions_median"], 0), figure(r["ndcg"], 4),
              times(r["ndcg_ratio"]) if r["every"] else "", interval(r["ndcg_interval"]) if r["ndcg_interval"] else "",
-             f"{r['past_threshold_max']}" if r["every"] else ""] for r in res["runs"]]
+             f"{r['past_threshold_max']}" if r["every"] else "",
+             percent(r["repeated"]) if "repeated" in r else "-"] for r in res["runs"]]
     return [f"The synthetic marketplace, cut {res['cut_quantile']:g}: {res['new_items']} items created after the cut "
             f"through `PUT /items`, as the log after it is lived through the product (a page of {res['limit']} read "
             f"at each session's start: {res['pages']:,} pages). A new item waits for "
@@ -75,7 +76,9 @@ def new_items(res: dict) -> list[str]:
             "follows; the ratio is to the run without the rule, the same pages read at the same times.", "",
             *table(["`PREFEED_NEW_ITEM_EVERY`", f"new items with {res['impressions']} impressions within a day",
                     "with any", "impressions within a day (median)", "NDCG@10", "ratio to off", "95% interval",
-                    "most impressions past the threshold"], rows)]
+                    "most impressions past the threshold", "repeated"], rows),
+            "", "\"Repeated\": the share of a page's items on the same user's previous page (as `evaluate --protocol "
+                "replay` reports it)."]
 
 
 
