@@ -3,7 +3,8 @@
 Reports per-user time split into history / candidates / features / model / store, item-scores per second per core
 for the whole pipeline (in one process, one thread) and for CatBoost predict alone on the very same feature
 matrices (same process, one thread), and their ratio. Then the same rebuild through 2 forking RQ workers, with the
-queue overhead (worker wall time not spent in any stage). Last, the cost per user in an experiment's arms, side by
+queue overhead (worker wall time not spent in any stage). Beside the rebuild, what ranking with the shown
+columns (``PREFEED_RANK_SHOWN``) adds per user with stored pages to read (``_shown_cost``). Last, the cost per user in an experiment's arms, side by
 side with no experiment on the same users (``lab/arm_costs.py``): a model arm of a second bundle, ``recent:1d`` and
 ``popular``; and the memory a worker parent holds after its pre-fork init with 0, 1 and 2 extra model-arm bundles.
 """
@@ -13,13 +14,17 @@ from __future__ import annotations
 import dataclasses
 import time
 
+import numpy as np
 from rq.job import Job
 from rq.serializers import JSONSerializer
+from sqlalchemy import delete, insert
 from threadpoolctl import threadpool_limits
 
 from jobs.queues import enqueue_batches, make_queue
 from precompute.data.history import load_histories
+from precompute.data.tables import ServedPage
 from precompute.ranking import features, scoring
+from precompute.ranking.layout import for_declaration
 from precompute.settings import Settings
 from precompute.pipeline.pipeline import STAGES
 
@@ -87,6 +92,8 @@ def _run(quick: bool) -> dict:
 
         # 1b. The cascade beside the full model alone, on the same users in alternating rounds.
         cascade = _cascade_side_by_side(pipeline, batches, cfg["repeats"])
+        # 1c. What the "shown" columns add: the stored pages read and the columns built, per user.
+        shown_cost = _shown_cost(pipeline, batches, cfg["repeats"], sum(per_user_ms_of(stage, users).values()))
 
         # 3. The same rebuild through 2 forking RQ workers, repeated, each run between two runs of the same predict
         # in 2 processes at once (the per-core rate when both cores are busy: the fair reference for 2 workers,
@@ -109,7 +116,7 @@ def _run(quick: bool) -> dict:
         by_arm = per_arm_cost(world, pipeline, users, cfg["iterations"], cfg["arm_rounds"])
         memory = bundle_memory(world, rounds=cfg["repeats"])
 
-        per_user_ms = {k: 1000 * v / len(users) for k, v in stage.items()}
+        per_user_ms = per_user_ms_of(stage, users)
         out = dict(
             config=cfg, users=len(users), candidates_per_user=scored / len(users), features=len(pipeline.items.layout),
             trees=int(pipeline.bundle.model.tree_count_),
@@ -132,7 +139,7 @@ def _run(quick: bool) -> dict:
                          failed=queue.failed_job_registry.count),
             per_user_ms_by_arm=by_arm["per_user_ms_by_arm"], ratio_by_arm=by_arm["ratio_by_arm"], by_arm=by_arm,
             worker_mib_per_extra_bundle=memory["uss_mib_per_extra_bundle"], bundle_memory=memory,
-            cascade=cascade,
+            cascade=cascade, shown=shown_cost,
         )
         print(table(f"precompute: {len(users)} users x {out['candidates_per_user']:.0f} candidates, "
                     f"{out['features']} features, {out['trees']} trees (per user, ms)",
@@ -146,6 +153,13 @@ def _run(quick: bool) -> dict:
                     [[label, *ms.values(), sum(ms.values()), cascade["users_per_s_per_core"][label],
                       cascade["users_per_s_per_core"][label] / cascade["users_per_s_per_core"]["full model"]]
                      for label, ms in cascade["per_user_ms"].items()]))
+        print()
+        print(table(f"the shown columns (PREFEED_RANK_SHOWN): {shown_cost['pages_per_user']} stored pages of "
+                    f"{shown_cost['page_items']} items per user, read and built in the same rounds as the columns "
+                    "without them (per user, ms)",
+                    ["pages read", "columns built, with / without", "added", "rebuild without", "with / without"],
+                    [[shown_cost["read_ms"], f"{shown_cost['features_on_ms']:.3f} / {shown_cost['features_off_ms']:.3f}",
+                      shown_cost["added_ms"], shown_cost["rebuild_ms"], shown_cost["ratio"]]]))
         print()
         print(table("item-scores per second per core", ["path", "rate", "vs CatBoost, 1 process",
                                                         "vs CatBoost, 2 processes"], [
@@ -262,6 +276,59 @@ def _cascade_side_by_side(pipeline, batches: list[list[int]], repeats: int) -> d
     per_user = {label: {k: 1000 * median([t[k] for t in r]) / n for k in STAGES} for label, r in runs.items()}
     return dict(keep=staged.cascade.keep, per_user_ms=per_user,
                 users_per_s_per_core={label: 1000 / sum(ms.values()) for label, ms in per_user.items()})
+
+
+def per_user_ms_of(seconds: dict[str, float], users: list[int]) -> dict[str, float]:
+    return {k: 1000 * v / len(users) for k, v in seconds.items()}
+
+
+#: Pages stored per user for the shown columns' cost: a user who read a page a day for the last
+#: ``PREFEED_IMPRESSIONS_KEEP`` and scrolled, or a heavy reader.
+SHOWN_PAGES, SHOWN_PAGE_ITEMS = 20, 20
+
+
+def _shown_cost(pipeline, batches: list[list[int]], repeats: int, rebuild_ms: float) -> dict:
+    """What ranking with the shown columns adds to a user's rebuild, with ``SHOWN_PAGES`` pages stored per user:
+    the worker's read of the pages (``Pipeline.shown``: one query per batch, then the aggregate) and the columns,
+    timed against building the same candidates' columns without them, round by round. The model's cost is left
+    out: an oblivious tree costs its depth whatever the number of columns. ``rebuild_ms``: the rebuild without."""
+    engine, items_off = pipeline.engine, pipeline.items
+    s = pipeline.settings
+    layout = for_declaration(tuple(s.item_attributes), tuple(n for n, _ in s.event_types), shown=True)
+    items_on = dataclasses.replace(items_off, layout=layout)
+    users = [u for b in batches for u in b]
+    rng = np.random.default_rng(0)
+    writer = 990_000_001
+    clock = float(load_histories(engine, users[:1], items_off, s).clock)
+    rows = [dict(writer=writer, seq=k, user_id=u, experiment=0, arm=0, served_at=clock - (p + 1) * 3600.0,
+                 position=0, items=rng.choice(items_off.ids, SHOWN_PAGE_ITEMS).astype("<i8").tobytes(),
+                 request_id="bench") for k, (u, p) in enumerate((u, p) for u in users for p in range(SHOWN_PAGES))]
+    with engine.begin() as conn:
+        conn.execute(insert(ServedPage), rows)
+    read, on, off = [], [], []
+    try:
+        for _ in range(repeats):
+            t_read = t_on = t_off = 0.0
+            for batch in batches:
+                hist = load_histories(engine, batch, items_off, s)
+                cand = pipeline.candidates(hist)
+                pipeline.items = items_on
+                t0 = time.perf_counter()
+                seen = pipeline.shown(hist)
+                t_read += time.perf_counter() - t0
+                pipeline.items = items_off
+                t_on += _time(lambda: features.build(items_on, hist, cand, hist.clock, shown=seen))
+                t_off += _time(lambda: features.build(items_off, hist, cand, hist.clock))
+            read.append(t_read), on.append(t_on), off.append(t_off)
+    finally:
+        pipeline.items = items_off
+        with engine.begin() as conn:
+            conn.execute(delete(ServedPage).where(ServedPage.writer == writer))
+    ms = {k: 1000 * median(v) / len(users) for k, v in (("read", read), ("on", on), ("off", off))}
+    added = ms["read"] + ms["on"] - ms["off"]
+    return dict(pages_per_user=SHOWN_PAGES, page_items=SHOWN_PAGE_ITEMS, read_ms=ms["read"], features_on_ms=ms["on"],
+                features_off_ms=ms["off"], added_ms=added, rebuild_ms=rebuild_ms,
+                ratio=(rebuild_ms + added) / rebuild_ms)
 
 
 def _predict_seconds(model, mats) -> float:

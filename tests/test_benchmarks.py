@@ -12,7 +12,7 @@ from tests.conftest import ROOT
 
 EXPECTED = {
     "precompute": ["per_user_ms", "cascade", "ratio_pipeline_to_catboost", "workers", "per_user_ms_by_arm", "ratio_by_arm",
-                   "worker_mib_per_extra_bundle"],
+                   "worker_mib_per_extra_bundle", "shown"],
     "fork": ["jobs_per_s", "ratio_b_over_a", "ratio_b_over_c"],
     "serve": ["runs", "ratio_feed_over_floor", "ratio_feed_over_bare", "ratio_feed_over_realtime",
               "ratio_threaded_over_sync", "ratio_impressions_on_over_off"],

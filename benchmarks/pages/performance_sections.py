@@ -49,6 +49,16 @@ def _precompute(res: dict) -> list[str]:
                        [[label, *(figure(v) for v in ms.values()), figure(sum(ms.values())), figure(rate[label], 0),
                          f"**{times(rate[label] / rate['full model'])}**"]
                         for label, ms in cascade["per_user_ms"].items()])]
+    shown = res.get("shown")
+    if shown:
+        out += ["", f"**The shown columns** (`PREFEED_RANK_SHOWN`): with {shown['pages_per_user']} pages of "
+                f"{shown['page_items']} items stored per user, the worker's read of them and the columns built, timed "
+                "in the same rounds as the same candidates' columns without them; medians, ms per user. The model's "
+                "cost does not change with them (an oblivious tree costs its depth).", "",
+                *table(["pages read", "columns with them", "columns without", "added", "rebuild without",
+                        "with / without"],
+                       [[figure(shown["read_ms"]), figure(shown["features_on_ms"]), figure(shown["features_off_ms"]),
+                         figure(shown["added_ms"]), figure(shown["rebuild_ms"]), f"**{times(shown['ratio'])}**"]])]
     arms, memory = res.get("by_arm"), res.get("bundle_memory")
     if arms:
         none = arms["none_per_user_ms_by_stage"]
