@@ -30,34 +30,48 @@ class Pages:
     position: np.ndarray
 
 
-def served(engine: Engine, user_ids: np.ndarray, since: float) -> dict[int, list[tuple[float, int, np.ndarray]]]:
-    """Each of ``user_ids``' pages served at or after ``since``, newest first: ``(served_at, position, item ids)``
-    (one query on ``ix_served_pages_user``). A user served nothing is absent."""
-    out: dict[int, list[tuple[float, int, np.ndarray]]] = {}
+def _rows(engine: Engine, user_ids: np.ndarray, since: float) -> list:
+    """Each of ``user_ids``' stored pages served at or after ``since``, by user then newest first: rows of
+    ``(user_id, served_at, position, items)``, the items as stored (little-endian int64 bytes). One query on
+    ``ix_served_pages_user``."""
     users = sorted({int(u) for u in user_ids.tolist()})
-    if users:
-        with engine.connect() as conn:
-            rows = conn.execute(
-                select(ServedPage.user_id, ServedPage.served_at, ServedPage.position, ServedPage.items)
-                .where(ServedPage.user_id.in_(users), ServedPage.served_at >= since)
-                .order_by(ServedPage.user_id, ServedPage.served_at.desc())).all()
-        for user, served_at, position, items in rows:
-            out.setdefault(user, []).append((served_at, position, np.frombuffer(items, dtype="<i8")))
+    if not users:
+        return []
+    with engine.connect() as conn:
+        return conn.execute(
+            select(ServedPage.user_id, ServedPage.served_at, ServedPage.position, ServedPage.items)
+            .where(ServedPage.user_id.in_(users), ServedPage.served_at >= since)
+            .order_by(ServedPage.user_id, ServedPage.served_at.desc())).all()
+
+
+def served(engine: Engine, user_ids: np.ndarray, since: float) -> dict[int, list[tuple[float, int, np.ndarray]]]:
+    """Each of ``user_ids``' pages served at or after ``since``, newest first: ``(served_at, position, item ids)``.
+    A user served nothing is absent."""
+    out: dict[int, list[tuple[float, int, np.ndarray]]] = {}
+    for user, served_at, position, items in _rows(engine, user_ids, since):
+        out.setdefault(user, []).append((served_at, position, np.frombuffer(items, dtype="<i8")))
     return out
 
 
 def load_pages(engine: Engine, user_ids: np.ndarray, since: float, per_user: int = PER_USER) -> Pages:
-    """The newest ``per_user`` pages served to each of ``user_ids`` at or after ``since``."""
-    owner, ids, ts, pos = [], [], [], []
-    pages = served(engine, user_ids, since)
-    for j, user in enumerate(user_ids.tolist()):
-        for served_at, position, page in pages.get(int(user), ())[:per_user]:
-            owner.append(np.full(len(page), j)), ids.append(page)
-            ts.append(np.full(len(page), served_at)), pos.append(position + np.arange(len(page)))
+    """The newest ``per_user`` pages served to each of ``user_ids`` at or after ``since``. The pages' bytes are
+    joined and read as one array: a worker reads a batch's pages in a few array operations, not a few per page."""
+    place = {int(u): j for j, u in enumerate(user_ids.tolist())}
+    owner, blobs, ts, pos = [], [], [], []
+    count: dict[int, int] = {}
+    for user, served_at, position, items in _rows(engine, user_ids, since):
+        n = count.get(user, 0)
+        if n < per_user:
+            count[user] = n + 1
+            owner.append(place[user]), blobs.append(items), ts.append(served_at), pos.append(position)
     if not owner:
         return Pages(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0), np.empty(0, np.int64))
-    return Pages(np.concatenate(owner), np.concatenate(ids).astype(np.int64), np.concatenate(ts),
-                 np.concatenate(pos))
+    sizes = np.fromiter((len(b) // 8 for b in blobs), dtype=np.int64, count=len(blobs))
+    starts = np.cumsum(sizes) - sizes
+    within = np.arange(int(sizes.sum())) - np.repeat(starts, sizes)
+    return Pages(np.repeat(np.asarray(owner, dtype=np.int64), sizes),
+                 np.frombuffer(b"".join(blobs), dtype="<i8").astype(np.int64), np.repeat(np.asarray(ts, float), sizes),
+                 np.repeat(np.asarray(pos, dtype=np.int64), sizes) + within)
 
 
 def shown_before(engine: Engine, user_id: int) -> dict[int, tuple[int, float, int]]:
