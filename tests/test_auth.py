@@ -266,6 +266,29 @@ def test_process_shares_of_a_key_budget_never_let_more_through_than_the_budget(r
     assert admitted >= 100 - 2 * Limiter.SHARE
 
 
+
+def test_a_busy_process_claims_larger_shares_and_a_quiet_one_the_first_size(r, settings):
+    from precompute.feeds.limits import Bucket, Limiter
+
+    # given a key with room for everything, and one process's limiter counting its round trips to the bucket
+    bucket = Bucket(f"{settings.key_prefix}rate:key:busy", rate=1e6, burst=10**6)
+    limiter = Limiter(r)
+    claims = []
+    claim = limiter._claim
+    limiter._claim = lambda keys, args: (claims.append(int(args[2])), claim(keys=keys, args=args))[1]
+    # when it lets 2,000 requests through as fast as it can
+    assert all(limiter.take_one(bucket) == 0 for _ in range(2000))
+    # then it claimed its first share, then larger ones, up to SHARE_MAX: far fewer round trips than one per SHARE
+    assert claims[0] == Limiter.SHARE and max(claims) == Limiter.SHARE_MAX
+    assert len(claims) <= 2000 // Limiter.SHARE_MAX + 3
+    # and a process that spends its share slower than it expires claims the first size again
+    claims.clear()
+    quiet = Bucket(f"{settings.key_prefix}rate:key:quiet", rate=1e6, burst=10**6)
+    for _ in range(2):
+        limiter.take_one(quiet)
+        time.sleep(Limiter.SHARE_SECONDS)
+    assert claims == [Limiter.SHARE, Limiter.SHARE]
+
 def queries_on(engine) -> list[str]:
     """The SQL statements ``engine`` runs from now on, as a list that grows (for counting)."""
     from sqlalchemy import event

@@ -272,7 +272,13 @@ SECTIONS = {
              "saves, what a job costs over a no-op job, and what batching users buys.", _fork),
     "serve": ("Requests per second and latency at fixed concurrency on loopback, for the precomputed feed, its "
               "serving floor (one read of the page's bytes), the framework floor, a real-time ranker and event "
-              "ingestion.", _serve),
+              "ingestion. Profiled in process, the page pays what the floor pays (the framework, the turns, the "
+              "request log, one round trip: reading past the page and the user's seen items costs no more than the "
+              "floor's read) and then a row of small parts, none a large share of the rest: the boost rule, the "
+              "next cursor, the impression record, the page's metrics, the experiment's placement, the new-item "
+              "rule, the key's look-up and its rate; each costs a few times inside a request what it costs in a "
+              "loop of its own. The profile part by part, before and after the last changes to it: the "
+              "[results log](results-log.md#the-page-beyond-its-floor-part-by-part).", _serve),
     "freshness": ("A steady stream of events while 2 workers run: for each, the time from its being accepted "
                   "(as `POST /events` does) until the user's feed in Redis carries its history version.", _freshness),
     "memory": ("RSS, PSS and USS of the worker processes during a full rebuild (the model and item matrices "

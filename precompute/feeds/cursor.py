@@ -214,7 +214,16 @@ class Cursors:
     def encode(self, scroll: Scroll) -> str | None:
         """The cursor of ``scroll``; None once it has served ``MAX_SERVED`` items (the scroll ends there), or
         before it has served any (its next page is the top)."""
-        ids = scroll.served
+        return self._token(scroll.user_id, scroll.served, scroll.slots, scroll.boosted, scroll.recent)
+
+    def next(self, scroll: Scroll, page_ids: list[int], page_boosted: int, recent: tuple[int, ...] = ()) -> str | None:
+        """The cursor of the scroll once it has served a page (``scroll.after``, encoded without building it): a
+        page's last step."""
+        return self._token(scroll.user_id, _merged(scroll.served, page_ids), scroll.slots + len(page_ids),
+                           scroll.boosted + page_boosted, recent)
+
+    def _token(self, user_id: int, ids, slots: int, boosted: int, recent: tuple[int, ...]) -> str | None:
+        """``encode`` of the scroll of these fields (``ids``: the served ids, ascending)."""
         if not 0 < len(ids) < MAX_SERVED:
             return None
         held = self._current()
@@ -224,15 +233,11 @@ class Cursors:
         form = width
         if len(body) > _RAW_MAX:
             body, form = zlib.compress(body, 1), width | _PACKED
-        body = diversity.pack(scroll.recent) + body if scroll.recent else body
-        payload = _HEAD.pack(_WITH_RECENT if scroll.recent else _VERSION, held.key_id, scroll.user_id, scroll.slots,
-                             scroll.boosted, int(time.time()), ids[0], form) + body
+        body = diversity.pack(recent) + body if recent else body
+        payload = _HEAD.pack(_WITH_RECENT if recent else _VERSION, held.key_id, user_id, slots, boosted,
+                             int(time.time()), ids[0], form) + body
         signed = binascii.b2a_base64(payload + self._sign(payload, held.mac), newline=False)
         return signed.translate(_URLSAFE).rstrip(b"=").decode("ascii")
-
-    def next(self, scroll: Scroll, page_ids: list[int], page_boosted: int, recent: tuple[int, ...] = ()) -> str | None:
-        """The cursor of the scroll once it has served a page (``scroll.after``): a page's last step."""
-        return self.encode(scroll.after(page_ids, page_boosted, recent))
 
     def decode(self, cursor: str, user_id: int) -> Scroll | None:
         """The scroll ``cursor`` continues, or None when it has expired (or has a layout this version does not

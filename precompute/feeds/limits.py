@@ -4,8 +4,9 @@ Each bucket is one Redis string: its "theoretical arrival time" (GCRA, the token
 bucket of ``rate`` per second and ``burst`` lets a request of cost ``c`` through when ``tat + c / rate - burst / rate``
 is not in the future, and moves ``tat`` by ``c / rate``. One script call checks several buckets and charges them all or
 none, on Redis's own clock (``TIME``), so hosts with skewed clocks share one budget: one round trip per request. A
-key's request rate is charged through a per-process share instead (``Limiter.take_one``): one round trip per few
-requests, which is what keeps the page cost of the check small.
+key's request rate is charged through a per-process share instead (``Limiter.take_one``): one round trip per share,
+sized by the rate the process spends it at (a busy process: one per ~125 ms), which is what keeps the page cost of the
+check small.
 
 A refusal is remembered by the process that got it (``Limiter._refused``): a bucket's theoretical arrival time never
 goes back, so a bucket that refused cost ``c`` with a wait ``w`` refuses any cost ``c'`` for ``w + (c' - c) / rate``
@@ -77,15 +78,19 @@ class Limiter:
     """``take``: all-or-nothing charges, one round trip. ``take_one``: one token of a busy bucket, mostly without a
     round trip: the process claims a share of the bucket (a tenth of its burst, at most ``SHARE``) and spends it
     locally for at most ``SHARE_SECONDS``; what it does not spend by then is lost to the others, so a key is never
-    let through more than its budget, and at most ``SHARE`` per process less while its clients are busy."""
+    let through more than its budget, and at most a share per process less while its clients are busy. A process
+    that spent its last share before it expired claims what it spends in half of ``SHARE_SECONDS`` at the rate it
+    spent that one (at most ``SHARE_MAX``, and a tenth of the burst): a busy process makes a round trip per ~125 ms,
+    not per ``SHARE`` requests."""
 
-    #: Most tokens a process claims at once, and how long it may spend them.
-    SHARE, SHARE_SECONDS = 20, 0.25
+    #: Tokens a process claims at first, the most it claims at once, and how long it may spend them.
+    SHARE, SHARE_MAX, SHARE_SECONDS = 20, 200, 0.25
 
     def __init__(self, r: redis.Redis) -> None:
         self._script = r.register_script(_SCRIPT)
         self._claim = r.register_script(_CLAIM)
-        self._local: dict[str, tuple[int, float]] = {}       # bucket key -> (tokens held, claimed at)
+        #: bucket key -> (tokens held, claimed at, tokens claimed)
+        self._local: dict[str, tuple[int, float, int]] = {}
         self._refused: dict[str, tuple[float, float, int, float]] = {}   # bucket key -> (at, wait, cost, rate)
         self._lock = threading.Lock()
 
@@ -114,11 +119,14 @@ class Limiter:
         if known > 0:
             return known
         with self._lock:
-            held, at = self._local.get(bucket.key, (0, 0.0))
+            held, at, claimed = self._local.get(bucket.key, (0, 0.0, 0))
             if held > 0 and now - at < self.SHARE_SECONDS:
-                self._local[bucket.key] = (held - 1, at)
+                self._local[bucket.key] = (held - 1, at, claimed)
                 return 0.0
-        want = max(1, min(self.SHARE, bucket.burst // 10))
+        share = self.SHARE
+        if held == 0 and now - at < self.SHARE_SECONDS:       # the last share spent before it expired
+            share = min(self.SHARE_MAX, max(share, int(claimed * self.SHARE_SECONDS / 2 / max(now - at, 1e-3))))
+        want = max(1, min(share, bucket.burst // 10))
         got = self._claim(keys=[bucket.key], args=[repr(float(bucket.rate)), bucket.burst, want])
         got = got.decode() if isinstance(got, bytes) else str(got)
         if not got.startswith("+"):
@@ -128,7 +136,7 @@ class Limiter:
         with self._lock:
             if len(self._local) > 10_000:
                 self._local.clear()
-            self._local[bucket.key] = (int(got[1:]) - 1, now)
+            self._local[bucket.key] = (int(got[1:]) - 1, now, int(got[1:]))
         return 0.0
 
     def take(self, buckets: list[Bucket]) -> float:
