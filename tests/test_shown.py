@@ -20,16 +20,39 @@ from precompute.units import DAY
 SPAN = 8        # item rows 0..6, and the table's "unknown" row
 
 
+#: The categories of item rows 0..6 (row 6 in two), and the one each candidate is described by (its lowest).
+CATS = {r: ({r % 3} if r != 6 else {0, 1}) for r in range(SPAN - 1)}
+N_CAT = 3
+
+
+class Categories:
+    """The two things of an item table the category columns read."""
+
+    n_categories = N_CAT
+
+    def categories_of(self, rows):
+        pairs = [(j, c) for j, r in enumerate(rows.tolist()) for c in sorted(CATS[r])]
+        return np.array([j for j, _ in pairs], dtype=np.int64), np.array([c for _, c in pairs], dtype=np.int64)
+
+
+def _acted(impressions, events, owner, row):
+    """Whether ``owner`` acted on ``row`` at or after the last page that showed it (None: never shown)."""
+    mine = [ts for o, r, ts, _ in impressions if o == owner and r == row and r >= 0]
+    return None if not mine else any(o == owner and r == row and ts >= max(mine) for o, r, ts in events)
+
+
 def reference(impressions, events, owner, row, now):
     """The columns of candidate ``(owner, row)`` at ``now``, the slow way: impressions are ``(owner, row, ts,
     position)`` tuples, events ``(owner, row, ts)``."""
+    cat = min(CATS[row])
+    of_cat = [(o, r) for o, r, _, _ in impressions if o == owner and r >= 0 and cat in CATS[r]]
+    category = [float(len(of_cat)), float(sum(bool(_acted(impressions, events, owner, r)) for r in {r for _, r in of_cat}))]
     mine = [(ts, pos) for o, r, ts, pos in impressions if o == owner and r == row and r >= 0]
     if not mine:
-        return [0.0, math.nan, math.nan, math.nan, 0.0]
+        return [0.0, math.nan, math.nan, math.nan, 0.0, *category]
     last = max(ts for ts, _ in mine)
-    acted = any(o == owner and r == row and ts >= last for o, r, ts in events)
     return [float(len(mine)), (now - last) / DAY, (now - min(ts for ts, _ in mine)) / DAY,
-            float(min(pos for _, pos in mine)), float(acted)]
+            float(min(pos for _, pos in mine)), float(_acted(impressions, events, owner, row)), *category]
 
 
 impression = st.tuples(st.integers(0, 2), st.integers(-1, SPAN - 2), st.floats(0, 10 * DAY), st.integers(0, 30))
@@ -43,7 +66,8 @@ def columns_of(impressions, events, cand, now):
           for k, dt in enumerate((np.int64, np.int64, np.float64))]
     owner = np.array([c[0] for c in cand], dtype=np.int64)
     rows = np.array([c[1] for c in cand], dtype=np.int64)
-    got = shown.columns(shown.aggregate(imp, SPAN), owner, rows, now, *ev)
+    cell = owner * N_CAT + np.array([min(CATS[r]) for r in rows.tolist()], dtype=np.int64)
+    got = shown.columns(shown.aggregate(imp, SPAN), owner, rows, now, *ev, cell, Categories())
     return np.column_stack([got[name] for name in shown.COLUMNS])
 
 

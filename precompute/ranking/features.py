@@ -196,7 +196,7 @@ def build(items: ItemTable, hist: Histories, cand: Candidates, now: float | np.n
         seen_before[maybe] = pair[np.minimum(np.searchsorted(pair, code), len(pair) - 1)] == code
     _gather(out, layout.start("source"), _flag_table(layout), cand.flags)   # source bits and their count
     if layout.has("shown"):
-        built = shown_columns.columns(shown, owner, r, now_u, h_owner, hist.item_rows, hist.ts)
+        built = shown_columns.columns(shown, owner, r, now_u, h_owner, hist.item_rows, hist.ts, cell, items)
         for name, column in built.items():
             out[:, layout.index(name)] = column
     return out

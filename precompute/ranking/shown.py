@@ -4,7 +4,9 @@ ranker learns from (``layout.py``, group "shown", when ``PREFEED_RANK_SHOWN`` is
 An impression is one item on one page served to one user: the page's time (the events' clock when it was served)
 and the item's 0-based place in the user's scroll. Per (batch row, item) the ranker reads how many pages showed it,
 the days since the last and the first of them, its best place, and whether the user acted on it since it was last
-shown. Where the pages come from is the caller's: live, the pages the collector stored (``data/shown_pages.py``); in
+shown; and per (batch row, the item's category, the one ``features.py``'s user × category group describes it by):
+how many times the user was shown items of that category (pages × items), and how many of those items the user acted
+on since they were last shown, so a category shown often and never taken is told from one the user takes when shown. Where the pages come from is the caller's: live, the pages the collector stored (``data/shown_pages.py``); in
 training and ``evaluate``, the pages the replay derives (``learning/derived.py``). An item never shown to the user
 has 0 pages and NaN elsewhere, which CatBoost reads as "missing", never a made-up number.
 """
@@ -18,9 +20,9 @@ import numpy as np
 from ..units import DAY
 from .arrays import lookup
 
-#: The "shown" group's columns, in the layout's order.
+#: The "shown" group's columns, in the layout's order: per (user, item), then per (user, the item's category).
 COLUMNS = ("ux_shown_pages", "ux_days_since_shown", "ux_days_since_first_shown", "ux_shown_best_position",
-           "ux_acted_since_shown")
+           "ux_acted_since_shown", "uc_shown_pages", "uc_shown_items_acted")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,15 +77,22 @@ def aggregate(imp: Impressions, span: int, clock: np.ndarray | None = None) -> S
 
 
 def columns(shown: Shown | None, owner: np.ndarray, rows: np.ndarray, now: np.ndarray, hist_owner: np.ndarray,
-            hist_rows: np.ndarray, hist_ts: np.ndarray) -> dict[str, np.ndarray]:
+            hist_rows: np.ndarray, hist_ts: np.ndarray, cell: np.ndarray | None = None,
+            categories=None) -> dict[str, np.ndarray]:
     """The "shown" columns of candidates ``(owner, rows)`` (batch row, item row), each row at ``now[owner]``:
-    a dict by name. ``hist_*``: the batch's history events (row, item row, time), for "acted on it since"."""
+    a dict by name. ``hist_*``: the batch's history events (row, item row, time), for "acted on it since".
+    ``cell``: each candidate's (batch row, category) cell ``owner * n_cat + category``, ``>= n_rows * n_cat`` for an
+    item without one; ``categories``: the item table, whose ``categories_of`` and ``n_categories`` say the shown
+    items' categories (both None: the category columns are 0)."""
     n = len(rows)
     out = {"ux_shown_pages": np.zeros(n), "ux_days_since_shown": np.full(n, np.nan),
            "ux_days_since_first_shown": np.full(n, np.nan), "ux_shown_best_position": np.full(n, np.nan),
-           "ux_acted_since_shown": np.zeros(n)}
+           "ux_acted_since_shown": np.zeros(n), "uc_shown_pages": np.zeros(n), "uc_shown_items_acted": np.zeros(n)}
     if shown is None or not len(shown) or not n:
         return out
+    acted_all = _acted_since(shown, hist_owner, hist_rows, hist_ts)
+    if cell is not None and categories is not None:
+        _category_columns(shown, acted_all, cell, categories, out)
     code = owner.astype(np.int64) * shown.span + rows
     at = np.minimum(np.searchsorted(shown.code, code), len(shown) - 1)
     hit = np.flatnonzero(shown.code[at] == code)
@@ -95,12 +104,32 @@ def columns(shown: Shown | None, owner: np.ndarray, rows: np.ndarray, now: np.nd
     out["ux_days_since_shown"][hit] = (t - shown.last[k]) / DAY
     out["ux_days_since_first_shown"][hit] = (t - shown.first[k]) / DAY
     out["ux_shown_best_position"][hit] = shown.best[k]
-    # Acted on since last shown: the row's newest event on the item at or after the last page that showed it.
+    out["ux_acted_since_shown"][hit] = acted_all[k]
+    return out
+
+
+def _acted_since(shown: Shown, hist_owner: np.ndarray, hist_rows: np.ndarray, hist_ts: np.ndarray) -> np.ndarray:
+    """Per shown (row, item): whether the row's newest event on the item is at or after the last page that showed
+    it."""
     ok = hist_rows >= 0
     h_code = hist_owner[ok].astype(np.int64) * shown.span + hist_rows[ok]
     h_uniq, h_inv = np.unique(h_code, return_inverse=True)
     newest = np.full(len(h_uniq), -np.inf)
     np.maximum.at(newest, h_inv.ravel(), hist_ts[ok])
-    acted = lookup(h_uniq, newest, code[hit], missing=-np.inf)
-    out["ux_acted_since_shown"][hit] = acted >= shown.last[k]
-    return out
+    return lookup(h_uniq, newest, shown.code, missing=-np.inf) >= shown.last
+
+
+def _category_columns(shown: Shown, acted: np.ndarray, cell: np.ndarray, categories, out: dict) -> None:
+    """Per (batch row, category): impressions of its items (each shown item counts in each of its categories) and
+    its shown items acted on since; read at each candidate's ``cell``."""
+    n_cat = categories.n_categories
+    if not n_cat:
+        return
+    at, cat = categories.categories_of(shown.code % shown.span)
+    key = (shown.code // shown.span)[at] * n_cat + cat
+    size = int(max(cell.max(initial=0), key.max(initial=0))) + 1
+    pages = np.bincount(key, weights=shown.pages[at], minlength=size)
+    taken = np.bincount(key, weights=acted[at], minlength=size)
+    inside = cell < size
+    out["uc_shown_pages"][inside] = pages[cell[inside]]
+    out["uc_shown_items_acted"][inside] = taken[cell[inside]]

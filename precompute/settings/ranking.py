@@ -44,7 +44,9 @@ class RankingSettings:
 
     rank_shown: bool = setting(False, "PREFEED_RANK_SHOWN", "rank with what each user was shown: the pages that "
                                "showed an item to the user, when, at which place, and whether they acted on it "
-                               "since (columns learned by `train`; a bundle trained with the other value is refused)")
+                               "since, and how often they were shown the item's category and took what it showed "
+                               "(columns learned by `train`, from the pages stored where there are any; a bundle "
+                               "trained with the other value is refused)")
 
     cascade_keep: int = setting(200, "PREFEED_CASCADE_KEEP", "candidates per user the full model scores, the best "
                                 "by a small first stage trained with it (`train`); the rest keep the first stage's "
