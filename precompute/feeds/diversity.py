@@ -135,10 +135,11 @@ class _Queues:
 
     def __init__(self, cats: Sequence[int], boosted: Sequence[bool], start: int) -> None:
         self.cats = cats
-        self.queues: defaultdict[int | None, list[int]] = defaultdict(list)
+        queues: defaultdict[int | None, list[int]] = defaultdict(list)
+        self.queues = queues
         for q in range(len(cats) - 1, start - 1, -1):
-            self.queues[_BOOSTED if boosted[q] else cats[q]].append(q)
-        self.heads = sorted((queue[-1], key) for key, queue in self.queues.items())
+            queues[_BOOSTED if boosted[q] else cats[q]].append(q)
+        self.heads = sorted((queue[-1], key) for key, queue in queues.items())
         self.jumped: list[int] = []
 
     def take(self, full: set[int]) -> int:
