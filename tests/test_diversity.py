@@ -106,6 +106,16 @@ def test_items_taken_ahead_do_not_count_in_the_depth():
         assert got == reference(cats, [False] * len(cats), 23, Diversity(1, 2))[0]
 
 
+def test_a_boosted_item_of_a_full_category_lets_the_one_category_left_pass():
+    # given at most 1 of a category in 2 slots, and after the first item a boosted item of the same category, then
+    # items of one other category only
+    cats, boosted = [1, 1, 2, 2], [False, True, False, False]
+    # then the boosted item waits a slot for the other category's first item (the items left are not taken in
+    # their order just because one category is left besides the boosted item)
+    assert spread(cats, boosted, 4, Diversity(1, 2)) == [0, 2, 1, 3]
+    assert reference(cats, boosted, 4, Diversity(1, 2))[0] == [0, 2, 1, 3]
+
+
 def test_a_page_whose_own_order_breaks_the_rule_is_spread_from_that_slot():
     # given lists that keep the rule in their own order up to one slot: the last of the page, or the first (the
     # categories the scroll served before fill its window), and another category below

@@ -83,7 +83,9 @@ def spread(cats: Sequence[int], boosted: Sequence[bool], need: int, rule: Divers
     one set look-up (``full``: the categories holding K of the window). From the first item passed over, the items
     not yet placed wait in one queue per category, the boosted ones in a queue of their own (``_Queues``), and a
     slot takes the first of the queues' first items whose category is not full: kept sorted, they are passed over
-    at most once per full category, and the items passed over before are never scanned again.
+    at most once per full category, and the items passed over before are never scanned again. Once the items left
+    are of one queue (one category, or boosted items only), every slot left takes the first of them: they are
+    placed in their order at once (a feed of one category, or a page's tail past its other categories' items).
     """
     n = len(cats)
     if not rule.on:
@@ -105,7 +107,8 @@ def spread(cats: Sequence[int], boosted: Sequence[bool], need: int, rule: Divers
             else:
                 waiting = _Queues(cats, boosted, s)
         if waiting is not None:
-            if not waiting.heads:
+            if len(waiting.heads) <= 1:                     # one queue left (one category, or boosted items
+                out += waiting.rest(min(need, n) - s)       # only): every slot takes the first item left
                 break
             p = waiting.take(full)
             c = cats[p]
@@ -141,6 +144,10 @@ class _Queues:
             queues[_BOOSTED if boosted[q] else cats[q]].append(q)
         self.heads = sorted((queue[-1], key) for key, queue in queues.items())
         self.jumped: list[int] = []
+
+    def rest(self, k: int) -> list[int]:
+        """The places of the first ``k`` items left, in list order, when they are of one queue (or none is left)."""
+        return [q for queue in self.queues.values() for q in queue[:-k - 1:-1]]
 
     def take(self, full: set[int]) -> int:
         """Take the place of the next slot, given the categories the window it closes holds K of: the first item
