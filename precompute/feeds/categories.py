@@ -84,11 +84,21 @@ class ItemCategories:
         rest = iter(found)
         return [next(rest) if c is None else c for c in got]
 
+    @property
+    def held(self) -> Held | None:
+        """The copy pages read now (None before the first page that applies the rule)."""
+        return self._held
+
+    def reload(self) -> None:
+        """Read the copy again from the database and replace the one held, with nothing looked up in it yet (what
+        the background thread does every ``refresh_s``)."""
+        self._held = Held.of(*self._read())
+        self.loaded_at = time.monotonic()
+
     def _first_load(self) -> Held:
         with self._lock:
             if self._held is None:
-                self._held = Held.of(*self._read())
-                self.loaded_at = time.monotonic()
+                self.reload()
                 threading.Thread(target=self._follow, name="prefeed-categories", daemon=True).start()
         return self._held
 
@@ -97,7 +107,6 @@ class ItemCategories:
         while True:
             time.sleep(self.refresh_s)
             try:
-                self._held = Held.of(*self._read())
-                self.loaded_at = time.monotonic()
+                self.reload()
             except Exception:                    # noqa: BLE001 - a database away: keep serving the copy held
                 continue
