@@ -94,6 +94,40 @@ def test_an_item_fits_only_within_depth_of_the_first_left():
         assert got == ([0, gap + 1] if gap < DEPTH else [0, 1]), gap
 
 
+def test_items_taken_ahead_do_not_count_in_the_depth():
+    # given at most 1 of a category in 2 slots, a run of category 1 with ten items of category 2 inside it, and one
+    # more item of category 2 far below: once the ten are taken ahead of the run, the first item left is 11, and the
+    # last item of 2 is 59 places below it but only 49 items left below it (the ten were taken)
+    for far, taken in ((70, True), (71, False)):
+        cats = [1] * 20 + [2] * 10 + [1] * (far - 30) + [2]
+        got = spread(cats, [False] * len(cats), 23, Diversity(1, 2))
+        # then slot 21 takes it when it is among the first DEPTH items left, else relaxes to the first item left
+        assert got[20] == 10 and got[21] == (far if taken else 11), (far, got)
+        assert got == reference(cats, [False] * len(cats), 23, Diversity(1, 2))[0]
+
+
+def test_a_boosted_item_of_a_full_category_lets_the_one_category_left_pass():
+    # given at most 1 of a category in 2 slots, and after the first item a boosted item of the same category, then
+    # items of one other category only
+    cats, boosted = [1, 1, 2, 2], [False, True, False, False]
+    # then the boosted item waits a slot for the other category's first item (the items left are not taken in
+    # their order just because one category is left besides the boosted item)
+    assert spread(cats, boosted, 4, Diversity(1, 2)) == [0, 2, 1, 3]
+    assert reference(cats, boosted, 4, Diversity(1, 2))[0] == [0, 2, 1, 3]
+
+
+def test_a_page_whose_own_order_breaks_the_rule_is_spread_from_that_slot():
+    # given lists that keep the rule in their own order up to one slot: the last of the page, or the first (the
+    # categories the scroll served before fill its window), and another category below
+    rule = Diversity(3, 10)
+    for cats, recent, need, want in (([1, 1, 1, 1, 2], (), 4, [0, 1, 2, 4]),
+                                     ([1, 2, 1, 1], (1, 1, 1), 3, [1, 0, 2]),
+                                     ([1, 1, 1, 1, 1], (2,) * 9, 5, [0, 1, 2, 3, 4])):
+        # then the rule takes the list's order while it fits and spreads from the first slot it does not
+        assert spread(cats, [False] * len(cats), need, rule, recent) == want, (cats, recent)
+        assert want == reference(cats, [False] * len(cats), need, rule, recent)[0]
+
+
 def test_one_category_relaxes_to_the_list_order():
     # given a catalogue of one category, the rule at most 1 in 5
     cats = [7] * 30
@@ -189,6 +223,7 @@ import random  # noqa: E402
 import numpy as np  # noqa: E402
 
 from api import create_app  # noqa: E402
+from precompute.feeds import categories  # noqa: E402
 from precompute.feeds.categories import ItemCategories  # noqa: E402
 from precompute.feeds.codec import encode  # noqa: E402
 from precompute.feeds.keys import Keys  # noqa: E402
@@ -246,6 +281,31 @@ def test_a_copy_of_the_categories_answers_each_item_and_none_for_others():
     assert (copy.of([13, 1, 5, 6, 2**63 - 2, 2**63 - 1, 3, 100, 8])
             == [4, NONE, 1, NONE, 9, NONE, 7, NONE, 7])
     assert copy.of([]) == []
+
+
+def test_items_looked_up_again_answer_the_copy_they_were_looked_up_in():
+    # given a copy of two items' categories, each looked up once (so kept beside the copy)
+    rows = {"known": [3, 5], "cats": [7, 1]}
+    copy = ItemCategories(lambda: (np.array(rows["known"], dtype=np.int64), np.array(rows["cats"], dtype=np.int64)),
+                          3600)
+    assert copy.of([3, 5, 4]) == [7, 1, NONE]
+    # when the database says item 3 is now of category 2 and item 4 of 9, and the copy is reloaded
+    rows.update(known=[3, 4, 5], cats=[2, 9, 1])
+    copy.reload()
+    # then the items looked up before answer the new copy, looked up again or not
+    assert copy.of([4, 3, 5]) == [9, 2, 1]
+    assert copy.of([3, 4]) == [2, 9]
+
+
+def test_items_looked_up_past_the_bound_start_the_kept_ones_again(monkeypatch):
+    # given at most 4 items kept looked up
+    monkeypatch.setattr(categories, "LOOKED_MAX", 4)
+    copy = ItemCategories(lambda: (np.arange(1, 11, dtype=np.int64), np.arange(101, 111, dtype=np.int64)), 3600)
+    # when more are looked up than that, in several pages
+    for ids in ([1, 2, 3], [4, 5], [6, 7, 8, 9, 10], [2, 9]):
+        # then each answer is the copy's, and the items kept never pass the bound
+        assert copy.of(ids) == [100 + i for i in ids]
+        assert len(copy.held.looked) <= 4
 
 
 def test_the_counted_category_is_the_lowest(world):

@@ -29,8 +29,8 @@ offset pages read one after another give the pages of one big read. (``Settings.
 from __future__ import annotations
 
 import struct
-from bisect import bisect_left
-from collections import deque
+from bisect import bisect_left, insort
+from collections import defaultdict
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -79,84 +79,98 @@ def spread(cats: Sequence[int], boosted: Sequence[bool], need: int, rule: Divers
     categories of the slots served before this list's first, oldest first (only the last W-1 count).
 
     Reads the list's first ``need + DEPTH - 1`` items at most: a caller passes at least those, or the whole list.
-    While every slot takes the first item not yet placed (most slots of a page), a slot costs one look-up. From the
-    first item passed over, the items not yet placed are also queued by category (``_Waiting``): a slot whose first
-    item does not fit takes the first waiting item of a category that fits, without rescanning the next ``DEPTH``.
+    While every slot takes the first item not yet placed (the slots before the first item passed over), a slot costs
+    one set look-up (``full``: the categories holding K of the window). From the first item passed over, the items
+    not yet placed wait in one queue per category, the boosted ones in a queue of their own (``_Queues``), and a
+    slot takes the first of the queues' first items whose category is not full: kept sorted, they are passed over
+    at most once per full category, and the items passed over before are never scanned again. Once the items left
+    are of one queue (one category, or boosted items only), every slot left takes the first of them: they are
+    placed in their order at once (a feed of one category, or a page's tail past its other categories' items).
     """
     n = len(cats)
     if not rule.on:
         return list(range(min(need, n)))
     most, back = rule.most, rule.window - 1
-    window = deque(recent[max(0, len(recent) - back):])
+    hist = list(recent[max(0, len(recent) - back):])        # the categories served, oldest first: the window's tail
     counts: dict[int, int] = {}
-    for c in window:
+    for c in hist:
         if c != NONE:
             counts[c] = counts.get(c, 0) + 1
+    full = {c for c, k in counts.items() if k >= most}
     out: list[int] = []
-    waiting: _Waiting | None = None             # None while no item was passed over: the next item is len(out)
-    while len(out) < need:
+    waiting: _Queues | None = None                          # None while no item was passed over
+    for s in range(min(need, n)):
         if waiting is None:
-            p = len(out)
-            if p == n:
-                break
-            c = cats[p]
-            if c != NONE and counts.get(c, 0) >= most:
-                waiting = _Waiting(cats, boosted, p)
+            c = cats[s]
+            if c not in full:
+                p = s                                       # the list's own order, while its next item fits
+            else:
+                waiting = _Queues(cats, boosted, s)
         if waiting is not None:
-            if not waiting.left:
+            if len(waiting.heads) <= 1:                     # one queue left (one category, or boosted items
+                out += waiting.rest(min(need, n) - s)       # only): every slot takes the first item left
                 break
-            p = waiting.take(counts, most)
+            p = waiting.take(full)
             c = cats[p]
         out.append(p)
-        window.append(c)
+        hist.append(c)                                      # the window moves on one slot
         if c != NONE:
-            counts[c] = counts.get(c, 0) + 1
-        if len(window) > back:
-            gone = window.popleft()
+            k = counts[c] = counts.get(c, 0) + 1
+            if k >= most:
+                full.add(c)
+        if len(hist) > back:
+            gone = hist[-back - 1]
             if gone != NONE:
-                counts[gone] -= 1
+                k = counts[gone] = counts[gone] - 1
+                if k < most:
+                    full.discard(gone)
     return out
 
 
-class _Waiting:
-    """The items ``spread`` has not placed, from the first one it passed over: ``left``, their places in list order,
-    and ``queues``, each category's places among them of items not boosted (the only ones that may be taken from
-    below the first: a boosted item is never moved up)."""
+#: The key of the boosted items' queue in ``_Queues`` (no category id: a boosted item is never taken from below).
+_BOOSTED = None
+
+
+class _Queues:
+    """The items ``spread`` has not placed, from the first one it passed over: ``queues``, each category's places
+    (the boosted items' under ``_BOOSTED``), the first last; ``heads``, each queue's first place and key, ascending
+    (``heads[0]`` is the first item left); ``jumped``, the places taken ahead of the first item left, ascending."""
 
     def __init__(self, cats: Sequence[int], boosted: Sequence[bool], start: int) -> None:
         self.cats = cats
-        self.boosted = boosted
-        self.left = list(range(start, len(cats)))
-        self.queues: dict[int, deque[int]] = {}
-        for p in self.left:
-            if not boosted[p]:
-                queue = self.queues.get(cats[p])
-                if queue is None:
-                    self.queues[cats[p]] = deque((p,))
-                else:
-                    queue.append(p)
+        queues: defaultdict[int | None, list[int]] = defaultdict(list)
+        self.queues = queues
+        for q in range(len(cats) - 1, start - 1, -1):
+            queues[_BOOSTED if boosted[q] else cats[q]].append(q)
+        self.heads = sorted((queue[-1], key) for key, queue in queues.items())
+        self.jumped: list[int] = []
 
-    def take(self, counts: dict[int, int], most: int) -> int:
-        """Take the place of the next slot, given the counts of the window it closes: the first item left if it
-        fits; else the first item of a category that fits, if it is among the first ``DEPTH`` left; else
+    def rest(self, k: int) -> list[int]:
+        """The places of the first ``k`` items left, in list order, when they are of one queue (or none is left)."""
+        return [q for queue in self.queues.values() for q in queue[:-k - 1:-1]]
+
+    def take(self, full: set[int]) -> int:
+        """Take the place of the next slot, given the categories the window it closes holds K of: the first item
+        left if it fits; else the first item of a category that fits, if it is among the first ``DEPTH`` left; else
         (relaxation) the first item left."""
-        left, cats = self.left, self.cats
-        p, at = left[0], 0
-        c = cats[p]
-        if c != NONE and counts.get(c, 0) >= most:
-            fits = [queue[0] for k, queue in self.queues.items() if k == NONE or counts.get(k, 0) < most]
-            if fits:
-                first = min(fits)
-                below = bisect_left(left, first)
-                if below < DEPTH:
-                    p, at, c = first, below, cats[first]
-        del left[at]
-        if not self.boosted[p]:
-            queue = self.queues[c]
-            queue.popleft()                     # ``p`` is its category's first: none before it is left
-            if not queue:
-                del self.queues[c]
-        return p
+        heads, at = self.heads, 0
+        first = heads[0][0]
+        if self.cats[first] in full:
+            for j in range(1, len(heads)):
+                q, key = heads[j]
+                if key is not _BOOSTED and key not in full:
+                    # the first item of a category that fits: the items left before it, less those jumped
+                    jumped = self.jumped
+                    if q - first < DEPTH or q - first - (bisect_left(jumped, q) - bisect_left(jumped, first)) < DEPTH:
+                        at = j
+                        insort(jumped, q)
+                    break
+        q, key = heads.pop(at)
+        queue = self.queues[key]
+        queue.pop()
+        if queue:
+            insort(heads, (queue[-1], key))
+        return q
 
 
 def categories_after(recent: Sequence[int], page_cats: Sequence[int], rule: Diversity) -> tuple[int, ...]:

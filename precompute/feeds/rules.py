@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container, Mapping, Sequence
 from itertools import compress
+from operator import itemgetter
 from typing import NamedTuple
 
 from .boosts import BoostRule, lift_boosts
@@ -41,6 +42,7 @@ from .new_items import place
 
 #: A served item: (item id, score, whether rule 4 lifted it).
 Item = tuple[int, float, bool]
+_ID, _BOOSTED = itemgetter(0), itemgetter(2)
 
 
 class Ask(NamedTuple):
@@ -130,10 +132,11 @@ def diversify(items: list[Item], ask: Ask, categories: ItemCategories | None) ->
     rule, need = ask.diversity, ask.need
     if not rule.on or categories is None:
         return Served(items[:need], ())
-    cats = categories.of([i for i, _, _ in items])
+    cats = categories.of(list(map(_ID, items)))
     before = ask.scroll.recent if ask.scroll is not None else ()
-    order = spread(cats, [b for _, _, b in items], need, rule, before)
-    return Served([items[p] for p in order], categories_after(before, [cats[p] for p in order], rule))
+    order = spread(cats, list(map(_BOOSTED, items)), need, rule, before)
+    return Served(list(map(items.__getitem__, order)),
+                  categories_after(before, list(map(cats.__getitem__, order[-rule.carried:])), rule))
 
 
 def apply(listed: Listed, ask: Ask, boosts: Mapping[int, float], boost_rule: BoostRule,
