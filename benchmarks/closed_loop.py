@@ -34,21 +34,16 @@ import time
 import numpy as np
 from sqlalchemy import func, select
 
-from precompute.data.log import load_events
 from precompute.data.tables import ServedPage
 from precompute.experiments.collect import collect, newest_event_id, settle_seconds
 from precompute.feeds.client import clients
 from precompute.learning.fit import fit_ranker
 from precompute.learning.replay import repeat_share
-from precompute.learning.split import cut_time
-from precompute.learning.steps import find
 from precompute.ranking import bundle, shown
-from precompute.ranking.item_loader import load_item_table
 from precompute.units import DAY
 
-from .experiment import FAST, Simulation, fmt_num, fmt_ratio
-from .lab.logs import open_log
-from .lab.product import Product
+from .experiment import FAST, Simulation, fmt_num, fmt_ratio, judged_steps
+from .lab.product import Product, product_of_log
 from .lab.results import table, write_result
 
 SETTINGS = {**FAST, "rank_shown": True, "impressions_keep": 365 * DAY}
@@ -62,43 +57,36 @@ ARMS = ("without", "with")
 
 def run(quick: bool = False) -> dict:
     cfg = QUICK if quick else FULL
-    with open_log(quick) as (source, source_settings, name):
-        events = load_events(source)
-        cut = cut_time(events.ts, cfg["cut"])
-        with Product(source, source_settings, events, cut, cfg) as product:
-            items = load_item_table(source, product.settings, as_of=cut)
-            steps = find(events, items, cut, float("inf"), cfg["steps"])
-            who = steps.users()
-            if cfg["users"] is not None and len(who) > cfg["users"]:
-                who = np.sort(np.random.default_rng(0).choice(who, size=cfg["users"], replace=False))
-                steps = find(events, items, cut, float("inf"), cfg["steps"], users=who)
-            half = float(np.median(steps.ts))
-            first, second = steps.take(np.flatnonzero(steps.ts < half)), steps.take(np.flatnonzero(steps.ts >= half))
-            product.manage("precompute", "--all")      # every user's feed, as a deployment has before it serves
-            t0 = time.perf_counter()
-            served = Simulation(product, items, cfg)
-            served.replay(first)
-            n_half = int(np.searchsorted(events.ts, half))
-            product.post_until([n for n, _ in product.settings.event_types], n_half)
-            stored = _take_in(product)
-            served_seconds = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            settings = served_period(product.settings, events.ts[:n_half], cut)
-            trained = {arm: fit_ranker(product.engine, settings, iterations=cfg["iterations"], seed=0,
-                                       ignore=shown.COLUMNS if arm == "without" else ())
-                       for arm in ARMS}
-            train_seconds = time.perf_counter() - t0
-            versions = {arm: bundle.write(product.settings.model_dir, t.model, t.pairs, {"metrics": t.metrics},
-                                          t.cascade) for arm, t in trained.items()}
-            product.manage("experiments", "create", "shown", *[x for arm in ARMS
-                                                               for x in ("--arm", f"{arm}=model:{versions[arm]}")],
-                           "--users", "1")
-            t0 = time.perf_counter()
-            sim = Simulation(product, items, cfg)
-            sim.replay(second)
-            experiment_seconds = time.perf_counter() - t0
-            report = json.loads(product.manage("experiments", "report", "shown", "--json"))
-            expected = sim.expected()
+    with product_of_log(quick, cfg) as (product, source, name):
+        events, cut = product.events, product.cut
+        items, steps, who = judged_steps(source, product, events, cut, cfg)
+        half = float(np.median(steps.ts))
+        first, second = steps.take(np.flatnonzero(steps.ts < half)), steps.take(np.flatnonzero(steps.ts >= half))
+        product.manage("precompute", "--all")      # every user's feed, as a deployment has before it serves
+        t0 = time.perf_counter()
+        served = Simulation(product, items, cfg)
+        served.replay(first)
+        n_half = int(np.searchsorted(events.ts, half))
+        product.post_until([n for n, _ in product.settings.event_types], n_half)
+        stored = _take_in(product)
+        served_seconds = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        settings = served_period(product.settings, events.ts[:n_half], cut)
+        trained = {arm: fit_ranker(product.engine, settings, iterations=cfg["iterations"], seed=0,
+                                   ignore=shown.COLUMNS if arm == "without" else ())
+                   for arm in ARMS}
+        train_seconds = time.perf_counter() - t0
+        versions = {arm: bundle.write(product.settings.model_dir, t.model, t.pairs, {"metrics": t.metrics},
+                                      t.cascade) for arm, t in trained.items()}
+        product.manage("experiments", "create", "shown", *[x for arm in ARMS
+                                                           for x in ("--arm", f"{arm}=model:{versions[arm]}")],
+                       "--users", "1")
+        t0 = time.perf_counter()
+        sim = Simulation(product, items, cfg)
+        sim.replay(second)
+        experiment_seconds = time.perf_counter() - t0
+        report = json.loads(product.manage("experiments", "report", "shown", "--json"))
+        expected = sim.expected()
     judged = per_arm(sim)
     checks, rows = [], []
     for arm in report["arms"]:

@@ -31,18 +31,15 @@ import click
 import numpy as np
 from sqlalchemy import text
 
-from precompute.data.log import load_events
 from precompute.experiments import assign_one, hashing, registry, report
 from precompute.feeds.client import clients
 from precompute.feeds.codec import MAX_HEADER_SIZE
 from precompute.feeds.keys import Keys
 from precompute.feeds.store import header_of
-from precompute.learning.split import cut_time
 from precompute.learning.steps import find
 from precompute.ranking.item_loader import load_item_table
 
-from .lab.logs import open_log
-from .lab.product import CATCH_UP, Product
+from .lab.product import CATCH_UP, Product, product_of_log
 from .lab.results import table, write_result
 
 #: A user's feed may be recomputed at once after each step (``PREFEED_RECOMPUTE_INTERVAL_MS``, 1 s by default, would
@@ -58,26 +55,19 @@ EXPERIMENTS = {"ranker-vs-recent": ("recent=recent:1d", "ranker=model:current"),
 
 def run(quick: bool = False) -> dict:
     cfg = QUICK if quick else FULL
-    with open_log(quick) as (source, source_settings, name):
-        events = load_events(source)
-        cut = cut_time(events.ts, cfg["cut"])
-        with Product(source, source_settings, events, cut, cfg) as product:
-            for experiment, arms in EXPERIMENTS.items():
-                product.manage("experiments", "create", experiment, *[x for a in arms for x in ("--arm", a)],
-                               "--users", "0.5")
-            items = load_item_table(source, product.settings, as_of=cut)
-            steps = find(events, items, cut, float("inf"), cfg["steps"])
-            who = steps.users()
-            if cfg["users"] is not None and len(who) > cfg["users"]:
-                who = np.sort(np.random.default_rng(0).choice(who, size=cfg["users"], replace=False))
-                steps = find(events, items, cut, float("inf"), cfg["steps"], users=who)
-            t0 = time.perf_counter()
-            sim = Simulation(product, items, cfg)
-            sim.replay(steps)
-            seconds = time.perf_counter() - t0
-            reports = {e: json.loads(product.manage("experiments", "report", e, "--json")) for e in EXPERIMENTS}
-            expected = sim.expected()
-            aa = resplit(product, cfg["seeds"])
+    with product_of_log(quick, cfg) as (product, source, name):
+        events, cut = product.events, product.cut
+        for experiment, arms in EXPERIMENTS.items():
+            product.manage("experiments", "create", experiment, *[x for a in arms for x in ("--arm", a)],
+                           "--users", "0.5")
+        items, steps, who = judged_steps(source, product, events, cut, cfg)
+        t0 = time.perf_counter()
+        sim = Simulation(product, items, cfg)
+        sim.replay(steps)
+        seconds = time.perf_counter() - t0
+        reports = {e: json.loads(product.manage("experiments", "report", e, "--json")) for e in EXPERIMENTS}
+        expected = sim.expected()
+        aa = resplit(product, cfg["seeds"])
     checks, rows = [], []
     for experiment, got in reports.items():
         for arm in got["arms"]:
@@ -100,6 +90,18 @@ def run(quick: bool = False) -> dict:
           f"{aa['sample_ratio_flagged']} sample-ratio flags; reads that waited over {CATCH_UP:g}s: {sim.late}")
     print(f"wrote {write_result('experiment' if quick else f'experiment-{name}', out, quick)}")
     return out
+
+
+def judged_steps(source, product: Product, events, cut: float, cfg: dict):
+    """``(items, steps, users)``: the item table at the cut, and the first ``cfg["steps"]`` steps after it of every
+    user with history before it, or of a seeded sample of ``cfg["users"]`` of them."""
+    items = load_item_table(source, product.settings, as_of=cut)
+    steps = find(events, items, cut, float("inf"), cfg["steps"])
+    who = steps.users()
+    if cfg["users"] is not None and len(who) > cfg["users"]:
+        who = np.sort(np.random.default_rng(0).choice(who, size=cfg["users"], replace=False))
+        steps = find(events, items, cut, float("inf"), cfg["steps"], users=who)
+    return items, steps, who
 
 
 class Simulation:

@@ -33,16 +33,13 @@ from sqlalchemy import func, select, text
 
 from jobs.queues import COLLECT, make_queue
 from precompute.data import api_keys
-from precompute.data.log import load_events
 from precompute.data.tables import CollectorMark, ServedPage
 from precompute.feeds.client import redis_client
 from precompute.feeds.dirty import DirtyUsers
 from precompute.feeds.keys import Keys
-from precompute.learning.split import cut_time
 
 from .lab import hot_reader
-from .lab.logs import open_log
-from .lab.product import Product
+from .lab.product import product_of_log
 from .lab.results import machine, table, write_result
 
 FULL = dict(seconds=60, real_users=200, real_rate=10, cut=0.8, workers=2, iterations=200)
@@ -55,11 +52,8 @@ SETTLE = 180.0
 
 def run(quick: bool = False) -> dict:
     cfg = QUICK if quick else FULL
-    with open_log(quick) as (source, source_settings, name):
-        events = load_events(source)
-        cut = cut_time(events.ts, cfg["cut"])
-        with Product(source, source_settings, events, cut, cfg) as product:
-            out = _measure(product, cfg)
+    with product_of_log(quick, cfg) as (product, _, name):
+        out = _measure(product, cfg)
     out = dict(log=name, config=cfg, **out, machine=machine())
     _print(out)
     print(f"wrote {write_result('hot_user', out, quick)}")

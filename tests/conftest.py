@@ -4,6 +4,7 @@ own key prefix and queue and deletes only those keys; the PostgreSQL database is
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import os
@@ -16,11 +17,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, make_url, select, text
+import numpy as np
+from sqlalchemy import create_engine, delete, insert, make_url, select, text
 from sqlalchemy.pool import NullPool
 
 from cli.net import start_valkey
 from precompute.data import api_keys, bulk, engine as db, synthetic
+from precompute.data.tables import ServedPage
 from precompute.learning import train as training
 from precompute.ranking import bundle
 from precompute.settings import Settings, normalize_database_url
@@ -251,3 +254,18 @@ def with_key(client, key: str = "test-admin-token-0123456789abcdef"):
     database) on every request that names no other credentials."""
     client.environ_base["HTTP_AUTHORIZATION"] = f"Bearer {key}"
     return client
+
+
+@contextlib.contextmanager
+def stored_pages(engine, writer: int, pages: list[tuple[int, float, int, list[int]]]):
+    """``pages`` stored as the collector stores them, ``(user, served_at, position, item ids)`` each, under a writer
+    id of the test's own; removed after."""
+    with engine.begin() as conn:
+        conn.execute(insert(ServedPage), [dict(writer=writer, seq=k, user_id=u, experiment=0, arm=0, served_at=t,
+                                               position=p, items=np.asarray(i, "<i8").tobytes(), request_id="t")
+                                          for k, (u, t, p, i) in enumerate(pages)])
+    try:
+        yield
+    finally:
+        with engine.begin() as conn:
+            conn.execute(delete(ServedPage).where(ServedPage.writer == writer))

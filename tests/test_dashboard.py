@@ -7,20 +7,17 @@ import json
 import re
 import time
 
-import numpy as np
 import pytest
-from sqlalchemy import delete, insert
 
 from cli.net import start_valkey
 from jobs.queues import make_queue, schedule_drain
 from jobs.status import snapshot
-from precompute.data.tables import ServedPage
 from precompute.feeds.codec import encode
 from precompute.feeds.dirty import DirtyUsers
 from precompute.feeds.item_states import ItemStates
 from precompute.feeds.keys import Keys
 from precompute.feeds.store import FeedStore
-from tests.conftest import manage
+from tests.conftest import manage, stored_pages
 
 TOKEN = "test-admin-token-0123456789abcdef"
 
@@ -155,12 +152,8 @@ def test_the_user_lookup_says_what_the_users_stored_pages_showed(client, setting
     # given a user's feed, and two stored pages that showed its first item (at places 3 and 0), one its second
     pipeline.recompute([user_id])
     ids = [it["item_id"] for it in client.get(f"/feed/{user_id}?limit=5").json["items"]]
-    pages = [(100.0, 0, [ids[2], ids[1], ids[4], ids[0]]), (200.0, 0, [ids[0]])]
-    with pipeline.engine.begin() as conn:
-        conn.execute(insert(ServedPage), [dict(writer=993_000 + user_id, seq=k, user_id=user_id, experiment=0, arm=0,
-                                               served_at=t, position=p, items=np.asarray(i, "<i8").tobytes(),
-                                               request_id="t") for k, (t, p, i) in enumerate(pages)])
-    try:
+    pages = [(user_id, 100.0, 0, [ids[2], ids[1], ids[4], ids[0]]), (user_id, 200.0, 0, [ids[0]])]
+    with stored_pages(pipeline.engine, 993_000 + user_id, pages):
         # when the operator looks the user up
         html = client.get(f"/dashboard?user={user_id}&limit=5", headers=basic("ops", TOKEN)).get_data(as_text=True)
         shown = {i: re.search(r'<td class="shown">(.*?)</td>', row).group(1) for i, row in _rows(html, "feed-items")}
@@ -168,9 +161,6 @@ def test_the_user_lookup_says_what_the_users_stored_pages_showed(client, setting
         assert re.fullmatch(r"2 pages, last .+, best place 0", shown[ids[0]]), shown[ids[0]]
         assert re.fullmatch(r"1 page, last .+, best place 1", shown[ids[1]]), shown[ids[1]]
         assert "never" in shown[ids[3]]
-    finally:
-        with pipeline.engine.begin() as conn:
-            conn.execute(delete(ServedPage).where(ServedPage.writer == 993_000 + user_id))
 
 
 def test_a_user_without_a_feed_is_shown_the_fallback_and_nothing_is_scheduled(client, settings, r, user_id):

@@ -6,16 +6,15 @@ import math
 
 import numpy as np
 from hypothesis import given, settings as hyp_settings, strategies as st
-from sqlalchemy import delete, insert
 
 from precompute.data.history import load_histories
 from precompute.data.shown_pages import load_pages
-from precompute.data.tables import ServedPage
 from precompute.learning import derived
 from precompute.learning.derived import PAGE, DerivedPages, StoredPages, training_shown
 from precompute.ranking import shown
 from precompute.ranking.layout import for_declaration
 from precompute.units import DAY
+from tests.conftest import stored_pages
 
 SPAN = 8        # item rows 0..6, and the table's "unknown" row
 
@@ -124,12 +123,7 @@ def test_a_worker_reads_the_pages_stored_for_its_users_only(pipeline, world, own
     clock = float(hist.clock)
     rows = [(a, clock - 60, 0, ids[[0, 1]]), (a, clock - 30, 2, ids[[1, 2]]), (b, clock - 10, 0, ids[[5]]),
             (a, clock - 10 * DAY, 0, ids[[9]])]
-    writer = 991_000 + a
-    with pipeline.engine.begin() as conn:
-        conn.execute(insert(ServedPage), [dict(writer=writer, seq=k, user_id=u, experiment=0, arm=0, served_at=t,
-                                               position=p, items=np.asarray(i, "<i8").tobytes(), request_id="t")
-                                          for k, (u, t, p, i) in enumerate(rows)])
-    try:
+    with stored_pages(pipeline.engine, 991_000 + a, rows):
         pages = load_pages(pipeline.engine, hist.user_ids, clock - pipeline.settings.impressions_keep)
         # Then the old page is left out, and each item has its place in the user's scroll
         got = sorted(zip(pages.owner.tolist(), pages.item_ids.tolist(), pages.position.tolist()))
@@ -142,9 +136,6 @@ def test_a_worker_reads_the_pages_stored_for_its_users_only(pipeline, world, own
         at = np.searchsorted(seen.code, 0 * seen.span + 1)
         assert seen.code[at] == 1 and seen.pages[at] == 2 and seen.best[at] == 1
         assert (seen.code // seen.span).tolist().count(1) == 1
-    finally:
-        with pipeline.engine.begin() as conn:
-            conn.execute(delete(ServedPage).where(ServedPage.writer == writer))
 
 
 def test_training_steps_see_the_pages_stored_before_their_feed_else_the_stand_ins(pipeline, own_users):
@@ -154,12 +145,7 @@ def test_training_steps_see_the_pages_stored_before_their_feed_else_the_stand_in
     keep = pipeline.settings.impressions_keep
     rows = [(a, 100.0, 0, [1, 2]), (a, 200.0, 2, [3]), (a, 300.0, 3, [4]), (b, 150.0, 0, [5]),
             (a, 100.0 - keep - 1, 0, [6]), *[(c, 1000.0 + k, 0, [10 + k]) for k in range(102)]]
-    writer = 992_000 + a
-    with pipeline.engine.begin() as conn:
-        conn.execute(insert(ServedPage), [dict(writer=writer, seq=k, user_id=u, experiment=0, arm=0, served_at=t,
-                                               position=p, items=np.asarray(i, "<i8").tobytes(), request_id="t")
-                                          for k, (u, t, p, i) in enumerate(rows)])
-    try:
+    with stored_pages(pipeline.engine, 992_000 + a, rows):
         stored = StoredPages(pipeline.engine, keep, since=100.0)
         # and the stand-in's page before user a's first step
         stand_in = DerivedPages()
@@ -177,9 +163,6 @@ def test_training_steps_see_the_pages_stored_before_their_feed_else_the_stand_in
                 (3, 7): (1, 0), **{(4, 10 + k): (1, 0) for k in range(2, 102)}}
         assert seen == want
         assert derived.PER_USER == 100
-    finally:
-        with pipeline.engine.begin() as conn:
-            conn.execute(delete(ServedPage).where(ServedPage.writer == writer))
 
 
 def test_acted_since_shown_counts_an_event_at_the_last_pages_time_not_before():

@@ -4,6 +4,7 @@ and promoted, and its worker and API processes; the events after the cut are pos
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import http.client
@@ -24,14 +25,27 @@ from cli.net import free_port, start_valkey, stop_all, wait_for_http
 from precompute.data import api_keys, engine as db
 from precompute.data.importing import import_events
 from precompute.data.tables import Item, ItemAttribute, ItemCategory
+from precompute.data.log import load_events
 from precompute.learning.fit import fit_ranker
+from precompute.learning.split import cut_time
 from precompute.ranking import bundle
 
+from .logs import open_log
 from .pg import own_schema
 from .world import ROOT
 
 #: Longest wait for a judged user's feed to catch up with their events before the read counts as late.
 CATCH_UP = 60.0
+
+
+@contextlib.contextmanager
+def product_of_log(quick: bool, cfg: dict):
+    """A ``Product`` of the log a benchmark runs on (``logs.open_log``), cut at the quantile ``cfg["cut"]``:
+    ``(product, source engine, log name)``; its events and cut are the product's ``events`` and ``cut``."""
+    with open_log(quick) as (source, source_settings, name):
+        events = load_events(source)
+        with Product(source, source_settings, events, cut_time(events.ts, cfg["cut"]), cfg) as product:
+            yield product, source, name
 
 
 class Product:
