@@ -14,7 +14,7 @@ import time
 
 import click
 
-from precompute.errors import BundleError, NotPromoted
+from precompute.errors import BundleError, InvalidInput, NotPromoted
 from precompute.ranking.layout import for_settings
 
 from .group import cli, command, echo_table
@@ -32,20 +32,28 @@ NONE = "—"          # a value an older bundle did not record
               help="Users sampled for training and validation  [default: PREFEED_TRAIN_USERS, 3000]")
 @click.option("--seed", "seed_", type=int, default=0, show_default=True)
 @click.option("--force", is_flag=True, help="Promote the new bundle even if it does not beat the best baseline.")
+@click.option("--no-promote", is_flag=True, help="Write the bundle and leave the current one current: an "
+              "experiment's arm (`experiments create --arm NAME=model:VERSION`).")
+@click.option("--without-shown", is_flag=True, help="Learn nothing from the shown columns (PREFEED_RANK_SHOWN, which "
+              "must be on): the control arm of the experiment that turns them on.")
 @click.pass_obj
-def train(obj, iterations: int | None, depth: int | None, users: int | None, seed_: int, force: bool) -> None:
+def train(obj, iterations: int | None, depth: int | None, users: int | None, seed_: int, force: bool,
+          no_promote: bool, without_shown: bool) -> None:
     """Train the ranker on a time split, write a bundle, and promote it if it beats the best baseline.
 
     A bundle that does not is kept (``models list``) but not made current: one line on stderr, exit 5."""
     from precompute.learning import train as training
-    from precompute.ranking import bundle
+    from precompute.ranking import bundle, shown
 
     settings = obj.settings
+    if without_shown and not settings.rank_shown:
+        raise InvalidInput("--without-shown needs PREFEED_RANK_SHOWN=true: without it the bundle has no shown "
+                           "columns to leave out")
     engine = ready_engine(settings)
     t0 = time.perf_counter()
     with Reporter() as progress:
         result = training.train(engine, settings, iterations=iterations, depth=depth, users=users, seed=seed_,
-                               progress=progress)
+                                progress=progress, ignore=shown.COLUMNS if without_shown else ())
     m = result.metrics
     interval = m.get("ratio_interval")
     spread = f"; ratio 95% interval {interval[0]:.2f}×–{interval[1]:.2f}×" if interval else ""
@@ -59,6 +67,9 @@ def train(obj, iterations: int | None, depth: int | None, users: int | None, see
                    f"({m['static_baseline']}) {m['static_baseline_ndcg10']:.4f}")
     version = bundle.write(settings.model_dir, result.model, result.pairs, {"metrics": m}, result.cascade)
     seconds = time.perf_counter() - t0
+    if no_promote:
+        click.echo(f"bundle {version} written, not promoted (--no-promote); trained in {seconds:.1f}s")
+        return
     how = "train"
     if not bundle.beats_baseline(m):
         if bundle.current_version(settings.model_dir) is None:

@@ -12,10 +12,11 @@ import time
 
 import numpy as np
 import pytest
+from catboost import CatBoost
 
 from precompute.data import bulk, engine as db
 from precompute.data.synthetic import Marketplace
-from precompute.ranking import bundle
+from precompute.ranking import bundle, shown
 from precompute.pipeline.pipeline import Pipeline
 from precompute.units import DAY
 
@@ -244,6 +245,23 @@ def test_train_refuses_a_model_that_does_not_beat_the_baseline_unless_forced(own
     assert "promoting it anyway (--force)" in done.stdout and f"bundle {forced[0]} is current" in done.stdout
     assert bundle.current_version(s.model_dir) == forced[0]
     assert _history(s.model_dir)[-1] == (forced[0], "train --force")
+
+
+def test_train_writes_an_experiments_control_without_the_shown_columns_and_promotes_nothing(own):
+    s, a, _ = own
+    bundle.promote(s.model_dir, a)
+    # given the shown columns off, a control without them is refused: it would have nothing to leave out
+    _one_line_error(manage(s, "train", "--without-shown"), 2, "PREFEED_RANK_SHOWN")
+    # when the control is trained with them on, not to be promoted
+    on = {"PREFEED_RANK_SHOWN": "true"}
+    done = manage(s, "train", "--iterations", "20", "--users", "100", "--without-shown", "--no-promote", extra_env=on)
+    assert done.returncode == 0, done.stderr
+    version = int(re.search(r"bundle (\d+) written, not promoted", done.stdout).group(1))
+    # then the bundle is written, the current one stays current, and the model learned nothing from the columns
+    assert bundle.current_version(s.model_dir) == a
+    model = CatBoost().load_model(str(s.model_dir / str(version) / "model.cbm"))
+    importance = dict(zip(model.feature_names_, model.get_feature_importance(type="PredictionValuesChange")))
+    assert all(importance[c] == 0 for c in shown.COLUMNS) and sum(importance.values()) > 0, importance
 
 
 def test_precompute_stale_rebuilds_the_feeds_of_a_bundle_no_longer_current(own, world, r):

@@ -20,12 +20,13 @@ from .fit import Fitted, fit_ranker
 
 def train(engine: Engine, settings: Settings, *, iterations: int | None = None, depth: int | None = None,
           users: int | None = None, seed: int = 0,
-          progress: Callable[[str], None] = lambda msg: None) -> Fitted:
+          progress: Callable[[str], None] = lambda msg: None, ignore: tuple[str, ...] = ()) -> Fitted:
     """``manage.py train``'s model and its promotion check: the ranker trained on the whole log (up to
-    ``settings.as_of``), then judged with ``validate``; the check's numbers join the training metrics."""
+    ``settings.as_of``), then judged with ``validate``; the check's numbers join the training metrics. ``ignore``:
+    columns the model learns nothing from (they stay in its layout)."""
     events = load_events(engine, settings.as_of or float("inf"))
     result = fit_ranker(engine, settings, iterations=iterations, depth=depth, users=users, seed=seed,
-                        progress=progress, events=events)
+                        progress=progress, events=events, ignore=ignore)
     progress("judging the model against the baselines at the validation cut")
     result.metrics.update(validate(engine, settings, events, result, users=users or settings.train_users,
                                    seed=seed, progress=indented(progress)))
