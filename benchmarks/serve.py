@@ -140,6 +140,10 @@ def run(quick: bool = False) -> dict:
                     f"(interleaved; {waiting['new_items_pages_placed']:.0%} of the pages placed one), median "
                     "microseconds", ["page 1 on", "off", "on / off"],
                     [[floor["feed_new_items_us"], floor["feed_new_items_off_us"], floor["new_items_over_off"]]]))
+        print(table("\nthe page with every rule on (5 of its items left out, ?diversity=3/10, the items waiting) "
+                    "against none of them (boosts and the seen filter in both), interleaved, median microseconds",
+                    ["every rule", "none", "every / none"],
+                    [[floor["feed_every_rule_us"], floor["feed_no_new_rule_us"], floor["every_rule_over_none"]]]))
         print(table("\nin-process cost per request (no HTTP server), median microseconds",
                     ["one Redis round trip (PING)", "GET /livez", "GET /floor (limit 20)", "GET /feed (limit 20)",
                      "floor/feed (interleaved)"],

@@ -44,6 +44,8 @@ def timed(calls: dict[str, Callable[[int], object]], n: int) -> dict[str, list[f
 
 #: The diversity rule measured against the rule off (``?diversity=``): the setting ``evaluate`` finds cheapest.
 DIVERSITY = "3/10"
+#: Items of a page a request leaves out (``?exclude=``) when every rule is on: a carousel above the feed.
+EXCLUDED = 5
 
 
 def measure(world, n_users: int, n: int, deep_users: int) -> dict:
@@ -103,6 +105,7 @@ def measure(world, n_users: int, n: int, deep_users: int) -> dict:
             "diversity_over_off": out["feed_diversity_us"] / out["feed_diversity_off_us"],
             "diversity_over_off_cursor": out["feed_diversity_cursor_us"] / out["feed_diversity_off_cursor_us"],
             "new_items_over_off": out["feed_new_items_us"] / out["feed_new_items_off_us"],
+            "every_rule_over_none": out["feed_every_rule_us"] / out["feed_no_new_rule_us"],
             "cursor_chars": {"page_2": int(np.median([len(c) for c in second])),
                              f"page_{DEEP_PAGE}": int(np.median([len(c) for _, c in deep]))}}
 
@@ -146,7 +149,8 @@ WAITING = 200
 
 def new_items(world, first: list[str], n: int) -> dict:
     """What the new-item rule (``feeds/new_items.py``) costs a first page while ``WAITING`` items wait: the same
-    pages from two apps, the rule on (one slot in ``PREFEED_NEW_ITEM_EVERY``) and off, alternating in one loop. The
+    pages from two apps, the rule on (one slot in ``PREFEED_NEW_ITEM_EVERY``) and off, alternating in one loop; and
+    then the page with every rule on (items left out, diversity, new items) against the page with none of them. The
     items are registered last (every other figure is of a deployment with none waiting) and forgotten after."""
     from sqlalchemy import select
 
@@ -171,6 +175,13 @@ def new_items(world, first: list[str], n: int) -> dict:
         placed = sum(any(x["item_id"] in {i for i, _ in rows} for x in
                          clients["feed_new_items_us"].get(path).get_json()["items"]) for path in first)
         out = per_call({name: lambda k, c=c: c.get(first[k % len(first)]) for name, c in clients.items()}, n)
+        # Every rule of the page at once against none of the new ones (boosts and the seen filter, which pages had
+        # before them, in both): EXCLUDED of the page's items left out, the diversity rule, the new items waiting.
+        on, off = clients["feed_new_items_us"], clients["feed_new_items_off_us"]
+        every = [f"{path}&diversity={DIVERSITY}&exclude="
+                 + ",".join(str(x["item_id"]) for x in off.get(path).get_json()["items"][:EXCLUDED]) for path in first]
+        out.update(per_call({"feed_every_rule_us": lambda k: on.get(every[k % len(every)]),
+                             "feed_no_new_rule_us": lambda k: off.get(first[k % len(first)])}, n))
     finally:
         r.delete(keys.live_new, keys.live_new_shown, keys.live_new_at, keys.live_new_seq)
     return {**out, "new_items_waiting": len(rows), "new_items_pages_placed": placed / max(1, len(first))}

@@ -85,20 +85,18 @@ def columns(shown: Shown | None, owner: np.ndarray, rows: np.ndarray, now: np.nd
     item without one; ``categories``: the item table, whose ``categories_of`` and ``n_categories`` say the shown
     items' categories (both None: the category columns are 0)."""
     n = len(rows)
-    out = {"ux_shown_pages": np.zeros(n), "ux_days_since_shown": np.full(n, np.nan),
-           "ux_days_since_first_shown": np.full(n, np.nan), "ux_shown_best_position": np.full(n, np.nan),
-           "ux_acted_since_shown": np.zeros(n), "uc_shown_pages": np.zeros(n), "uc_shown_items_acted": np.zeros(n)}
+    zeros, missing = (lambda: np.zeros(n, np.float32)), (lambda: np.full(n, np.nan, np.float32))
+    out = {"ux_shown_pages": zeros(), "ux_days_since_shown": missing(), "ux_days_since_first_shown": missing(),
+           "ux_shown_best_position": missing(), "ux_acted_since_shown": zeros(), "uc_shown_pages": zeros(),
+           "uc_shown_items_acted": zeros()}
     if shown is None or not len(shown) or not n:
         return out
     acted_all = _acted_since(shown, hist_owner, hist_rows, hist_ts)
     if cell is not None and categories is not None:
         _category_columns(shown, acted_all, cell, categories, out)
-    code = owner.astype(np.int64) * shown.span + rows
-    at = np.minimum(np.searchsorted(shown.code, code), len(shown) - 1)
-    hit = np.flatnonzero(shown.code[at] == code)
+    hit, k = _shown_before(shown, owner, rows)
     if not len(hit):
         return out
-    k = at[hit]
     t = now[owner[hit]]
     out["ux_shown_pages"][hit] = shown.pages[k]
     out["ux_days_since_shown"][hit] = (t - shown.last[k]) / DAY
@@ -106,6 +104,28 @@ def columns(shown: Shown | None, owner: np.ndarray, rows: np.ndarray, now: np.nd
     out["ux_shown_best_position"][hit] = shown.best[k]
     out["ux_acted_since_shown"][hit] = acted_all[k]
     return out
+
+
+def _shown_before(shown: Shown, owner: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The candidates ``(owner, rows)`` (grouped by ``owner``, ascending) the batch row was shown, and the index in
+    ``shown`` of each. Row by row, the items it was shown mark a scratch array that its candidates read: linear in
+    the candidates, where searching each candidate's code among the shown ones was a third of the columns' cost."""
+    s_owner, s_rows = np.divmod(shown.code, shown.span)
+    n_owner = int(max(owner[-1], s_owner[-1])) + 1
+    c_at = np.searchsorted(owner, np.arange(n_owner + 1))
+    s_at = np.searchsorted(s_owner, np.arange(n_owner + 1))
+    slot = np.full(shown.span, -1, dtype=np.int64)
+    hits, found = [], []
+    for j in np.flatnonzero(np.diff(s_at)).tolist():
+        mine = s_rows[s_at[j]:s_at[j + 1]]
+        slot[mine] = np.arange(s_at[j], s_at[j + 1])
+        k = slot[rows[c_at[j]:c_at[j + 1]]]
+        slot[mine] = -1
+        at = np.flatnonzero(k >= 0)
+        hits.append(at + c_at[j]), found.append(k[at])
+    if not hits:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    return np.concatenate(hits), np.concatenate(found)
 
 
 def _acted_since(shown: Shown, hist_owner: np.ndarray, hist_rows: np.ndarray, hist_ts: np.ndarray) -> np.ndarray:
