@@ -3,33 +3,30 @@
 Reports per-user time split into history / candidates / features / model / store, item-scores per second per core
 for the whole pipeline (in one process, one thread) and for CatBoost predict alone on the very same feature
 matrices (same process, one thread), and their ratio. Then the same rebuild through 2 forking RQ workers, with the
-queue overhead (worker wall time not spent in any stage). Beside the rebuild, what ranking with the shown
-columns (``PREFEED_RANK_SHOWN``) adds per user with stored pages to read (``_shown_cost``). Last, the cost per user in an experiment's arms, side by
-side with no experiment on the same users (``lab/arm_costs.py``): a model arm of a second bundle, ``recent:1d`` and
-``popular``; and the memory a worker parent holds after its pre-fork init with 0, 1 and 2 extra model-arm bundles.
+queue overhead (worker wall time not spent in any stage). Beside the rebuild, what ranking with the shown columns
+(``PREFEED_RANK_SHOWN``) adds per user with stored pages to read (``lab/side_by_side.py``). Last, the cost per user in
+an experiment's arms, side by side with no experiment on the same users (``lab/arm_costs.py``): a model arm of a
+second bundle, ``recent:1d`` and ``popular``; and the memory a worker parent holds after its pre-fork init with 0, 1
+and 2 extra model-arm bundles.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 
-import numpy as np
 from rq.job import Job
 from rq.serializers import JSONSerializer
-from sqlalchemy import delete, insert
 from threadpoolctl import threadpool_limits
 
 from jobs.queues import enqueue_batches, make_queue
 from precompute.data.history import load_histories
-from precompute.data.tables import ServedPage
 from precompute.ranking import features, scoring
-from precompute.ranking.layout import for_declaration
 from precompute.settings import Settings
 from precompute.pipeline.pipeline import STAGES
 
 from .lab.arm_costs import bundle_memory, per_arm_cost
 from .lab.results import median, table, write_result
+from .lab.side_by_side import cascade_side_by_side, per_user_ms_of, shown_cost as shown_cost_of, timed
 from .lab.world import make_world
 
 FULL = dict(users=3000, items=45_000, events=600_000, iterations=Settings().train_iterations, rebuild_users=2000,
@@ -91,9 +88,9 @@ def _run(quick: bool) -> dict:
         predict_rate = rows / median(predict_times)
 
         # 1b. The cascade beside the full model alone, on the same users in alternating rounds.
-        cascade = _cascade_side_by_side(pipeline, batches, cfg["repeats"])
+        cascade = cascade_side_by_side(pipeline, batches, cfg["repeats"])
         # 1c. What the "shown" columns add: the stored pages read and the columns built, per user.
-        shown_cost = _shown_cost(pipeline, batches, cfg["repeats"], sum(per_user_ms_of(stage, users).values()))
+        shown_cost = shown_cost_of(pipeline, batches, cfg["repeats"], sum(per_user_ms_of(stage, users).values()))
 
         # 3. The same rebuild through 2 forking RQ workers, repeated, each run between two runs of the same predict
         # in 2 processes at once (the per-core rate when both cores are busy: the fair reference for 2 workers,
@@ -158,7 +155,8 @@ def _run(quick: bool) -> dict:
                     f"{shown_cost['page_items']} items per user, read and built in the same rounds as the columns "
                     "without them (per user, ms)",
                     ["pages read", "columns built, with / without", "added", "rebuild without", "with / without"],
-                    [[shown_cost["read_ms"], f"{shown_cost['features_on_ms']:.3f} / {shown_cost['features_off_ms']:.3f}",
+                    [[shown_cost["read_ms"],
+                      f"{shown_cost['features_on_ms']:.3f} / {shown_cost['features_off_ms']:.3f}",
                       shown_cost["added_ms"], shown_cost["rebuild_ms"], shown_cost["ratio"]]]))
         print()
         print(table("item-scores per second per core", ["path", "rate", "vs CatBoost, 1 process",
@@ -252,105 +250,11 @@ def _parallel_predict_rate(model, mats) -> float:
     return rows / max(times)
 
 
-def _cascade_side_by_side(pipeline, batches: list[list[int]], repeats: int) -> dict:
-    """Per-user stage times (ms, medians over ``repeats``) of rebuilding ``batches`` in this process by the bundle
-    as trained (with its first stage) and by the same bundle without one, the two alternating round by round."""
-    staged = pipeline.bundle
-    if staged.cascade is None:
-        raise RuntimeError("the benchmark's bundle has no first stage (PREFEED_CASCADE_KEEP=0?)")
-    bundles = {"full model": dataclasses.replace(staged, cascade=None), "cascade": staged}
-    runs: dict[str, list[dict]] = {label: [] for label in bundles}
-    n = sum(len(b) for b in batches)
-    try:
-        for _ in range(repeats):
-            for label, b in bundles.items():
-                pipeline.bundle = b
-                seconds = dict.fromkeys(STAGES, 0.0)
-                for batch in batches:
-                    res = pipeline.recompute(batch)
-                    for k in STAGES:
-                        seconds[k] += res.seconds[k]
-                runs[label].append(seconds)
-    finally:
-        pipeline.bundle = staged
-    per_user = {label: {k: 1000 * median([t[k] for t in r]) / n for k in STAGES} for label, r in runs.items()}
-    return dict(keep=staged.cascade.keep, per_user_ms=per_user,
-                users_per_s_per_core={label: 1000 / sum(ms.values()) for label, ms in per_user.items()})
-
-
-def per_user_ms_of(seconds: dict[str, float], users: list[int]) -> dict[str, float]:
-    return {k: 1000 * v / len(users) for k, v in seconds.items()}
-
-
-#: Pages stored per user for the shown columns' cost: a user who read a page a day for the last
-#: ``PREFEED_IMPRESSIONS_KEEP`` and scrolled, or a heavy reader.
-SHOWN_PAGES, SHOWN_PAGE_ITEMS = 20, 20
-
-
-def _shown_cost(pipeline, batches: list[list[int]], repeats: int, rebuild_ms: float) -> dict:
-    """What ranking with the shown columns adds to a user's rebuild, with ``SHOWN_PAGES`` pages stored per user:
-    the worker's read of the pages (``Pipeline.shown``: one query per batch, then the aggregate) and the columns,
-    timed against building the same candidates' columns without them, batch by batch, in alternating order. The
-    model's cost is left out: an oblivious tree costs its depth whatever the number of columns. ``rebuild_ms``: the
-    rebuild without."""
-    engine, items_off = pipeline.engine, pipeline.items
-    s = pipeline.settings
-    layout = for_declaration(tuple(s.item_attributes), tuple(n for n, _ in s.event_types), shown=True)
-    items_on = dataclasses.replace(items_off, layout=layout)
-    users = [u for b in batches for u in b]
-    rng = np.random.default_rng(0)
-    writer = 990_000_001
-    clock = float(load_histories(engine, users[:1], items_off, s).clock)
-    rows = [dict(writer=writer, seq=k, user_id=u, experiment=0, arm=0, served_at=clock - (p + 1) * 3600.0,
-                 position=0, items=rng.choice(items_off.ids, SHOWN_PAGE_ITEMS).astype("<i8").tobytes(),
-                 request_id="bench") for k, (u, p) in enumerate((u, p) for u in users for p in range(SHOWN_PAGES))]
-    with engine.begin() as conn:
-        conn.execute(insert(ServedPage), rows)
-    read, on, off = [], [], []
-    try:
-        for _ in range(repeats):
-            t_read = t_on = t_off = 0.0
-            for k, batch in enumerate(batches):
-                hist = load_histories(engine, batch, items_off, s)
-                cand = pipeline.candidates(hist)
-                pipeline.items = items_on
-                t0 = time.perf_counter()
-                seen = pipeline.shown(hist)
-                t_read += time.perf_counter() - t0
-                pipeline.items = items_off
-                # Which build goes first alternates: the first after the candidates reads them from memory, the
-                # second from cache.
-                for with_shown in (True, False) if k % 2 == 0 else (False, True):
-                    if with_shown:
-                        t_on += _time(lambda: features.build(items_on, hist, cand, hist.clock, shown=seen))
-                    else:
-                        t_off += _time(lambda: features.build(items_off, hist, cand, hist.clock))
-            read.append(t_read), on.append(t_on), off.append(t_off)
-    finally:
-        pipeline.items = items_off
-        with engine.begin() as conn:
-            conn.execute(delete(ServedPage).where(ServedPage.writer == writer))
-    ms = {k: 1000 * median(v) / len(users) for k, v in (("read", read), ("on", on), ("off", off))}
-    added = ms["read"] + ms["on"] - ms["off"]
-    return dict(pages_per_user=SHOWN_PAGES, page_items=SHOWN_PAGE_ITEMS, read_ms=ms["read"], features_on_ms=ms["on"],
-                features_off_ms=ms["off"], added_ms=added, rebuild_ms=rebuild_ms,
-                ratio=(rebuild_ms + added) / rebuild_ms)
-
-
 def _predict_seconds(model, mats) -> float:
     """CatBoost's predict time over ``mats``, each matrix read once (untimed) just before its predict, so it comes
     from cache as the pipeline's freshly built matrix does, not from the ~1 GB of matrices in memory."""
     total = 0.0
     for X in mats:
         X.sum()
-        total += _time(lambda: scoring.score(model, X))
+        total += timed(lambda: scoring.score(model, X))
     return total
-
-
-def _time(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
-

@@ -1,0 +1,109 @@
+"""The precompute benchmark's side-by-side measurements (``benchmarks/precompute.py``): the cascade beside the full
+model, and what the shown columns add to a rebuild, each on the same users in the same run."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+from sqlalchemy import delete, insert
+
+from precompute.data.history import load_histories
+from precompute.data.tables import ServedPage
+from precompute.pipeline.pipeline import STAGES
+from precompute.ranking import features
+from precompute.ranking.layout import for_declaration
+
+from .results import median
+
+
+def cascade_side_by_side(pipeline, batches: list[list[int]], repeats: int) -> dict:
+    """Per-user stage times (ms, medians over ``repeats``) of rebuilding ``batches`` in this process by the bundle
+    as trained (with its first stage) and by the same bundle without one, the two alternating round by round."""
+    staged = pipeline.bundle
+    if staged.cascade is None:
+        raise RuntimeError("the benchmark's bundle has no first stage (PREFEED_CASCADE_KEEP=0?)")
+    bundles = {"full model": dataclasses.replace(staged, cascade=None), "cascade": staged}
+    runs: dict[str, list[dict]] = {label: [] for label in bundles}
+    n = sum(len(b) for b in batches)
+    try:
+        for _ in range(repeats):
+            for label, b in bundles.items():
+                pipeline.bundle = b
+                seconds = dict.fromkeys(STAGES, 0.0)
+                for batch in batches:
+                    res = pipeline.recompute(batch)
+                    for k in STAGES:
+                        seconds[k] += res.seconds[k]
+                runs[label].append(seconds)
+    finally:
+        pipeline.bundle = staged
+    per_user = {label: {k: 1000 * median([t[k] for t in r]) / n for k in STAGES} for label, r in runs.items()}
+    return dict(keep=staged.cascade.keep, per_user_ms=per_user,
+                users_per_s_per_core={label: 1000 / sum(ms.values()) for label, ms in per_user.items()})
+
+
+def per_user_ms_of(seconds: dict[str, float], users: list[int]) -> dict[str, float]:
+    return {k: 1000 * v / len(users) for k, v in seconds.items()}
+
+
+#: Pages stored per user for the shown columns' cost: a user who read a page a day for the last
+#: ``PREFEED_IMPRESSIONS_KEEP`` and scrolled, or a heavy reader.
+SHOWN_PAGES, SHOWN_PAGE_ITEMS = 20, 20
+
+
+def shown_cost(pipeline, batches: list[list[int]], repeats: int, rebuild_ms: float) -> dict:
+    """What ranking with the shown columns adds to a user's rebuild, with ``SHOWN_PAGES`` pages stored per user:
+    the worker's read of the pages (``Pipeline.shown``: one query per batch, then the aggregate) and the columns,
+    timed against building the same candidates' columns without them, batch by batch, in alternating order. The
+    model's cost is left out: an oblivious tree costs its depth whatever the number of columns. ``rebuild_ms``: the
+    rebuild without."""
+    engine, items_off = pipeline.engine, pipeline.items
+    s = pipeline.settings
+    layout = for_declaration(tuple(s.item_attributes), tuple(n for n, _ in s.event_types), shown=True)
+    items_on = dataclasses.replace(items_off, layout=layout)
+    users = [u for b in batches for u in b]
+    rng = np.random.default_rng(0)
+    writer = 990_000_001
+    clock = float(load_histories(engine, users[:1], items_off, s).clock)
+    rows = [dict(writer=writer, seq=k, user_id=u, experiment=0, arm=0, served_at=clock - (p + 1) * 3600.0,
+                 position=0, items=rng.choice(items_off.ids, SHOWN_PAGE_ITEMS).astype("<i8").tobytes(),
+                 request_id="bench") for k, (u, p) in enumerate((u, p) for u in users for p in range(SHOWN_PAGES))]
+    with engine.begin() as conn:
+        conn.execute(insert(ServedPage), rows)
+    read, on, off = [], [], []
+    try:
+        for _ in range(repeats):
+            t_read = t_on = t_off = 0.0
+            for k, batch in enumerate(batches):
+                hist = load_histories(engine, batch, items_off, s)
+                cand = pipeline.candidates(hist)
+                pipeline.items = items_on
+                t0 = time.perf_counter()
+                seen = pipeline.shown(hist)
+                t_read += time.perf_counter() - t0
+                pipeline.items = items_off
+                # Which build goes first alternates: the first after the candidates reads them from memory, the
+                # second from cache.
+                for with_shown in (True, False) if k % 2 == 0 else (False, True):
+                    if with_shown:
+                        t_on += timed(lambda: features.build(items_on, hist, cand, hist.clock, shown=seen))
+                    else:
+                        t_off += timed(lambda: features.build(items_off, hist, cand, hist.clock))
+            read.append(t_read), on.append(t_on), off.append(t_off)
+    finally:
+        pipeline.items = items_off
+        with engine.begin() as conn:
+            conn.execute(delete(ServedPage).where(ServedPage.writer == writer))
+    ms = {k: 1000 * median(v) / len(users) for k, v in (("read", read), ("on", on), ("off", off))}
+    added = ms["read"] + ms["on"] - ms["off"]
+    return dict(pages_per_user=SHOWN_PAGES, page_items=SHOWN_PAGE_ITEMS, read_ms=ms["read"], features_on_ms=ms["on"],
+                features_off_ms=ms["off"], added_ms=added, rebuild_ms=rebuild_ms,
+                ratio=(rebuild_ms + added) / rebuild_ms)
+
+
+def timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
