@@ -45,7 +45,8 @@ def reference(impressions, events, owner, row, now):
     position)`` tuples, events ``(owner, row, ts)``."""
     cat = min(CATS[row])
     of_cat = [(o, r) for o, r, _, _ in impressions if o == owner and r >= 0 and cat in CATS[r]]
-    category = [float(len(of_cat)), float(sum(bool(_acted(impressions, events, owner, r)) for r in {r for _, r in of_cat}))]
+    taken = sum(bool(_acted(impressions, events, owner, r)) for r in {r for _, r in of_cat})
+    category = [float(len(of_cat)), float(taken)]
     mine = [(ts, pos) for o, r, ts, pos in impressions if o == owner and r == row and r >= 0]
     if not mine:
         return [0.0, math.nan, math.nan, math.nan, 0.0, *category]

@@ -1,5 +1,6 @@
 """The performance page's sections of the benchmarks that judge quality through the product (``protocols``,
-``ablation``, ``served``, ``experiment``, ``closed_loop``, ``new_items``): how their results files' figures are shown."""
+``ablation``, ``served``, ``experiment``, ``closed_loop``, ``new_items``): how their results files' figures are
+shown."""
 
 from __future__ import annotations
 

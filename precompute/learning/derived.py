@@ -17,7 +17,6 @@ One page of ``PAGE`` items is read before each replayed step, at the top of the 
 from __future__ import annotations
 
 import numpy as np
-
 from sqlalchemy import Engine
 
 from ..data.shown_pages import PER_USER, oldest_page, served
@@ -67,7 +66,9 @@ class StoredPages:
 
     def __init__(self, engine: Engine, keep: float, since: float) -> None:
         self.engine, self.keep, self.since = engine, keep, since
-        self.steps_shown = 0        # steps that have read at least one stored page (training reports it)
+        #: Step reads that found at least one stored page (training reports it; a step read for the examples and
+        #: again for the objective's or the first stage's lists counts each time).
+        self.steps_shown = 0
 
     @classmethod
     def of(cls, engine: Engine, keep: float) -> StoredPages | None:

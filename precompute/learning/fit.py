@@ -134,8 +134,8 @@ def fit_ranker(engine: Engine, settings: Settings, *, iterations: int | None = N
         if settings.cascade_keep > 0:
             progress(f"fitting the first stage: the model's {first_stage.COLUMNS} most important columns, its best "
                      f"{settings.cascade_keep} candidates per list for the full model")
-            cascade, staged = first_stage.fit(model, _whole_lists(judge, events, by_user, valid_steps, eligible,
-                                                                  settings, rng, stored), names, settings.cascade_keep, seed)
+            lists = _whole_lists(judge, events, by_user, valid_steps, eligible, settings, rng, stored)
+            cascade, staged = first_stage.fit(model, lists, names, settings.cascade_keep, seed)
             progress(f"the first stage keeps {staged['cascade_top10_kept']:.2%} of the full model's top 10 in its "
                      f"best {settings.cascade_keep} ({staged['cascade_lists']} held-out lists)")
         all_pairs = whole.result()

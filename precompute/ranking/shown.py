@@ -6,7 +6,8 @@ and the item's 0-based place in the user's scroll. Per (batch row, item) the ran
 the days since the last and the first of them, its best place, and whether the user acted on it since it was last
 shown; and per (batch row, the item's category, the one ``features.py``'s user × category group describes it by):
 how many times the user was shown items of that category (pages × items), and how many of those items the user acted
-on since they were last shown, so a category shown often and never taken is told from one the user takes when shown. Where the pages come from is the caller's: live, the pages the collector stored (``data/shown_pages.py``); in
+on since they were last shown, so a category shown often and never taken is told from one the user takes when shown.
+Where the pages come from is the caller's: live, the pages the collector stored (``data/shown_pages.py``); in
 training and ``evaluate``, the pages the replay derives (``learning/derived.py``). An item never shown to the user
 has 0 pages and NaN elsewhere, which CatBoost reads as "missing", never a made-up number.
 """
@@ -92,9 +93,10 @@ def columns(shown: Shown | None, owner: np.ndarray, rows: np.ndarray, now: np.nd
     if shown is None or not len(shown) or not n:
         return out
     acted_all = _acted_since(shown, hist_owner, hist_rows, hist_ts)
+    s_owner, s_rows = np.divmod(shown.code, shown.span)
     if cell is not None and categories is not None:
-        _category_columns(shown, acted_all, cell, categories, out)
-    hit, k = _shown_before(shown, owner, rows)
+        _category_columns(shown, s_owner, s_rows, acted_all, cell, categories, out)
+    hit, k = _shown_before(shown.span, s_owner, s_rows, owner, rows)
     if not len(hit):
         return out
     t = now[owner[hit]]
@@ -106,15 +108,16 @@ def columns(shown: Shown | None, owner: np.ndarray, rows: np.ndarray, now: np.nd
     return out
 
 
-def _shown_before(shown: Shown, owner: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _shown_before(span: int, s_owner: np.ndarray, s_rows: np.ndarray, owner: np.ndarray,
+                  rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The candidates ``(owner, rows)`` (grouped by ``owner``, ascending) the batch row was shown, and the index in
-    ``shown`` of each. Row by row, the items it was shown mark a scratch array that its candidates read: linear in
-    the candidates, where searching each candidate's code among the shown ones was a third of the columns' cost."""
-    s_owner, s_rows = np.divmod(shown.code, shown.span)
+    the shown pairs ``(s_owner, s_rows)`` of each. Row by row, the items it was shown mark a scratch array that its
+    candidates read: linear in the candidates, where searching each candidate's code among the shown ones was a
+    third of the columns' cost."""
     n_owner = int(max(owner[-1], s_owner[-1])) + 1
     c_at = np.searchsorted(owner, np.arange(n_owner + 1))
     s_at = np.searchsorted(s_owner, np.arange(n_owner + 1))
-    slot = np.full(shown.span, -1, dtype=np.int64)
+    slot = np.full(span, -1, dtype=np.int64)
     hits, found = [], []
     for j in np.flatnonzero(np.diff(s_at)).tolist():
         mine = s_rows[s_at[j]:s_at[j + 1]]
@@ -139,14 +142,15 @@ def _acted_since(shown: Shown, hist_owner: np.ndarray, hist_rows: np.ndarray, hi
     return lookup(h_uniq, newest, shown.code, missing=-np.inf) >= shown.last
 
 
-def _category_columns(shown: Shown, acted: np.ndarray, cell: np.ndarray, categories, out: dict) -> None:
+def _category_columns(shown: Shown, s_owner: np.ndarray, s_rows: np.ndarray, acted: np.ndarray, cell: np.ndarray,
+                      categories, out: dict) -> None:
     """Per (batch row, category): impressions of its items (each shown item counts in each of its categories) and
     its shown items acted on since; read at each candidate's ``cell``."""
     n_cat = categories.n_categories
     if not n_cat:
         return
-    at, cat = categories.categories_of(shown.code % shown.span)
-    key = (shown.code // shown.span)[at] * n_cat + cat
+    at, cat = categories.categories_of(s_rows)
+    key = s_owner[at] * n_cat + cat
     size = int(max(cell.max(initial=0), key.max(initial=0))) + 1
     pages = np.bincount(key, weights=shown.pages[at], minlength=size)
     taken = np.bincount(key, weights=acted[at], minlength=size)
