@@ -21,6 +21,7 @@ run on as orphans. On Linux the kernel sends them SIGTERM instead, and they shut
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -258,6 +259,10 @@ def children_die_with_parent() -> None:
         parent[0] = os.getpid()
 
     def after_in_child() -> None:
+        # The parent's SIGTERM handler is inherited, and RQ's pool parent's returns (it stops the pool's workers,
+        # here: none), so a child told of the death before it installs its own handler would run on as an orphan.
+        with contextlib.suppress(ValueError):       # fork() from a thread other than the main one
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
         _set_parent_death_signal(signal.SIGTERM)
         if os.getppid() != parent[0]:       # the parent died between fork() and prctl(): nobody will signal us
             os._exit(1)

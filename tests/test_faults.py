@@ -3,6 +3,7 @@ bad bundles, secrets. Slower tests, but bounded (each well under two minutes).""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import random
@@ -143,6 +144,41 @@ def test_killed_workers_and_horses_lose_nothing(settings, r, world):
     _assert_all_fresh(r, s, world.engine, users)
     print(f"kills: {kills}; baseline {baseline:.1f} s; recovered {recovered:.1f} s after the last kill "
           f"(bound {bound:.0f} s)")
+
+
+_ORPHAN = """
+import os, signal, sys, time
+from jobs.worker import children_die_with_parent
+signal.signal(signal.SIGTERM, lambda *a: None)      # like RQ's pool parent: its handler returns
+children_die_with_parent()
+pid = os.fork()
+if pid == 0:
+    time.sleep(60)      # a child that has not installed a handler of its own yet
+    os._exit(0)
+print(pid, flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_child_dies_with_its_parent_even_before_it_installs_a_signal_handler():
+    import subprocess
+    import sys
+
+    # given a parent whose SIGTERM handler returns, and a child it forked that inherited that handler
+    parent = subprocess.Popen([sys.executable, "-c", _ORPHAN], stdout=subprocess.PIPE, text=True,
+                              cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    child = psutil.Process(int(parent.stdout.readline()))
+    try:
+        # when the parent is SIGKILLed
+        parent.kill()
+        parent.wait()
+        # then the child exits on the kernel's SIGTERM rather than running the inherited handler and living on
+        _, alive = psutil.wait_procs([child], timeout=10)
+        assert not alive
+    finally:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
 
 
 @pytest.mark.timeout(120)
