@@ -5,7 +5,9 @@ synthetic marketplace at the demo's size when that database holds no events.
 Prints one line per run (static and replay ratios with their intervals, the replay's best baseline, candidate recall
 per source) and writes ``results/protocols-<name>.json`` (name: the var dir's folder, or ``synthetic``) with every
 method's metrics per run: the docs' quality tables are rendered from it. A run with ``PREFEED_CASCADE_KEEP=0`` (the full
-model on every candidate) writes ``results/protocols-<name>-full-model.json``: the page sets it beside the cascade's.
+model on every candidate) writes ``results/protocols-<name>-full-model.json``, one with ``PREFEED_RANK_SHOWN=1`` (the
+ranker with the columns of what each user was shown) ``results/protocols-<name>-shown.json``: the page sets each beside
+the default's.
 """
 
 from __future__ import annotations
@@ -22,6 +24,15 @@ FULL = dict(cuts=(0.7, 0.8, 0.9), seeds=(0,), iterations=None)
 QUICK = dict(cuts=(0.8,), seeds=(0,), iterations=30)
 #: The results file's suffix for a run without the cascade's first stage (``PREFEED_CASCADE_KEEP=0``).
 FULL_MODEL = "full-model"
+#: The results file's suffix for a run with the "shown" columns (``PREFEED_RANK_SHOWN=1``).
+SHOWN = "shown"
+
+
+def variant(settings) -> str:
+    """The results file's suffix for a run with ``settings``: "" for the defaults."""
+    if not settings.cascade_keep:
+        return FULL_MODEL
+    return SHOWN if settings.rank_shown else ""
 
 
 def run(quick: bool = False) -> dict:
@@ -46,8 +57,8 @@ def run(quick: bool = False) -> dict:
                                                            "steps", "replay ratio", "replay best", "cand. recall"],
                     rows))
         out = dict(log=name, cuts=list(cfg["cuts"]), seeds=list(cfg["seeds"]), cascade_keep=settings.cascade_keep,
-                   runs=runs)
-        stem = f"protocols-{name}" + ("" if settings.cascade_keep else f"-{FULL_MODEL}")
+                   rank_shown=settings.rank_shown, runs=runs)
+        stem = f"protocols-{name}" + (f"-{variant(settings)}" if variant(settings) else "")
         print(f"wrote {write_result('protocols' if quick else stem, out, quick)}")
         return out
 

@@ -111,6 +111,26 @@ def test_the_quality_page_sets_a_run_without_the_cascade_beside_the_cascades(tmp
     assert "PREFEED_CASCADE_KEEP=0 python -m benchmarks protocols" in page
 
 
+def test_the_quality_page_sets_a_run_with_the_shown_columns_beside_the_defaults(tmp_path):
+    # given a log's protocols run with the defaults, and the same run with the columns of what was shown
+    from benchmarks.pages import report
+
+    committed = ROOT / "benchmarks" / "results"
+    (tmp_path / "protocols-pf-ml-100k.json").write_text((committed / "protocols-pf-ml-100k.json").read_text())
+    shown = json.loads((committed / "protocols-pf-ml-100k.json").read_text())
+    shown["rank_shown"] = True
+    for run in shown["runs"]:
+        run["replay"]["methods"]["ranker"].update(ndcg=0.25, repeat_share=0.125)
+    (tmp_path / "protocols-pf-ml-100k-shown.json").write_text(json.dumps(shown))
+    page = report.render(report.load(tmp_path))
+    # then the log is shown once, by the defaults' runs, with the shown columns' NDCG and repeated share beside
+    # them run by run
+    assert page.count("## MovieLens-100K") == 1
+    beside = [line for line in page.splitlines() if " → 0.2500 |" in line and line.endswith(" → 0.125 |")]
+    assert len(beside) == len(shown["runs"]) == 9
+    assert "PREFEED_RANK_SHOWN=1 python -m benchmarks protocols" in page
+
+
 def test_the_performance_page_is_the_render_of_the_committed_results():
     # given the latest full result of every benchmark, as committed
     from benchmarks.pages import report

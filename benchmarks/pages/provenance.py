@@ -17,7 +17,7 @@ def by_log(results: list[dict]) -> list[dict]:
 
 def command(res: dict) -> str:
     """What to type to write ``res`` again, with what its name alone does not say: the log's folder
-    (``PREFEED_VAR_DIR``), the protocols' training seeds and a run without the cascade, the ablation's cut, the
+    (``PREFEED_VAR_DIR``), the protocols' training seeds, a run without the cascade or with the shown columns, the ablation's cut, the
     import's row count and PostgreSQL run."""
     name = res["benchmark"].partition("-")[0]
     env = f"PREFEED_VAR_DIR=<{res['log']}> " if res.get("log", "synthetic") != "synthetic" else ""
@@ -25,6 +25,7 @@ def command(res: dict) -> str:
     env += f"PREFEED_BENCH_SEEDS={','.join(map(str, seeds))} " if seeds != [0] else ""
     env += f"PREFEED_BENCH_CUT={res['cut']:g} " if name == "ablation" and res.get("cut", 0.8) != 0.8 else ""
     env += "PREFEED_CASCADE_KEEP=0 " if res.get("cascade_keep") == 0 else ""
+    env += "PREFEED_RANK_SHOWN=1 " if res.get("rank_shown") else ""
     options = ""
     if name == "import":
         from ..import_ import FULL_ROWS

@@ -1,6 +1,7 @@
 """``docs/quality.md``: every method under both protocols, per log and cut, with candidate recall per source, from
 ``benchmarks/results/protocols-<log>.json`` (``report.py`` writes it); beside each log's runs, the same runs without
-the cascade's first stage when ``protocols-<log>-full-model.json`` holds them."""
+the cascade's first stage when ``protocols-<log>-full-model.json`` holds them, and with the columns of what each user
+was shown when ``protocols-<log>-shown.json`` does."""
 
 from __future__ import annotations
 
@@ -27,9 +28,12 @@ def load(folder: Path = RESULTS) -> list[dict]:
             + by_log([json.loads(p.read_text()) for p in loops]))
 
 
-def full_model(res: dict) -> bool:
-    """Whether ``res`` ranked every candidate with the full model (``PREFEED_CASCADE_KEEP=0``): the comparison."""
-    return res.get("cascade_keep") == 0
+def variant(res: dict) -> str:
+    """Which comparison ``res`` is: "full-model" (``PREFEED_CASCADE_KEEP=0``), "shown" (``PREFEED_RANK_SHOWN=1``),
+    or "" (the defaults)."""
+    if res.get("cascade_keep") == 0:
+        return "full-model"
+    return "shown" if res.get("rank_shown") else ""
 
 
 def render(results: list[dict]) -> str:
@@ -42,22 +46,25 @@ def render(results: list[dict]) -> str:
            "of the same run and protocol, with its 95 % bootstrap interval over users. Where several training seeds",
            "ran, the method tables show their mean and the summary one line per seed. Where a log also ran without the",
            "cascade's first stage (`PREFEED_CASCADE_KEEP=0`: the full model on every candidate), a table sets those",
-           "runs beside the cascade's.",
+           "runs beside the cascade's; where it also ran with the columns of what each user was shown",
+           "(`PREFEED_RANK_SHOWN=1`), another sets those beside the defaults. \"Repeated\": the share of a replayed",
+           "page's items that were on the same user's previous page.",
            ""]
     protocols = [res for res in results if res.get("benchmark", "").startswith("protocols")]
-    beside = {res["log"]: res for res in protocols if full_model(res)}
-    shown = {res["log"] for res in protocols if not full_model(res)}
+    beside = {(res["log"], variant(res)): res for res in protocols}
     for res in results:
         if res.get("benchmark") == "new_items":
             out += _new_items(res)
         elif res.get("benchmark", "").startswith("closed_loop"):
             out += _closed_loop(res)
-        elif not full_model(res) or res["log"] not in shown:
-            out += _log(res, beside.get(res["log"]) if not full_model(res) else None)
+        elif not variant(res) or (res["log"], "") not in beside:
+            alone = bool(variant(res))
+            out += _log(res, None if alone else beside.get((res["log"], "full-model")),
+                        None if alone else beside.get((res["log"], "shown")))
     return "\n".join(out).rstrip() + "\n"
 
 
-def _log(res: dict, full: dict | None = None) -> list[str]:
+def _log(res: dict, full: dict | None = None, shown: dict | None = None) -> list[str]:
     machine = res.get("machine", {})
     out = [f"## {NAMES.get(res['log'], res['log'])}", "",
            f"{res['date']}, {machine.get('cpus', '?')} CPUs, Python {machine.get('python', '?')}; "
@@ -73,19 +80,22 @@ def _log(res: dict, full: dict | None = None) -> list[str]:
     out.append("")
     if full is not None:
         out += _cascade(res, full)
+    if shown is not None:
+        out += _shown(res, shown)
     for cut in res["cuts"]:
         runs = [r for r in res["runs"] if r["cut"] == cut]
         if not runs:
             continue
         seeds = f" (mean of {len(runs)} seeds)" if len(runs) > 1 else ""
         out += [f"### Cut {cut:g}{seeds}", "",
-                "| method | static NDCG@10 | static Recall@10 | replay NDCG@10 | replay HitRate@10 |",
-                "|---|---:|---:|---:|---:|"]
+                "| method | static NDCG@10 | static Recall@10 | replay NDCG@10 | replay HitRate@10 | replay repeated |",
+                "|---|---:|---:|---:|---:|---:|"]
         names = list(runs[0]["replay"]["methods"])
         names += [m for m in runs[0]["static"]["methods"] if m not in names]
         for m in names:
             cells = [_mean(runs, "static", m, "ndcg"), _mean(runs, "static", m, "recall"),
-                     _mean(runs, "replay", m, "ndcg"), _mean(runs, "replay", m, "hit_rate")]
+                     _mean(runs, "replay", m, "ndcg"), _mean(runs, "replay", m, "hit_rate"),
+                     _mean(runs, "replay", m, "repeat_share")]
             label = f"**{m}**" if m == "ranker" else m
             out.append(f"| {label} | " + " | ".join(cells) + " |")
         sources = runs[0]["replay"]["sources"]
@@ -118,6 +128,31 @@ def _cascade(res: dict, full: dict) -> list[str]:
                       f"{_ratio(a[ratio], a[interval])} → {_ratio(b[ratio], b[interval])}"]
         kept = run.get("train", {}).get("cascade_top10_kept")
         cells.append("–" if kept is None else f"{kept:.2%}")
+        out.append(f"| {run['cut']:g} | {run['seed']} | " + " | ".join(cells) + " |")
+    return out + [""]
+
+
+def _shown(res: dict, shown: dict) -> list[str]:
+    """The runs of ``res`` (the defaults) beside ``shown``'s of the same cut and seed (the ranker with the "shown"
+    columns): the ranker's NDCG@10, its ratio to the best baseline under both protocols, and the replay's repeated
+    share."""
+    by_run = {(r["cut"], r["seed"]): r for r in shown["runs"]}
+    out = [f"The ranker with the columns of what each user was shown beside the defaults: {shown['date']}, "
+           f"`{command(shown)}`.", "",
+           "| cut | seed | static NDCG@10: without → with | static ratio: without → with "
+           "| replay NDCG@10: without → with | replay ratio: without → with | replay repeated: without → with |",
+           "|---:|---:|---|---|---|---|---|"]
+    for run in res["runs"]:
+        after = by_run.get((run["cut"], run["seed"]))
+        if after is None:
+            continue
+        cells = []
+        for protocol, ratio, interval in (("static", "ratio", "interval"), ("replay", "ratio", "ratio_interval")):
+            a, b = run[protocol], after[protocol]
+            cells += [f"{a['methods']['ranker']['ndcg']:.4f} → {b['methods']['ranker']['ndcg']:.4f}",
+                      f"{_ratio(a[ratio], a[interval])} → {_ratio(b[ratio], b[interval])}"]
+        a, b = (r["replay"]["methods"]["ranker"].get("repeat_share") for r in (run, after))
+        cells.append("–" if a is None or b is None else f"{a:.3f} → {b:.3f}")
         out.append(f"| {run['cut']:g} | {run['seed']} | " + " | ".join(cells) + " |")
     return out + [""]
 
