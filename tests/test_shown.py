@@ -98,6 +98,31 @@ def test_one_users_impressions_never_change_another_users_columns(mine, others):
     np.testing.assert_array_equal(columns_of([x for x in mine if x[0] == 0] + others, [], cand, now), alone)
 
 
+def _imp(impressions):
+    return shown.Impressions(*(np.array([x[k] for x in impressions], dtype=dt) if impressions else np.empty(0, dt)
+                               for k, dt in enumerate((np.int64, np.int64, np.float64, np.int64))))
+
+
+def _fields(agg):
+    return [agg.code.tolist(), agg.pages.tolist(), agg.first.tolist(), agg.last.tolist(), agg.best.tolist()]
+
+
+@hyp_settings(max_examples=100, deadline=None)
+@given(st.lists(impression, max_size=25), st.integers(0, 3), st.integers(0, 3),
+       st.sets(st.integers(0, 2)))
+def test_a_chunk_of_a_batch_sees_what_its_own_users_were_shown(impressions, a, b, positions):
+    # Given what a batch of three users was shown, read once for the batch
+    whole = shown.aggregate(_imp(impressions), SPAN)
+    a, b = min(a, b), max(a, b)
+    # Then users a:b of it, renumbered from 0, hold what aggregating their own impressions gives (Histories.slice)
+    mine = [(o - a, r, ts, p) for o, r, ts, p in impressions if a <= o < b]
+    assert _fields(whole.slice(a, b)) == _fields(shown.aggregate(_imp(mine), SPAN))
+    # And so do the users at some positions, as a batch of their own (Histories.take: an experiment's arm)
+    at = sorted(positions)
+    mine = [(at.index(o), r, ts, p) for o, r, ts, p in impressions if o in at]
+    assert _fields(whole.take(np.array(at, dtype=np.int64))) == _fields(shown.aggregate(_imp(mine), SPAN))
+
+
 def test_a_replayed_step_sees_only_its_users_earlier_pages():
     pages = DerivedPages()
     # Given user 7's pages before steps 0 and 2, and user 8's before step 1

@@ -55,10 +55,12 @@ SHOWN_PAGES, SHOWN_PAGE_ITEMS = 20, 20
 
 def shown_cost(pipeline, batches: list[list[int]], repeats: int, rebuild_ms: float) -> dict:
     """What ranking with the shown columns adds to a user's rebuild, with ``SHOWN_PAGES`` pages stored per user:
-    the worker's read of the pages (``Pipeline.shown``: one query per batch, then the aggregate) and the columns,
-    timed against building the same candidates' columns without them, batch by batch, in alternating order. The
-    model's cost is left out: an oblivious tree costs its depth whatever the number of columns. ``rebuild_ms``: the
-    rebuild without."""
+    the worker's read of the pages (``Pipeline.shown``: one query per batch, then the aggregate, cut per chunk) and
+    the columns, timed against building the same candidates' columns without them, chunk by chunk of
+    ``PREFEED_RANK_CHUNK_USERS`` users as ``Pipeline.build_feeds`` ranks them, in alternating order. (Built for a
+    whole batch at once, the matrix is ~0.5 GB and the time is that of faulting its pages in, which varied 2x
+    between two identical builds.) The model's cost is left out: an oblivious tree costs its depth whatever the
+    number of columns. ``rebuild_ms``: the rebuild without."""
     engine, items_off = pipeline.engine, pipeline.items
     s = pipeline.settings
     layout = for_declaration(tuple(s.item_attributes), tuple(n for n, _ in s.event_types), shown=True)
@@ -73,24 +75,31 @@ def shown_cost(pipeline, batches: list[list[int]], repeats: int, rebuild_ms: flo
     with engine.begin() as conn:
         conn.execute(insert(ServedPage), rows)
     read, on, off = [], [], []
+    chunk, k = s.rank_chunk_users, 0
     try:
         for _ in range(repeats):
             t_read = t_on = t_off = 0.0
-            for k, batch in enumerate(batches):
+            for batch in batches:
                 hist = load_histories(engine, batch, items_off, s)
-                cand = pipeline.candidates(hist)
                 pipeline.items = items_on
                 t0 = time.perf_counter()
-                seen = pipeline.shown(hist)
+                batch_seen = pipeline.shown(hist)
                 t_read += time.perf_counter() - t0
                 pipeline.items = items_off
-                # Which build goes first alternates: the first after the candidates reads them from memory, the
-                # second from cache.
-                for with_shown in (True, False) if k % 2 == 0 else (False, True):
-                    if with_shown:
-                        t_on += timed(lambda: features.build(items_on, hist, cand, hist.clock, shown=seen))
-                    else:
-                        t_off += timed(lambda: features.build(items_off, hist, cand, hist.clock))
+                for start in range(0, len(hist), chunk):
+                    part = hist.slice(start, min(start + chunk, len(hist)))
+                    cand = pipeline.candidates(part)
+                    t0 = time.perf_counter()
+                    seen = batch_seen.slice(start, start + len(part))
+                    t_read += time.perf_counter() - t0
+                    # Which build goes first alternates: the first after the candidates reads them from memory,
+                    # the second from cache.
+                    k += 1
+                    for with_shown in (True, False) if k % 2 == 0 else (False, True):
+                        if with_shown:
+                            t_on += timed(lambda: features.build(items_on, part, cand, part.clock, shown=seen))
+                        else:
+                            t_off += timed(lambda: features.build(items_off, part, cand, part.clock))
             read.append(t_read), on.append(t_on), off.append(t_off)
     finally:
         pipeline.items = items_off

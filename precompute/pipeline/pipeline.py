@@ -184,10 +184,12 @@ class Pipeline:
         cand = self.candidates(hist)
         return cand, self._build(hist, cand)
 
-    def _build(self, hist: Histories, cand: candidates.Candidates) -> np.ndarray:
+    def _build(self, hist: Histories, cand: candidates.Candidates,
+               shown: shown_columns.Shown | None = None) -> np.ndarray:
         """Features at the clock the histories were read at (``data/clock.py``), as training builds them at its
-        time split; never the wall clock."""
-        return features.build(self.items, hist, cand, hist.clock, shown=self.shown(hist))
+        time split; never the wall clock. ``shown``: what the batch was shown, when the caller read it already."""
+        return features.build(self.items, hist, cand, hist.clock,
+                              shown=self.shown(hist) if shown is None else shown)
 
     def shown(self, hist: Histories) -> shown_columns.Shown | None:
         """What each of the batch's users was shown (the pages stored in the last ``PREFEED_IMPRESSIONS_KEEP``),
@@ -199,15 +201,16 @@ class Pipeline:
         return shown_columns.aggregate(imp, len(self.items) + 1, np.full(len(hist), float(hist.clock)))
 
     def rank(self, hist: Histories, seconds: dict[str, float], bundle: bundles.Bundle | None = None,
-             index: SourceIndex | None = None) -> tuple[candidates.Candidates, np.ndarray]:
+             index: SourceIndex | None = None,
+             shown: shown_columns.Shown | None = None) -> tuple[candidates.Candidates, np.ndarray]:
         """Candidates and their scores for a batch of histories, timing each stage into ``seconds``; by ``bundle``
-        with its source index ``index`` (default: the promoted bundle's)."""
+        with its source index ``index`` (default: the promoted bundle's); ``shown`` as ``_build``'s."""
         if self.bundle is None:
             raise BundleError("pipeline has no model bundle loaded")
         t0 = time.perf_counter()
         cand = self.candidates(hist, index)
         t1 = time.perf_counter()
-        X = self._build(hist, cand)
+        X = self._build(hist, cand, shown)
         t2 = time.perf_counter()
         scores = scoring.rank_scores((bundle or self.bundle).ranker, X, cand.offsets)
         t3 = time.perf_counter()
@@ -221,16 +224,21 @@ class Pipeline:
 
         Ranked ``Settings.rank_chunk_users`` users at a time: the feature matrix stays ~15 MB, so after the first chunk
         malloc hands back the same memory instead of faulting in fresh pages (which costs a forked work horse,
-        whose heap starts cold, more than the arithmetic).
+        whose heap starts cold, more than the arithmetic). The pages the batch was shown are read once for it (one
+        query, not one per chunk), timed with the features.
         """
+        t0 = time.perf_counter()
+        shown = self.shown(hist)
+        seconds["features"] += time.perf_counter() - t0
         now = time.time()
         values, scored = [], 0
         chunk = self.settings.rank_chunk_users
         promoted = ("model", str(self.bundle.version))
         for start in range(0, len(hist), chunk):
             part = hist.slice(start, min(start + chunk, len(hist)))
+            seen = None if shown is None else shown.slice(start, start + len(part))
             if not self.arms.experiments:
-                encoded, n = self._ranked(part, promoted, None, None, now, seconds)
+                encoded, n = self._ranked(part, promoted, None, None, now, seconds, seen)
                 values += zip(part.user_ids.tolist(), encoded, part.versions.tolist())
                 scored += n
                 continue
@@ -239,8 +247,9 @@ class Pipeline:
             out: list = [None] * len(part)
             for key in sorted(set(keys)):
                 at = np.flatnonzero([k == key for k in keys])
-                encoded, n = self._ranked(part if len(at) == len(part) else part.take(at), key, experiments[at],
-                                          arms[at], now, seconds)
+                whole = len(at) == len(part)
+                encoded, n = self._ranked(part if whole else part.take(at), key, experiments[at], arms[at], now,
+                                          seconds, seen if whole or seen is None else seen.take(at))
                 for k, value in zip(at.tolist(), encoded):
                     out[k] = value
                 scored += n
@@ -248,13 +257,14 @@ class Pipeline:
         return values, scored
 
     def _ranked(self, part: Histories, key: experiment_arms.Key, experiments, arms, now: float,
-                seconds: dict[str, float]) -> tuple[list[bytes], int]:
-        """The encoded feeds of ``part``, every user ranked by ``key`` (``arms.py``), and the items scored."""
+                seconds: dict[str, float], shown: shown_columns.Shown | None) -> tuple[list[bytes], int]:
+        """The encoded feeds of ``part``, every user ranked by ``key`` (``arms.py``), and the items scored;
+        ``shown``: what ``part`` was shown (None: the layout does not rank with it)."""
         kind, arg = key
         if kind == "model":
             version = int(arg)
             bundle, index = (self.bundle, self.index) if version == self.bundle.version else self.arms.bundles[version]
-            cand, scores = self.rank(part, seconds, bundle, index)
+            cand, scores = self.rank(part, seconds, bundle, index, shown)
             t0 = time.perf_counter()
             top, offsets = top_desc_grouped(scores, cand.offsets, self.settings.feed_length)
             rows, n, kept = cand.rows[top], len(scores), scores[top]

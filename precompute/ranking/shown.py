@@ -57,6 +57,21 @@ class Shown:
     def __len__(self) -> int:
         return len(self.code)
 
+    def slice(self, a: int, b: int) -> Shown:
+        """Batch rows ``a:b`` as a batch of their own (row ``a`` becomes 0), as ``Histories.slice``."""
+        lo, hi = np.searchsorted(self.code, [a * self.span, b * self.span])
+        return Shown(self.span, self.code[lo:hi] - a * self.span, self.pages[lo:hi], self.first[lo:hi],
+                     self.last[lo:hi], self.best[lo:hi])
+
+    def take(self, positions: np.ndarray) -> Shown:
+        """Batch rows at ``positions`` (ascending) as a batch of their own, as ``Histories.take``."""
+        owner, rows = np.divmod(self.code, self.span)
+        new = np.full(int(max(owner.max(initial=-1), positions.max(initial=-1))) + 1, -1, dtype=np.int64)
+        new[positions] = np.arange(len(positions))
+        keep = np.flatnonzero(new[owner] >= 0)
+        return Shown(self.span, new[owner[keep]] * self.span + rows[keep], self.pages[keep], self.first[keep],
+                     self.last[keep], self.best[keep])
+
 
 def aggregate(imp: Impressions, span: int, clock: np.ndarray | None = None) -> Shown:
     """``imp`` per (row, item); items the table does not know are left out, and so are pages after their row's
