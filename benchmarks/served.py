@@ -11,6 +11,10 @@ protocol (``learning/replay.py``).
 Prints the served and evaluated NDCG@10 with the best baseline, the served ratio with its interval, and the share of
 steps whose served list scores exactly what the evaluated one does; writes ``results/served-<name>.json``.
 
+With ``PREFEED_RANK_SHOWN=1`` the product and the judged model rank with the columns of what each user was shown
+(the pages the product served, as the collector stored them; in process, the ranker's own earlier pages), and the
+results go to ``results/served-<name>-shown.json``.
+
 Events go in requests of ``PREFEED_EVENTS_BATCH_MAX`` (500); ``PREFEED_BENCH_EVENTS_PER_REQUEST=1`` posts them one
 at a time, as a client posting each event as it happens would. On a log stamped by the day, a worker whose item
 table reloads at a new day's first request sees the rest of that request's events of the day too.
@@ -69,7 +73,7 @@ def run(quick: bool = False) -> dict:
         served_mean = float(ndcg["served"].mean()) if len(steps) else 0.0
         base = judged.methods[best]["ndcg"]
         out = dict(
-            log=name, cut=cut, cut_quantile=cfg["cut"], users=int(len(who)), steps=len(steps), late_reads=late,
+            log=name, rank_shown=product.settings.rank_shown, cut=cut, cut_quantile=cfg["cut"], users=int(len(who)), steps=len(steps), late_reads=late,
             replay_seconds=seconds, events_per_request=per_request, best_baseline=best, baseline_ndcg=base,
             served=dict(ndcg=served_mean, hit_rate=float(hit["served"].mean()) if len(steps) else 0.0,
                         repeat_share=replay.repeat_share(steps.user, [rows[:cfg["k"]] for rows in lists]),
@@ -91,7 +95,8 @@ def run(quick: bool = False) -> dict:
         print(f"served / evaluated: {_iv(out['served_vs_evaluated'])} (95% interval); steps scoring the same: "
               f"{out['same_score_share']:.1%}; reads that waited over {CATCH_UP:g}s: {late}; "
               f"replay through HTTP {seconds:.0f}s, {per_request} events per request")
-        print(f"wrote {write_result('served' if quick else f'served-{name}', out, quick)}")
+        stem = f"served-{name}" + ("-shown" if out["rank_shown"] else "")
+        print(f"wrote {write_result('served' if quick else stem, out, quick)}")
         return out
 
 

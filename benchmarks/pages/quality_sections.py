@@ -26,15 +26,19 @@ def ablation(res: dict) -> list[str]:
 def served(res: dict) -> list[str]:
     s, e = res["served"], res["evaluated"]
     best = res["best_baseline"]
+    shown = " The ranker with the columns of what each user was shown (`PREFEED_RANK_SHOWN=1`)." \
+        if res.get("rank_shown") else ""
+    repeated = [figure(x.get("repeat_share"), 3) for x in (s, e, res.get("methods", {}).get(best, {}))]
     return [f"Cut {res['cut_quantile']:g}: {res['steps']:,} steps of {res['users']:,} users, the log after the cut "
             f"posted through HTTP in {figure(res['replay_seconds'], 0)} s"
-            + (f", {res['events_per_request']:,} events per request." if "events_per_request" in res else "."), "",
-            *table(["feed", "NDCG@10", f"ratio to {best}", "95% interval"], [
+            + (f", {res['events_per_request']:,} events per request." if "events_per_request" in res else ".")
+            + shown, "",
+            *table(["feed", "NDCG@10", f"ratio to {best}", "95% interval", "repeated"], [
                 ["served: `GET /feed` once caught up", figure(s["ndcg"], 4), f"**{times(s['ratio'])}**",
-                 interval(s["interval"])],
+                 interval(s["interval"]), repeated[0]],
                 ["evaluated: the replay protocol in process", figure(e["ndcg"], 4), times(e["ratio"]),
-                 interval(e["interval"])],
-                [f"best baseline ({best})", figure(res["baseline_ndcg"], 4), times(1.0), ""]]),
+                 interval(e["interval"]), repeated[1]],
+                [f"best baseline ({best})", figure(res["baseline_ndcg"], 4), times(1.0), "", repeated[2]]]),
             "",
             f"Served / evaluated: {interval(res['served_vs_evaluated'])} (95% interval); steps scoring the same: "
             f"{percent(res['same_score_share'])}; reads still behind the user's events after the catch-up deadline: "
