@@ -5,6 +5,7 @@ demo's size when that database holds no events."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import shutil
 import tempfile
 import time
@@ -46,10 +47,12 @@ def open_log(quick: bool):
 
 def synthetic_log(tmp: Path, size: dict, quick: bool):
     """``(engine, settings, market)``: the synthetic marketplace of ``size`` (users, items, events; seed 0) in a
-    SQLite database in ``tmp``, with the settings a benchmark ranks it with (``quick``: one training period)."""
-    settings = Settings(database_url=f"sqlite:///{tmp / 'log.db'}", var_dir=tmp, model_dir=tmp / "models",
-                        item_attributes=synthetic.ATTRIBUTES,
-                        **({"train_periods": QUICK_TRAIN_PERIODS} if quick else {}))
+    SQLite database in ``tmp``, with the settings a benchmark ranks it with (``quick``: one training period): the
+    environment's (``PREFEED_RANK_SHOWN``, ``PREFEED_CASCADE_KEEP``, ... as on an imported log), but for where the
+    log and models are and the marketplace's attributes."""
+    settings = dataclasses.replace(Settings.from_env(), database_url=f"sqlite:///{tmp / 'log.db'}", var_dir=tmp,
+                                   model_dir=tmp / "models", item_attributes=synthetic.ATTRIBUTES,
+                                   **({"train_periods": QUICK_TRAIN_PERIODS} if quick else {}))
     engine = db.make_engine(settings.database_url, settings)
     db.init_db(engine, settings)
     market = synthetic.generate(size["users"], size["items"], size["events"], seed=0, now=time.time())
