@@ -47,7 +47,8 @@ def render_performance(latest: dict[str, list[dict]]) -> str:
             continue
         for res in latest[name]:
             if "log" in res:
-                out += [f"### {NAMES.get(res['log'], res['log'])}", ""]
+                shown = ", with the shown columns" if res.get("rank_shown") else ""
+                out += [f"### {NAMES.get(res['log'], res['log'])}{shown}", ""]
             out += [_provenance(res), ""] + section(res) + [""]
     if missing:
         out += ["## Not run yet", ""]

@@ -12,13 +12,14 @@ NAMES = {"synthetic": "Synthetic marketplace (the demo's world: 2,000 users, 3,0
 
 def by_log(results: list[dict]) -> list[dict]:
     rank = {name: k for k, name in enumerate(ORDER)}
-    return sorted(results, key=lambda r: (rank.get(r.get("log"), len(ORDER)), r.get("log", "")))
+    return sorted(results, key=lambda r: (rank.get(r.get("log"), len(ORDER)), r.get("log", ""),
+                                          bool(r.get("rank_shown"))))
 
 
 def command(res: dict) -> str:
     """What to type to write ``res`` again, with what its name alone does not say: the log's folder
-    (``PREFEED_VAR_DIR``), the protocols' training seeds, a run without the cascade or with the shown columns, the ablation's cut, the
-    import's row count and PostgreSQL run."""
+    (``PREFEED_VAR_DIR``), the protocols' training seeds, a run without the cascade or with the shown columns, the
+    ablation's cut, the import's row count and PostgreSQL run."""
     name = res["benchmark"].partition("-")[0]
     env = f"PREFEED_VAR_DIR=<{res['log']}> " if res.get("log", "synthetic") != "synthetic" else ""
     seeds = res.get("seeds", [0]) if name == "protocols" else [0]
