@@ -73,7 +73,8 @@ def run(quick: bool = False) -> dict:
         served_mean = float(ndcg["served"].mean()) if len(steps) else 0.0
         base = judged.methods[best]["ndcg"]
         out = dict(
-            log=name, rank_shown=product.settings.rank_shown, cut=cut, cut_quantile=cfg["cut"], users=int(len(who)), steps=len(steps), late_reads=late,
+            log=name, rank_shown=product.settings.rank_shown, cut=cut, cut_quantile=cfg["cut"], users=int(len(who)),
+            steps=len(steps), late_reads=late,
             replay_seconds=seconds, events_per_request=per_request, best_baseline=best, baseline_ndcg=base,
             served=dict(ndcg=served_mean, hit_rate=float(hit["served"].mean()) if len(steps) else 0.0,
                         repeat_share=replay.repeat_share(steps.user, [rows[:cfg["k"]] for rows in lists]),

@@ -48,10 +48,10 @@ def precompute(res: dict) -> list[str]:
     shown = res.get("shown")
     if shown:
         out += ["", f"**The shown columns** (`PREFEED_RANK_SHOWN`): with {shown['pages_per_user']} pages of "
-                f"{shown['page_items']} items stored per user, the worker's read of them (once per batch) and the columns "
-                "built chunk by chunk as the worker ranks, timed in the same rounds as the same candidates' columns "
-                "without them; medians, ms per user. The model's cost does not change with them (an oblivious tree "
-                "costs its depth).", "",
+                f"{shown['page_items']} items stored per user, the worker's read of them (once per batch) and the "
+                "columns built chunk by chunk as the worker ranks, timed in the same rounds as the same candidates' "
+                "columns without them; medians, ms per user. The model's cost does not change with them (an "
+                "oblivious tree costs its depth).", "",
                 *table(["pages read", "columns with them", "columns without", "added", "rebuild without",
                         "with / without"],
                        [[figure(shown["read_ms"]), figure(shown["features_on_ms"]), figure(shown["features_off_ms"]),
