@@ -111,50 +111,50 @@ def _log(res: dict, full: dict | None = None, shown: dict | None = None) -> list
 def _cascade(res: dict, full: dict) -> list[str]:
     """The runs of ``res`` (the cascade) beside ``full``'s of the same cut and seed: the ranker's NDCG@10 and its
     ratio to the best baseline under both protocols."""
-    by_run = {(r["cut"], r["seed"]): r for r in full["runs"]}
-    out = [f"The cascade beside the full model on every candidate: {full['date']}, `{command(full)}`.", "",
-           "| cut | seed | static NDCG@10: full model → cascade | static ratio: full model → cascade "
-           "| replay NDCG@10: full model → cascade | replay ratio: full model → cascade "
-           "| the full model's top 10 in the first stage's best (held-out lists) |",
-           "|---:|---:|---|---|---|---|---:|"]
-    for run in res["runs"]:
-        before = by_run.get((run["cut"], run["seed"]))
-        if before is None:
-            continue
-        cells = []
-        for protocol, ratio, interval in (("static", "ratio", "interval"), ("replay", "ratio", "ratio_interval")):
-            a, b = before[protocol], run[protocol]
-            cells += [f"{a['methods']['ranker']['ndcg']:.4f} → {b['methods']['ranker']['ndcg']:.4f}",
-                      f"{_ratio(a[ratio], a[interval])} → {_ratio(b[ratio], b[interval])}"]
-        kept = run.get("train", {}).get("cascade_top10_kept")
-        cells.append("–" if kept is None else f"{kept:.2%}")
-        out.append(f"| {run['cut']:g} | {run['seed']} | " + " | ".join(cells) + " |")
-    return out + [""]
+    def kept(before: dict, run: dict) -> str:
+        share = run.get("train", {}).get("cascade_top10_kept")
+        return "–" if share is None else f"{share:.2%}"
+
+    return [f"The cascade beside the full model on every candidate: {full['date']}, `{command(full)}`.", "",
+            "| cut | seed | static NDCG@10: full model → cascade | static ratio: full model → cascade "
+            "| replay NDCG@10: full model → cascade | replay ratio: full model → cascade "
+            "| the full model's top 10 in the first stage's best (held-out lists) |",
+            "|---:|---:|---|---|---|---|---:|",
+            *_beside(full, res, kept), ""]
 
 
 def _shown(res: dict, shown: dict) -> list[str]:
     """The runs of ``res`` (the defaults) beside ``shown``'s of the same cut and seed (the ranker with the "shown"
     columns): the ranker's NDCG@10, its ratio to the best baseline under both protocols, and the replay's repeated
     share."""
-    by_run = {(r["cut"], r["seed"]): r for r in shown["runs"]}
-    out = [f"The ranker with the columns of what each user was shown beside the defaults: {shown['date']}, "
-           f"`{command(shown)}`.", "",
-           "| cut | seed | static NDCG@10: without → with | static ratio: without → with "
-           "| replay NDCG@10: without → with | replay ratio: without → with | replay repeated: without → with |",
-           "|---:|---:|---|---|---|---|---|"]
-    for run in res["runs"]:
-        after = by_run.get((run["cut"], run["seed"]))
-        if after is None:
+    def repeated(before: dict, run: dict) -> str:
+        a, b = (r["replay"]["methods"]["ranker"].get("repeat_share") for r in (before, run))
+        return "–" if a is None or b is None else f"{a:.3f} → {b:.3f}"
+
+    return [f"The ranker with the columns of what each user was shown beside the defaults: {shown['date']}, "
+            f"`{command(shown)}`.", "",
+            "| cut | seed | static NDCG@10: without → with | static ratio: without → with "
+            "| replay NDCG@10: without → with | replay ratio: without → with | replay repeated: without → with |",
+            "|---:|---:|---|---|---|---|---|",
+            *_beside(res, shown, repeated), ""]
+
+
+def _beside(before: dict, after: dict, last) -> list[str]:
+    """One table row per run of ``after`` that ``before`` also ran (same cut and seed): the ranker's NDCG@10 and
+    ratio under both protocols, before → after, then ``last(before_run, after_run)``."""
+    by_run = {(r["cut"], r["seed"]): r for r in before["runs"]}
+    rows = []
+    for run in after["runs"]:
+        was = by_run.get((run["cut"], run["seed"]))
+        if was is None:
             continue
         cells = []
         for protocol, ratio, interval in (("static", "ratio", "interval"), ("replay", "ratio", "ratio_interval")):
-            a, b = run[protocol], after[protocol]
+            a, b = was[protocol], run[protocol]
             cells += [f"{a['methods']['ranker']['ndcg']:.4f} → {b['methods']['ranker']['ndcg']:.4f}",
                       f"{_ratio(a[ratio], a[interval])} → {_ratio(b[ratio], b[interval])}"]
-        a, b = (r["replay"]["methods"]["ranker"].get("repeat_share") for r in (run, after))
-        cells.append("–" if a is None or b is None else f"{a:.3f} → {b:.3f}")
-        out.append(f"| {run['cut']:g} | {run['seed']} | " + " | ".join(cells) + " |")
-    return out + [""]
+        rows.append(f"| {run['cut']:g} | {run['seed']} | " + " | ".join([*cells, last(was, run)]) + " |")
+    return rows
 
 
 def _mean(runs: list[dict], protocol: str, method: str, metric: str) -> str:
