@@ -18,21 +18,10 @@ import time
 from precompute.learning.evaluate import evaluate
 
 from .lab.logs import open_log
-from .lab.results import table, write_result
+from .lab.results import table, variant, write_result
 
 FULL = dict(cuts=(0.7, 0.8, 0.9), seeds=(0,), iterations=None)
 QUICK = dict(cuts=(0.8,), seeds=(0,), iterations=30)
-#: The results file's suffix for a run without the cascade's first stage (``PREFEED_CASCADE_KEEP=0``).
-FULL_MODEL = "full-model"
-#: The results file's suffix for a run with the "shown" columns (``PREFEED_RANK_SHOWN=1``).
-SHOWN = "shown"
-
-
-def variant(settings) -> str:
-    """The results file's suffix for a run with ``settings``: "" for the defaults."""
-    if not settings.cascade_keep:
-        return FULL_MODEL
-    return SHOWN if settings.rank_shown else ""
 
 
 def run(quick: bool = False) -> dict:
@@ -58,7 +47,8 @@ def run(quick: bool = False) -> dict:
                     rows))
         out = dict(log=name, cuts=list(cfg["cuts"]), seeds=list(cfg["seeds"]), cascade_keep=settings.cascade_keep,
                    rank_shown=settings.rank_shown, runs=runs)
-        stem = f"protocols-{name}" + (f"-{variant(settings)}" if variant(settings) else "")
+        suffix = variant(settings.cascade_keep, settings.rank_shown)
+        stem = f"protocols-{name}" + (f"-{suffix}" if suffix else "")
         print(f"wrote {write_result('protocols' if quick else stem, out, quick)}")
         return out
 

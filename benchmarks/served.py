@@ -35,7 +35,7 @@ from precompute.learning.steps import find
 
 from .lab.logs import open_log
 from .lab.product import CATCH_UP, Product
-from .lab.results import table, write_result
+from .lab.results import SHOWN, table, write_result
 
 FULL = dict(cut=0.8, users=300, steps=5, workers=2, iterations=None, k=10)
 QUICK = dict(cut=0.8, users=6, steps=2, workers=1, iterations=30, k=10)
@@ -96,7 +96,7 @@ def run(quick: bool = False) -> dict:
         print(f"served / evaluated: {_iv(out['served_vs_evaluated'])} (95% interval); steps scoring the same: "
               f"{out['same_score_share']:.1%}; reads that waited over {CATCH_UP:g}s: {late}; "
               f"replay through HTTP {seconds:.0f}s, {per_request} events per request")
-        stem = f"served-{name}" + ("-shown" if out["rank_shown"] else "")
+        stem = f"served-{name}" + (f"-{SHOWN}" if out["rank_shown"] else "")
         print(f"wrote {write_result('served' if quick else stem, out, quick)}")
         return out
 

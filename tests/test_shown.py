@@ -59,9 +59,14 @@ impression = st.tuples(st.integers(0, 2), st.integers(-1, SPAN - 2), st.floats(0
 event = st.tuples(st.integers(0, 2), st.integers(-1, SPAN - 2), st.floats(0, 10 * DAY))
 
 
+def _imp(impressions):
+    """``(owner, row, ts, position)`` tuples as ``shown.Impressions``."""
+    return shown.Impressions(*(np.array([x[k] for x in impressions], dtype=dt) if impressions else np.empty(0, dt)
+                               for k, dt in enumerate((np.int64, np.int64, np.float64, np.int64))))
+
+
 def columns_of(impressions, events, cand, now):
-    imp = shown.Impressions(*(np.array([x[k] for x in impressions], dtype=dt) if impressions else np.empty(0, dt)
-                              for k, dt in enumerate((np.int64, np.int64, np.float64, np.int64))))
+    imp = _imp(impressions)
     ev = [np.array([e[k] for e in events], dtype=dt) if events else np.empty(0, dt)
           for k, dt in enumerate((np.int64, np.int64, np.float64))]
     owner = np.array([c[0] for c in cand], dtype=np.int64)      # grouped by owner, as a batch's candidates are
@@ -96,11 +101,6 @@ def test_one_users_impressions_never_change_another_users_columns(mine, others):
     now = np.array([11 * DAY] * 3)
     alone = columns_of([x for x in mine if x[0] == 0], [], cand, now)
     np.testing.assert_array_equal(columns_of([x for x in mine if x[0] == 0] + others, [], cand, now), alone)
-
-
-def _imp(impressions):
-    return shown.Impressions(*(np.array([x[k] for x in impressions], dtype=dt) if impressions else np.empty(0, dt)
-                               for k, dt in enumerate((np.int64, np.int64, np.float64, np.int64))))
 
 
 def _fields(agg):

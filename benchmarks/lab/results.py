@@ -34,6 +34,19 @@ def _fmt(v) -> str:
     return str(v)
 
 
+#: A results file's suffix for a run without the cascade's first stage (``PREFEED_CASCADE_KEEP=0``), and for one with
+#: the "shown" columns (``PREFEED_RANK_SHOWN=1``): the pages set each beside the defaults' run of the same log.
+FULL_MODEL, SHOWN = "full-model", "shown"
+
+
+def variant(cascade_keep, rank_shown) -> str:
+    """Which comparison a run with these settings is (its results file's suffix): ``FULL_MODEL``, ``SHOWN`` or ""
+    for the defaults. Takes the settings' values or a results file's (absent: the default)."""
+    if cascade_keep == 0:
+        return FULL_MODEL
+    return SHOWN if rank_shown else ""
+
+
 def write_result(name: str, data: dict, quick: bool) -> Path:
     """Write ``results/<name>.json`` (``<name>-quick.json`` with ``quick``): ``data`` with the benchmark's name, the
     date, the machine and the command that wrote it (``python -m benchmarks protocols`` for ``protocols-<log>``)."""

@@ -9,7 +9,7 @@ import json
 import statistics
 from pathlib import Path
 
-from ..lab.results import RESULTS
+from ..lab.results import FULL_MODEL, RESULTS, SHOWN, variant
 from ..lab.world import ROOT
 from .provenance import NAMES, by_log, command
 from .quality_sections import closed_loop, new_items
@@ -28,12 +28,9 @@ def load(folder: Path = RESULTS) -> list[dict]:
             + by_log([json.loads(p.read_text()) for p in loops]))
 
 
-def variant(res: dict) -> str:
-    """Which comparison ``res`` is: "full-model" (``PREFEED_CASCADE_KEEP=0``), "shown" (``PREFEED_RANK_SHOWN=1``),
-    or "" (the defaults)."""
-    if res.get("cascade_keep") == 0:
-        return "full-model"
-    return "shown" if res.get("rank_shown") else ""
+def variant_of(res: dict) -> str:
+    """Which comparison ``res`` is (``lab/results.variant``): "" for the defaults."""
+    return variant(res.get("cascade_keep"), res.get("rank_shown"))
 
 
 def render(results: list[dict]) -> str:
@@ -51,16 +48,16 @@ def render(results: list[dict]) -> str:
            "page's items that were on the same user's previous page.",
            ""]
     protocols = [res for res in results if res.get("benchmark", "").startswith("protocols")]
-    beside = {(res["log"], variant(res)): res for res in protocols}
+    beside = {(res["log"], variant_of(res)): res for res in protocols}
     for res in results:
         if res.get("benchmark") == "new_items":
             out += _new_items(res)
         elif res.get("benchmark", "").startswith("closed_loop"):
             out += _closed_loop(res)
-        elif not variant(res) or (res["log"], "") not in beside:
-            alone = bool(variant(res))
-            out += _log(res, None if alone else beside.get((res["log"], "full-model")),
-                        None if alone else beside.get((res["log"], "shown")))
+        elif not variant_of(res) or (res["log"], "") not in beside:
+            alone = bool(variant_of(res))
+            out += _log(res, None if alone else beside.get((res["log"], FULL_MODEL)),
+                        None if alone else beside.get((res["log"], SHOWN)))
     return "\n".join(out).rstrip() + "\n"
 
 
