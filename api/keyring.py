@@ -1,5 +1,6 @@
-"""The API keys as one process last read them (``Keyring``): at most one database read a second per key, and a key
-this process knows keeps working as last read while the database cannot be reached (``auth.py`` applies them).
+"""The API keys as one process last read them (``Keyring``): at most one database read a second per key, one at a
+time (the requests that arrive during it are answered as last read), and a key this process knows keeps working as
+last read while the database cannot be reached (``auth.py`` applies them).
 
 What a made-up key costs: nothing if it is not of a key's shape (``api_keys.well_formed``: refused before any
 query), one read per process if it is (then remembered as unknown for ``unknown_ttl``). Unknown keys are remembered
@@ -35,6 +36,7 @@ class Keyring:
         self._known: collections.OrderedDict[str, tuple[Key, float]] = collections.OrderedDict()
         self._unknown: collections.OrderedDict[str, float] = collections.OrderedDict()
         self._used: dict[str, float] = {}
+        self._reading: set[str] = set()             # the keys (digests) a thread is reading from the database
         self._lock = threading.Lock()
 
     def find(self, presented: str, digest: str | None = None) -> Key | None:
@@ -57,10 +59,14 @@ class Keyring:
             missed = self._unknown.get(h)
             if missed is not None:
                 self._unknown.move_to_end(h)
-        if hit is not None and now - hit[1] < self.ttl:
-            return hit[0]
-        if missed is not None and now - missed < self.unknown_ttl:
-            return None
+            # An answer past its age is still given while another thread reads the key again: one read per key
+            # and process at a time, not one per request that arrives during it.
+            reading = h in self._reading
+            if hit is not None and (now - hit[1] < self.ttl or reading):
+                return hit[0]
+            if missed is not None and (now - missed < self.unknown_ttl or reading):
+                return None
+            self._reading.add(h)
         try:
             key, last_used = api_keys.find(self.engine, presented)
         except database_errors():
@@ -69,13 +75,17 @@ class Keyring:
             name = hit[0].name if hit is not None else "(unknown)"
             log.warning("database unavailable: key %r is used as last read", name)
             return hit[0] if hit is not None else None
-        with self._lock:
-            if key is None:
-                self._known.pop(h, None)
-                _put(self._unknown, h, now, self.max_unknown)
-            else:
-                self._unknown.pop(h, None)
-                _put(self._known, h, (key, now), self.max_entries)
+        else:
+            with self._lock:
+                if key is None:
+                    self._known.pop(h, None)
+                    _put(self._unknown, h, now, self.max_unknown)
+                else:
+                    self._unknown.pop(h, None)
+                    _put(self._known, h, (key, now), self.max_entries)
+        finally:
+            with self._lock:
+                self._reading.discard(h)
         if key is not None:
             self._note_use(key.name, last_used)
         return key

@@ -3,8 +3,9 @@
 A precomputed page belongs to the arm that ranked its feed (the feed's header records it: ``feeds/codec.py``), even
 when the user's arm has changed since and their feed is still being rebuilt; a page ranked outside any experiment
 belongs to none. A fallback page (no feed yet) belongs to the arm the user is assigned to now. The experiments are
-read from the database at most every ``ttl`` seconds per process, never on a page's own path; while the database
-cannot be reached the last read stands.
+read from the database at most every ``ttl`` seconds per process, by the page that finds the last read too old while
+the pages that arrive during the read go on with the last one; while the database cannot be reached the last read
+stands.
 """
 
 from __future__ import annotations
@@ -32,7 +33,10 @@ class Directory:
         now = time.monotonic()
         if now - self.read_at < self.ttl:
             return
-        with self.lock:
+        # While one thread reads, the others go on with the last read; only the first read is waited for.
+        if not self.lock.acquire(blocking=self.read_at == float("-inf")):
+            return
+        try:
             if now - self.read_at < self.ttl:
                 return
             try:
@@ -44,6 +48,8 @@ class Directory:
             self.by_id = {e.id: e for e in every}
             self.running = [e for e in every if e.status == RUNNING]
             self.read_at = now
+        finally:
+            self.lock.release()
 
     def place(self, user_id: int, experiment: int | None, arm: int | None) -> tuple[int, int, str | None,
                                                                                str | None]:
