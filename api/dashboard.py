@@ -1,15 +1,17 @@
 """GET /dashboard: the operator's page, behind the admin token (``auth.check_dashboard``). Server-rendered (Jinja,
 ``templates/dashboard.html``): the status snapshot (``jobs.status``, as ``manage.py status`` prints it), a chart of
 feed age over time, the experiments' reports with a chart each (``experiments_panel``), and a user lookup
-(``?user=ID``): the page that user is served now, with scores, boosts, the items the live rules dropped and why, the
-feed's stamps, and their newest events. GET /dashboard/status.json: the snapshot as JSON."""
+(``?user=ID``): the page that user is served now, with scores, boosts, what the user's and every user's pages did
+with each item, the items the live rules dropped and why, the feed's stamps, and their newest events. GET /dashboard/status.json: the snapshot as JSON."""
 
 from __future__ import annotations
+
+import time
 
 from flask import Blueprint, current_app, render_template, request
 
 from jobs.status import age_text, snapshot, utc_text
-from precompute.data import users
+from precompute.data import item_days, users
 from precompute.data.shown_pages import shown_before
 from precompute.errors import InvalidInput
 
@@ -73,8 +75,12 @@ def lookup(svc: Services, uid: int, limit: int) -> dict:
     ids = [i for i, _, _ in page.items]
     weights = pages.states.weights(ids)
     before = shown_before(svc.engine, uid)
+    clock = pages.states.clock
+    everyone = item_days.exposure(svc.engine, ids, time.time() if clock is None else clock)
+    rates = everyone.rate.tolist()
     items = [{"item_id": i, "score": round(s, 6), "boosted": b, "weight": w if b else None,
-              "rank": ranks[k] if k < len(ranks) else None, "shown": before.get(i)}
+              "rank": ranks[k] if k < len(ranks) else None, "shown": before.get(i),
+              "everyone": (int(everyone.shown[k]), int(everyone.acted[k]), rates[k])}
              for k, ((i, s, b), w) in enumerate(zip(page.items, weights))]
     h = page.header
     version = users.history_version(svc.engine, uid)
@@ -84,6 +90,7 @@ def lookup(svc: Services, uid: int, limit: int) -> dict:
         "history_version_db": version,
         "source": page.source,
         "items": items,
+        "prior_rate": everyone.prior,
         "dropped": [d.__dict__ for d in dropped],
         "history_version": h.history_version if h else None,
         "model_version": h.model_version if h else None,

@@ -163,6 +163,50 @@ def test_the_user_lookup_says_what_the_users_stored_pages_showed(client, setting
         assert "never" in shown[ids[3]]
 
 
+def test_the_user_lookup_says_what_every_users_pages_did_with_each_item(client, settings, r, pipeline, user_id):
+    from collections import Counter
+
+    from sqlalchemy import delete
+
+    from precompute.data import item_days
+    from precompute.data.clock import newest_event
+    from precompute.data.tables import ItemDay
+    from precompute.experiments.intake import insert_for
+
+    def everyone() -> dict[int, tuple[int, int, float] | None]:
+        html = client.get(f"/dashboard?user={user_id}&limit=5", headers=basic("ops", TOKEN)).get_data(as_text=True)
+        cells = {i: re.search(r'<td class="everyone">(.*?)</td>', row).group(1) for i, row in _rows(html, "feed-items")}
+        out = {}
+        for i, cell in cells.items():
+            found = re.fullmatch(r"(\d+) shown, (\d+) acted, rate (\d+\.\d\d)%", cell)
+            assert found or "never shown" in cell, cell
+            out[i] = (int(found.group(1)), int(found.group(2)), float(found.group(3))) if found else None
+        return out
+
+    # given a user's feed, and what the lookup says of its items now (other tests' pages may have shown them)
+    pipeline.recompute([user_id])
+    ids = [it["item_id"] for it in client.get(f"/feed/{user_id}?limit=5").json["items"]]
+    before = everyone()
+    # when a day within the window counts 40 impressions of the first item on every user's pages, 3 events of one type and
+    # (the day before) 1 of another type attributed to them
+    engine = pipeline.engine
+    with engine.begin() as conn:
+        day = item_days.day_of(newest_event(conn))
+        item_days.add(conn, insert_for(engine), Counter({(ids[0], day, item_days.SHOWN): 40, (ids[0], day, 1): 3,
+                                                         (ids[0], day - 1, 2): 1}))
+    try:
+        after = everyone()
+    finally:
+        with engine.begin() as conn:
+            conn.execute(delete(ItemDay).where(ItemDay.item_id == ids[0], ItemDay.day >= day - 1,
+                                               ItemDay.day <= day))
+    # then the lookup counts them for that item, with its smoothed rate, and for no other
+    shown, acted, _ = before[ids[0]] or (0, 0, 0.0)
+    assert after[ids[0]][:2] == (shown + 40, acted + 4)
+    assert 0 < after[ids[0]][2] < 100
+    assert {i: after[i] for i in ids[1:]} == {i: before[i] for i in ids[1:]}
+
+
 def test_a_user_without_a_feed_is_shown_the_fallback_and_nothing_is_scheduled(client, settings, r, user_id):
     # given a user with history and no feed under this test's prefix
     resp = client.get(f"/dashboard?user={user_id}", headers=basic("ops", TOKEN))

@@ -171,6 +171,19 @@ class Exposure(Base):
     first_served_at: Mapped[float] = mapped_column(Float)
 
 
+class ItemDay(Base):
+    """What the pages did for one item on one day of the events' clock (``item_days.py``): ``kind``
+    ``item_days.SHOWN`` counts the item's impressions on the pages served that day (every user's), an event type's
+    code counts the events of that type attributed to those pages. Kept ``item_days.KEEP_DAYS`` days."""
+
+    __tablename__ = "item_days"
+
+    item_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    day: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)     # served_at // 86400
+    kind: Mapped[int] = mapped_column(SmallInteger, primary_key=True, autoincrement=False)
+    count: Mapped[int] = mapped_column(BigInteger)
+
+
 class Attribution(Base):
     """An event attributed to the newest page that served its item to its user within
     ``PREFEED_ATTRIBUTION_WINDOW`` before it; events without a row are organic."""

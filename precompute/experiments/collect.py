@@ -6,15 +6,17 @@ One collection (one at a time, under a Redis lock):
    time, stored once each, with each user's ``exposures`` counts for the report (``intake.py``).
 2. **Attribution.** An event is attributed to the newest page that served its item to its user at or before the
    event's time and at most ``PREFEED_ATTRIBUTION_WINDOW`` before it (its experiment, arm and position); others are
-   organic. The pages an event is matched against are bounded: at most ``USER_PAGES`` of its user's newest before it
-   (an item shown only on older pages than those is organic). Events are attributed in id order, once the pages
-   served before them have surely reached the database:
-   an API process sends its pages every ``PREFEED_IMPRESSIONS_FLUSH_MS``, so the events stored before a collection
-   are attributed by the first collection at least ``settle`` seconds later (the ``settling`` mark). ``experiments
-   report`` waits that long itself and attributes every event stored when it began: its counts are exact then.
+   organic; each event attributed counts for its item on the day of its page (``data/item_days.py``). The pages an
+   event is matched against are bounded: at most ``USER_PAGES`` of its user's newest before it (an item shown only
+   on older pages than those is organic). Events are attributed in id order, once the pages served before them have
+   surely reached the database: an API process sends its pages every ``PREFEED_IMPRESSIONS_FLUSH_MS``, so the
+   events stored before a collection are attributed by the first collection at least ``settle`` seconds later (the
+   ``settling`` mark). ``experiments report`` waits that long itself and attributes every event stored when it
+   began: its counts are exact then.
 3. **Retention.** Pages served more than ``PREFEED_IMPRESSIONS_KEEP`` before the events' clock (or before the newest
    attributed event, when attribution is behind) are deleted, and such pages still in Redis are dropped unstored
-   (``expired``): read again after their twins were deleted, they would be counted twice.
+   (``expired``): read again after their twins were deleted, they would be counted twice. The items' days are kept
+   ``item_days.KEEP_DAYS`` on the same clock.
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections import Counter
 
 import numpy as np
 import redis
 from sqlalchemy import Engine, delete, func, select
 
+from ..data import item_days
 from ..data.clock import newest_event
 from ..data.tables import Attribution, CollectorMark, Event, ImpressionWriter, ServedPage
 from ..errors import as_prefeed_error, database_errors
@@ -92,7 +96,7 @@ def collect(engine: Engine, r: redis.Redis, settings: Settings, through: int | N
                 done.waiting = True
                 return done
             done.waiting = newest > attributed_to
-            done.pruned = _prune(engine, oldest)
+            done.pruned = _prune(engine, oldest, settings)
         except database_errors() as exc:
             raise as_prefeed_error(exc) from exc
         return done
@@ -154,9 +158,13 @@ def _attribute(engine: Engine, settings: Settings, target: int, done: Collected,
                     rows.append(dict(event_id=e.id, experiment=page.experiment, arm=page.arm, user_id=e.user_id,
                                      type=e.type, position=page.position + place, served_at=page.served_at))
             got = conn.execute(insert(Attribution).on_conflict_do_nothing().returning(
-                Attribution.experiment, Attribution.arm, Attribution.type), rows).all() if rows else []
-            for key in got:
-                done.by_type[tuple(key)] = done.by_type.get(tuple(key), 0) + 1
+                Attribution.event_id, Attribution.experiment, Attribution.arm, Attribution.type,
+                Attribution.served_at), rows).all() if rows else []
+            item_of = {e.id: e.item_id for e in events}
+            for event_id, experiment, arm, type_, _ in got:
+                done.by_type[experiment, arm, type_] = done.by_type.get((experiment, arm, type_), 0) + 1
+            item_days.add(conn, insert, Counter((item_of[a.event_id], item_days.day_of(a.served_at), a.type)
+                                                for a in got))
             done.attributed += len(got)
             mark = int(events[-1].id)
             _set_mark(conn, "attributed", mark)
@@ -231,8 +239,12 @@ def _horizon(engine: Engine, settings: Settings) -> float:
     return min(clock, float(reached)) - settings.impressions_keep
 
 
-def _prune(engine: Engine, oldest: float) -> int:
+def _prune(engine: Engine, oldest: float, settings: Settings) -> int:
+    """Delete the pages served before ``oldest``, and the items' days past keeping (``item_days.KEEP_DAYS``);
+    returns the pages deleted."""
     with engine.begin() as conn:
+        if oldest > float("-inf"):
+            item_days.prune(conn, oldest + settings.impressions_keep)
         return conn.execute(delete(ServedPage).where(ServedPage.served_at < oldest)).rowcount or 0
 
 

@@ -1,14 +1,14 @@
 """The collector's intake: the served pages in the Redis list (``impressions.py``) moved to the database.
 
-The list is read a batch at a time; each batch is stored in one transaction (``served_pages``, and each user's
-``exposures`` counts for the report), then trimmed from the list. A batch stored but not trimmed (the job died
-between) is read again and stores nothing twice: a page is named by ``(writer, seq)``, and copies of one page in a
-batch (a flush sent again after its reply was lost) are stored and counted once. Gaps in a writer's numbers are
-counted lost. A batch the database refuses for what it holds (a constraint, a value out of range; not for being
-unreachable) is stored page by page; the pages it refuses are set aside in a bounded Redis list
-(``impressions:rejected``) and counted, so no record can block the list. The list is trimmed only while the
-collection still holds its lock (checked in the same script), each batch renewing it: a collection that outlived
-its lock stops instead of trimming pages another has not stored.
+The list is read a batch at a time; each batch is stored in one transaction (``served_pages``, each user's
+``exposures`` counts for the report, each item's impressions of the day, ``data/item_days.py``), then trimmed from
+the list. A batch stored but not trimmed (the job died between) is read again and stores nothing twice: a page is
+named by ``(writer, seq)``, and copies of one page in a batch (a flush sent again after its reply was lost) are
+stored and counted once. Gaps in a writer's numbers are counted lost. A batch the database refuses for what it holds
+(a constraint, a value out of range; not for being unreachable) is stored page by page; the pages it refuses are set
+aside in a bounded Redis list (``impressions:rejected``) and counted, so no record can block the list. The list is
+trimmed only while the collection still holds its lock (checked in the same script), each batch renewing it: a
+collection that outlived its lock stops instead of trimming pages another has not stored.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DataError, IntegrityError
 
+from ..data import item_days
 from ..data.tables import Exposure, ImpressionWriter, ServedPage
 from ..errors import first_line
 from ..feeds.keys import Keys
@@ -125,6 +126,7 @@ def _store(conn, insert, pages: list[Impression]) -> tuple[list[Impression], int
     stored = set(conn.execute(insert(ServedPage).on_conflict_do_nothing()
                               .returning(ServedPage.writer, ServedPage.seq), rows).all())
     new = [p for p in pages if (p.writer, p.seq) in stored]
+    item_days.add(conn, insert, item_days.impressions_of(new))
     return new, _count_gaps(conn, insert, new), _count_exposures(conn, insert, new)
 
 

@@ -1,0 +1,110 @@
+"""What the served pages did for each item, day by day: its impressions (on every user's pages) and the events
+attributed to them, per event type, as the collector counts them (``experiments/intake.py``, ``collect.py``).
+
+The pages themselves are kept only ``PREFEED_IMPRESSIONS_KEEP`` (long enough to attribute events to them); what an
+item's history of exposure says over weeks is kept here instead, bounded: one row per (item, day, kind), where
+``kind`` is ``SHOWN`` for impressions or an event type's code, for ``KEEP_DAYS`` days of the events' clock. An item
+shown every day with two event types attributed takes 3 rows a day, 84 over ``KEEP_DAYS``; a catalogue's items are
+mostly shown on some days only.
+
+A day's counts are added in the transaction that stores its pages (or attributes its events), only for the pages
+(events) stored (attributed) by that transaction, so a batch read twice counts nothing twice.
+
+``exposure`` reads an item's counts over a window, with a smoothed rate: attributed events per impression, pulled
+towards the rate of every item in the window by ``PRIOR_IMPRESSIONS`` impressions' worth, so an item with 3
+impressions is not a 0 % or 100 % item, and an item never shown has the prior's rate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+from sqlalchemy import Engine, case, delete, func, select
+
+from ..units import DAY
+from .tables import ItemDay
+
+#: The ``kind`` of an item's impressions (event type codes are >= 0).
+SHOWN = -1
+#: Days of counts kept, on the events' clock: the longest window read.
+KEEP_DAYS = 28
+#: How many impressions' worth the prior rate weighs in a smoothed rate.
+PRIOR_IMPRESSIONS = 100.0
+
+
+def day_of(ts: float) -> int:
+    """The day (since the epoch, on the events' clock) of a time in epoch seconds."""
+    return int(ts // DAY)
+
+
+def add(conn, insert, counts: Counter) -> None:
+    """Add ``counts`` ((item id, day, kind) -> n) to the table, in the caller's transaction."""
+    rows = [dict(item_id=i, day=d, kind=k, count=n) for (i, d, k), n in sorted(counts.items()) if n]
+    if rows:
+        stmt = insert(ItemDay)
+        conn.execute(stmt.on_conflict_do_update(index_elements=["item_id", "day", "kind"],
+                                                set_={"count": ItemDay.count + stmt.excluded.count}), rows)
+
+
+def impressions_of(pages: Iterable) -> Counter:
+    """(item id, day, ``SHOWN``) -> impressions of ``pages`` (each with ``served_at`` and ``items``)."""
+    counts: Counter = Counter()
+    for page in pages:
+        day = day_of(page.served_at)
+        counts.update((int(i), day, SHOWN) for i in page.items.tolist())
+    return counts
+
+
+def prune(conn, clock: float) -> int:
+    """Delete the days older than ``KEEP_DAYS`` before ``clock`` (the events' clock); returns the rows deleted."""
+    return conn.execute(delete(ItemDay).where(ItemDay.day < day_of(clock) - KEEP_DAYS)).rowcount or 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Exposure:
+    """Items' counts over a window: ``shown`` impressions and ``acted`` attributed events (every type), per item of
+    ``item_ids``; ``prior`` the rate of every item in the window; ``by_type`` (type code -> per item)."""
+
+    item_ids: np.ndarray
+    shown: np.ndarray
+    acted: np.ndarray
+    by_type: dict[int, np.ndarray]
+    prior: float
+
+    @property
+    def rate(self) -> np.ndarray:
+        """Attributed events per impression, smoothed towards ``prior`` (see the module doc)."""
+        return smoothed(self.acted, self.shown, self.prior)
+
+
+def smoothed(acted: np.ndarray, shown: np.ndarray, prior: float, weight: float = PRIOR_IMPRESSIONS) -> np.ndarray:
+    """``(acted + weight * prior) / (shown + weight)``: the rate of ``acted`` in ``shown``, with ``weight``
+    impressions at the ``prior`` rate added."""
+    return (np.asarray(acted, float) + weight * prior) / (np.asarray(shown, float) + weight)
+
+
+def exposure(engine: Engine, item_ids: Sequence[int], clock: float, days: int = KEEP_DAYS) -> Exposure:
+    """The counts of ``item_ids`` over the ``days`` days up to the one holding ``clock`` (the events' clock)."""
+    ids = np.asarray(item_ids, dtype=np.int64)
+    last = day_of(clock)
+    in_window = (ItemDay.day > last - days, ItemDay.day <= last)
+    with engine.connect() as conn:
+        all_shown, all_acted = conn.execute(select(
+            func.coalesce(func.sum(case((ItemDay.kind == SHOWN, ItemDay.count), else_=0)), 0),
+            func.coalesce(func.sum(case((ItemDay.kind != SHOWN, ItemDay.count), else_=0)), 0)).where(*in_window)).one()
+        rows = conn.execute(select(ItemDay.item_id, ItemDay.kind, func.sum(ItemDay.count))
+                            .where(ItemDay.item_id.in_(ids.tolist()), *in_window)
+                            .group_by(ItemDay.item_id, ItemDay.kind)).all() if len(ids) else []
+    place = {i: k for k, i in enumerate(ids.tolist())}
+    shown, acted = np.zeros(len(ids), np.int64), np.zeros(len(ids), np.int64)
+    by_type: dict[int, np.ndarray] = {}
+    for item, kind, n in rows:
+        if kind == SHOWN:
+            shown[place[item]] += n
+        else:
+            acted[place[item]] += n
+            by_type.setdefault(int(kind), np.zeros(len(ids), np.int64))[place[item]] += n
+    return Exposure(ids, shown, acted, by_type, int(all_acted) / int(all_shown) if all_shown else 0.0)
