@@ -1,6 +1,6 @@
 """The API keys as one process last read them (``Keyring``): at most one database read a second per key, one at a
-time (the requests that arrive during it are answered as last read), and a key this process knows keeps working as
-last read while the database cannot be reached (``auth.py`` applies them).
+time (the requests that arrive during it are answered as last read, if that is at most two seconds old), and a key
+this process knows keeps working as last read while the database cannot be reached (``auth.py`` applies them).
 
 What a made-up key costs: nothing if it is not of a key's shape (``api_keys.well_formed``: refused before any
 query), one read per process if it is (then remembered as unknown for ``unknown_ttl``). Unknown keys are remembered
@@ -59,12 +59,13 @@ class Keyring:
             missed = self._unknown.get(h)
             if missed is not None:
                 self._unknown.move_to_end(h)
-            # An answer past its age is still given while another thread reads the key again: one read per key
-            # and process at a time, not one per request that arrives during it.
+            # An answer past its age but within two is still given while another thread reads the key again: one
+            # read per key and process at a time in steady traffic, not one per request that arrives during it.
+            # An older answer (the first request after a quiet spell) is never given: that request reads.
             reading = h in self._reading
-            if hit is not None and (now - hit[1] < self.ttl or reading):
+            if hit is not None and _fresh(now - hit[1], self.ttl, reading):
                 return hit[0]
-            if missed is not None and (now - missed < self.unknown_ttl or reading):
+            if missed is not None and _fresh(now - missed, self.unknown_ttl, reading):
                 return None
             self._reading.add(h)
         try:
@@ -130,6 +131,11 @@ class Keyring:
             api_keys.touch(self.engine, name, wall)
         except database_errors() as exc:         # a statistic: never worth failing the request
             log.warning("could not record the use of key %r: %s", name, type(exc).__name__)
+
+
+def _fresh(age: float, ttl: float, reading: bool) -> bool:
+    """Whether an answer of this age is given: within its age, or within two while another thread reads it again."""
+    return age < ttl or reading and age < 2 * ttl
 
 
 def _put(table: collections.OrderedDict, h: str, value, cap: int) -> None:

@@ -4,8 +4,8 @@ A precomputed page belongs to the arm that ranked its feed (the feed's header re
 when the user's arm has changed since and their feed is still being rebuilt; a page ranked outside any experiment
 belongs to none. A fallback page (no feed yet) belongs to the arm the user is assigned to now. The experiments are
 read from the database at most every ``ttl`` seconds per process, by the page that finds the last read too old while
-the pages that arrive during the read go on with the last one; while the database cannot be reached the last read
-stands.
+the pages that arrive during the read go on with the last one (if it is at most ``2 * ttl`` old; else they wait for
+the read); while the database cannot be reached the last read stands.
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ class Directory:
         now = time.monotonic()
         if now - self.read_at < self.ttl:
             return
-        # While one thread reads, the others go on with the last read; only the first read is waited for.
-        if not self.lock.acquire(blocking=self.read_at == float("-inf")):
+        # While one thread reads, the others go on with the last read if it is at most two ages old; an older one
+        # (the first read, or the first after a quiet spell) is waited for.
+        if not self.lock.acquire(blocking=now - self.read_at >= 2 * self.ttl):
             return
         try:
             if now - self.read_at < self.ttl:
