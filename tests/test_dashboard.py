@@ -187,11 +187,11 @@ def test_the_user_lookup_says_what_every_users_pages_did_with_each_item(client, 
     pipeline.recompute([user_id])
     ids = [it["item_id"] for it in client.get(f"/feed/{user_id}?limit=5").json["items"]]
     before = everyone()
-    # when a day within the window counts 40 impressions of the first item on every user's pages, 3 events of one type and
-    # (the day before) 1 of another type attributed to them
+    # when a day within the window (the complete days before today's) counts 40 impressions of the first item on
+    # every user's pages, 3 events of one type and (the day before) 1 of another type attributed to them
     engine = pipeline.engine
     with engine.begin() as conn:
-        day = item_days.day_of(newest_event(conn))
+        day = item_days.day_of(min(newest_event(conn), time.time())) - 1
         item_days.add(conn, insert_for(engine), Counter({(ids[0], day, item_days.SHOWN): 40, (ids[0], day, 1): 3,
                                                          (ids[0], day - 1, 2): 1}))
     try:

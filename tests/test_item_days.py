@@ -1,10 +1,11 @@
 """What the pages did for each item, day by day (``precompute/data/item_days.py``): the collector counts each stored
-page's items as impressions of the page's day and each attributed event for its item on its page's day, once each
+page's items as impressions of the page's day and each attributed event for its item on the event's day, once each
 (a batch read twice, a collection run twice, count nothing twice); an item's rate over a window is smoothed towards
 every item's, so an item never shown has that prior's rate."""
 
 import itertools
 
+import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 from sqlalchemy import select
@@ -56,7 +57,7 @@ def test_stored_pages_count_their_items_once_per_day_however_often_a_batch_is_re
                                                (a, day + 1, shown): 1}
 
 
-def test_an_attributed_event_counts_for_its_item_on_its_pages_day_once(api, short, world, r, user_id):
+def test_an_attributed_event_counts_for_its_item_on_its_own_day_once(api, short, world, r, user_id):
     client, svc = api
     key = f"{short.key_prefix}impressions"
     shown_item, other = next(_ids), next(_ids)
@@ -72,15 +73,25 @@ def test_an_attributed_event_counts_for_its_item_on_its_pages_day_once(api, shor
     # when the collector attributes them, twice over
     take_in(svc, short, world.engine)
     take_in(svc, short, world.engine)
-    # then the click counts once for the shown item, on the page's day, and the organic one counts nothing
+    # then the click counts once for the shown item, on its own day, and the organic one counts nothing
     day, click = item_days.day_of(now + 1), type_code(world.engine, "click")
     assert counts(world.engine, [shown_item, other]) == {(shown_item, day, item_days.SHOWN): 1,
-                                                         (shown_item, day, click): 1}
-    # and read over the window, the shown item has 1 of 1; the other, never shown, has the prior's rate
-    seen = item_days.exposure(world.engine, [shown_item, other], now + 3)
+                                                         (shown_item, item_days.day_of(now + 2), click): 1}
+    day = item_days.day_of(now + 2)
+    # and read over the complete days before the next day, the shown item has 1 of 1; the other, never shown, has
+    # the prior's rate; the ranker's columns read the same window
+    seen = item_days.exposure(world.engine, [shown_item, other], (day + 1) * 86_400)
     assert seen.shown.tolist() == [1, 0] and seen.acted.tolist() == [1, 0]
     assert seen.by_type[click].tolist() == [1, 0]
     assert seen.rate[1] == pytest.approx(seen.prior) and seen.rate[0] > seen.prior
+    rows = {shown_item: 0, other: 1}
+    daily = item_days.daily(world.engine, lambda ids: np.array([rows.get(i, -1) for i in ids.tolist()]),
+                            day + 1 - item_days.WINDOW_DAYS, day + 1)
+    shown_, acted, prior = daily.window(np.array([0, 1]), np.array([day + 1, day + 1]))
+    assert shown_.tolist() == seen.shown.tolist() and acted.tolist() == seen.acted.tolist()
+    assert prior.tolist() == pytest.approx([seen.prior] * 2)
+    # and the same window read from the next day on counts nothing of that day
+    assert item_days.exposure(world.engine, [shown_item], day * 86_400).shown.tolist() == [0]
 
 
 @given(st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 10_000)), min_size=1, max_size=20),

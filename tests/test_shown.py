@@ -5,8 +5,10 @@ import dataclasses
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings as hyp_settings, strategies as st
 
+from precompute.data import item_days
 from precompute.data.history import load_histories
 from precompute.data.shown_pages import load_pages
 from precompute.learning import derived
@@ -48,11 +50,13 @@ def reference(impressions, events, owner, row, now):
     taken = sum(bool(_acted(impressions, events, owner, r)) for r in {r for _, r in of_cat})
     category = [float(len(of_cat)), float(taken)]
     mine = [(ts, pos) for o, r, ts, pos in impressions if o == owner and r == row and r >= 0]
+    unknown_items = [0.0, 0.0, math.nan]           # no item days known (``Shown.daily`` None)
     if not mine:
-        return [0.0, math.nan, math.nan, math.nan, 0.0, *category]
+        return [0.0, math.nan, math.nan, math.nan, 0.0, *category, *unknown_items]
     last = max(ts for ts, _ in mine)
     return [float(len(mine)), (now - last) / DAY, (now - min(ts for ts, _ in mine)) / DAY,
-            float(min(pos for _, pos in mine)), float(_acted(impressions, events, owner, row)), *category]
+            float(min(pos for _, pos in mine)), float(_acted(impressions, events, owner, row)), *category,
+            *unknown_items]
 
 
 impression = st.tuples(st.integers(0, 2), st.integers(-1, SPAN - 2), st.floats(0, 10 * DAY), st.integers(0, 30))
@@ -85,6 +89,52 @@ def test_columns_equal_a_plain_python_reference(impressions, events, cand):
     got = columns_of(impressions, events, cand, now)
     want = np.array([reference(impressions, events, o, r, now[o]) for o, r in cand])
     np.testing.assert_allclose(got, want, rtol=1e-6, equal_nan=True)       # the columns are float32, as the matrix
+
+
+#: Counts of every user's pages: (item row, -1 for an item the table does not know; day; kind; count)
+item_day = st.tuples(st.integers(-1, SPAN - 2), st.integers(0, 60), st.sampled_from([item_days.SHOWN, 1, 2]),
+                     st.integers(1, 50))
+
+
+def item_reference(counts, row, day):
+    """An item's three columns at ``day``, the slow way: the days ``[day - 28, day)`` summed."""
+    inside = [(r, k, n) for r, d, k, n in counts if day - item_days.WINDOW_DAYS <= d < day]
+    shown_ = sum(n for r, k, n in inside if r == row and k == item_days.SHOWN)
+    acted = sum(n for r, k, n in inside if r == row and k != item_days.SHOWN)
+    every_shown = sum(n for _, k, n in inside if k == item_days.SHOWN)
+    if not every_shown:
+        return [float(shown_), float(acted), math.nan]
+    prior = sum(n for _, k, n in inside if k != item_days.SHOWN) / every_shown
+    return [float(shown_), float(acted), (acted + item_days.PRIOR_IMPRESSIONS * prior) /
+            (shown_ + item_days.PRIOR_IMPRESSIONS)]
+
+
+@hyp_settings(max_examples=200, deadline=None)
+@given(st.lists(item_day, max_size=30), st.lists(st.tuples(st.integers(0, 2), st.integers(0, SPAN - 2)),
+                                                 min_size=1, max_size=12), st.integers(0, 70))
+def test_item_columns_equal_a_plain_python_reference_of_every_users_days(counts, cand, day):
+    cand = sorted(cand, key=lambda c: c[0])
+    cols = [np.array([c[k] for c in counts], dtype=np.int64) if counts else np.empty(0, np.int64) for k in range(4)]
+    # given every user's counts of days 0..60, read for a window before day 70 (the reader's widest span)
+    daily = item_days.of_rows(*cols, first=-item_days.WINDOW_DAYS, last=70)
+    owner = np.array([o for o, _ in cand], dtype=np.int64)
+    rows = np.array([r for _, r in cand], dtype=np.int64)
+    now = np.array([day * DAY + 0.5 * DAY] * 3)
+    got = shown.columns(shown.aggregate(_imp([]), SPAN, daily=daily), owner, rows, now, *(np.empty(0),) * 3)
+    got = np.column_stack([got[name] for name in shown.COLUMNS[-3:]])
+    want = np.array([item_reference(counts, r, day) for _, r in cand])
+    np.testing.assert_allclose(got, want, rtol=1e-6, equal_nan=True)
+
+
+def test_an_item_no_page_showed_has_every_items_rate():
+    # given one item shown 200 times with 20 events attributed, the day before
+    counts = [np.array(x, dtype=np.int64) for x in ([0, 0], [9, 9], [item_days.SHOWN, 1], [200, 20])]
+    daily = item_days.of_rows(*counts, first=0, last=10)
+    got = shown.columns(shown.aggregate(_imp([]), SPAN, daily=daily), np.array([0, 0]), np.array([0, 1]),
+                        np.array([10 * DAY]), *(np.empty(0),) * 3)
+    # then an item never shown has 0 impressions and the prior's rate, 10 %
+    assert got["item_shown_28d"][1] == 0 and got["item_shown_rate_28d"][1] == pytest.approx(0.1)
+    assert got["item_shown_rate_28d"][0] == pytest.approx((20 + 100 * 0.1) / (200 + 100))
 
 
 def test_an_item_never_shown_has_no_pages_and_no_times():

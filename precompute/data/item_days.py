@@ -1,5 +1,6 @@
-"""What the served pages did for each item, day by day: its impressions (on every user's pages) and the events
-attributed to them, per event type, as the collector counts them (``experiments/intake.py``, ``collect.py``).
+"""What the served pages did for each item, day by day: its impressions (on every user's pages) on the pages' days,
+and the events attributed to them, per event type, on the events' own days (so the days before a step's hold no
+event of the step or after it), as the collector counts them (``experiments/intake.py``, ``collect.py``).
 
 The pages themselves are kept only ``PREFEED_IMPRESSIONS_KEEP`` (long enough to attribute events to them); what an
 item's history of exposure says over weeks is kept here instead, bounded: one row per (item, day, kind), where
@@ -18,6 +19,7 @@ impressions is not a 0 % or 100 % item, and an item never shown has the prior's 
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
@@ -87,10 +89,11 @@ def smoothed(acted: np.ndarray, shown: np.ndarray, prior: float, weight: float =
 
 
 def exposure(engine: Engine, item_ids: Sequence[int], clock: float, days: int = KEEP_DAYS) -> Exposure:
-    """The counts of ``item_ids`` over the ``days`` days up to the one holding ``clock`` (the events' clock)."""
+    """The counts of ``item_ids`` over the ``days`` complete days before the one holding ``clock`` (the events'
+    clock): the window the ranker's item columns read (``Daily.window``)."""
     ids = np.asarray(item_ids, dtype=np.int64)
     last = day_of(clock)
-    in_window = (ItemDay.day > last - days, ItemDay.day <= last)
+    in_window = (ItemDay.day >= last - days, ItemDay.day < last)
     with engine.connect() as conn:
         all_shown, all_acted = conn.execute(select(
             func.coalesce(func.sum(case((ItemDay.kind == SHOWN, ItemDay.count), else_=0)), 0),
@@ -108,3 +111,87 @@ def exposure(engine: Engine, item_ids: Sequence[int], clock: float, days: int = 
             acted[place[item]] += n
             by_type.setdefault(int(kind), np.zeros(len(ids), np.int64))[place[item]] += n
     return Exposure(ids, shown, acted, by_type, int(all_acted) / int(all_shown) if all_shown else 0.0)
+
+
+#: Days an item's columns count: the complete days before the one holding the clock.
+WINDOW_DAYS = KEEP_DAYS
+
+
+@dataclasses.dataclass(frozen=True)
+class Daily:
+    """Items' counts day by day from day ``first`` on, as running sums, for their columns at any later day (the
+    ranker's "shown" group, ``ranking/shown.py``): ``rows`` the item rows (of the caller's item table) with any
+    count, ascending; ``shown[k, d]`` and ``acted[k, d]`` row ``rows[k]``'s impressions and attributed events on the
+    days before ``first + d``; ``all_shown``, ``all_acted`` the same over every item (the prior)."""
+
+    first: int
+    rows: np.ndarray
+    shown: np.ndarray
+    acted: np.ndarray
+    all_shown: np.ndarray
+    all_acted: np.ndarray
+
+    def window(self, rows: np.ndarray, day: np.ndarray,
+               days: int = WINDOW_DAYS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per ``(rows[j], day[j])``: impressions and attributed events on the ``days`` days before ``day[j]``, and
+        every item's rate over them (NaN where no item was shown)."""
+        n_days = self.shown.shape[1] - 1
+        hi = np.clip(np.asarray(day, np.int64) - self.first, 0, n_days)
+        lo = np.clip(hi - days, 0, n_days)
+        shown, acted = np.zeros(len(rows), np.int64), np.zeros(len(rows), np.int64)
+        if len(self.rows):
+            k = np.minimum(np.searchsorted(self.rows, rows), len(self.rows) - 1)
+            hit = np.flatnonzero(self.rows[k] == rows)
+            k, a, b = k[hit], lo[hit], hi[hit]
+            shown[hit] = self.shown[k, b] - self.shown[k, a]
+            acted[hit] = self.acted[k, b] - self.acted[k, a]
+        every = (self.all_shown[hi] - self.all_shown[lo]).astype(float)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            prior = np.where(every > 0, (self.all_acted[hi] - self.all_acted[lo]) / every, np.nan)
+        return shown, acted, prior
+
+
+def daily(engine: Engine, rows_of, first: int, last: int) -> Daily:
+    """The counts of days ``first`` to ``last - 1``, items as rows by ``rows_of`` (item ids → rows, < 0: an item
+    the caller's table does not know, counted in the prior only)."""
+    with engine.connect() as conn:
+        found = conn.execute(select(ItemDay.item_id, ItemDay.day, ItemDay.kind, ItemDay.count)
+                             .where(ItemDay.day >= first, ItemDay.day < last)).all()
+    ids, day, kind, count = (np.array(column, dtype=np.int64) for column in zip(*found)) if found else \
+        (np.empty(0, np.int64),) * 4
+    return of_rows(np.asarray(rows_of(ids), dtype=np.int64), day, kind, count, first, last)
+
+
+def of_rows(rows: np.ndarray, day: np.ndarray, kind: np.ndarray, count: np.ndarray, first: int, last: int) -> Daily:
+    """``Daily`` of counts given as rows (item row, day in ``[first, last)``, kind, count); rows < 0 count in the
+    prior only."""
+    n_days = max(last - first, 0)
+    d = day - first + 1                                 # running sums: column d + 1 holds day first + d
+    is_shown = kind == SHOWN
+    all_shown = np.cumsum(np.bincount(d, weights=count * is_shown, minlength=n_days + 1)).astype(np.int64)
+    all_acted = np.cumsum(np.bincount(d, weights=count * ~is_shown, minlength=n_days + 1)).astype(np.int64)
+    known = rows >= 0
+    present = np.unique(rows[known])
+    k = np.searchsorted(present, rows[known])
+    shown = np.zeros((len(present), n_days + 1), np.int64)
+    acted = np.zeros((len(present), n_days + 1), np.int64)
+    np.add.at(shown, (k, d[known]), count[known] * is_shown[known])
+    np.add.at(acted, (k, d[known]), count[known] * ~is_shown[known])
+    return Daily(first, present, np.cumsum(shown, axis=1), np.cumsum(acted, axis=1), all_shown, all_acted)
+
+
+class Held:
+    """One process's ``daily`` of the window before a clock's day, for one item table: read again when the day or
+    the table changes (a work horse forked from a parent that read it inherits it)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._held: tuple[int, weakref.ref, Daily] | None = None
+
+    def before(self, clock: float, items) -> Daily:
+        """The window before ``clock``'s day, items as rows of ``items`` (an item table: ``rows`` maps ids)."""
+        day = day_of(clock)
+        held = self._held
+        if held is None or held[0] != day or held[1]() is not items:
+            held = self._held = day, weakref.ref(items), daily(self.engine, items.rows, day - WINDOW_DAYS, day)
+        return held[2]

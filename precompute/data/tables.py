@@ -174,7 +174,7 @@ class Exposure(Base):
 class ItemDay(Base):
     """What the pages did for one item on one day of the events' clock (``item_days.py``): ``kind``
     ``item_days.SHOWN`` counts the item's impressions on the pages served that day (every user's), an event type's
-    code counts the events of that type attributed to those pages. Kept ``item_days.KEEP_DAYS`` days."""
+    code counts that day's events of that type attributed to a page. Kept ``item_days.KEEP_DAYS`` days."""
 
     __tablename__ = "item_days"
 

@@ -6,7 +6,7 @@ One collection (one at a time, under a Redis lock):
    time, stored once each, with each user's ``exposures`` counts for the report (``intake.py``).
 2. **Attribution.** An event is attributed to the newest page that served its item to its user at or before the
    event's time and at most ``PREFEED_ATTRIBUTION_WINDOW`` before it (its experiment, arm and position); others are
-   organic; each event attributed counts for its item on the day of its page (``data/item_days.py``). The pages an
+   organic; each event attributed counts for its item on its own day (``data/item_days.py``). The pages an
    event is matched against are bounded: at most ``USER_PAGES`` of its user's newest before it (an item shown only
    on older pages than those is organic). Events are attributed in id order, once the pages served before them have
    surely reached the database: an API process sends its pages every ``PREFEED_IMPRESSIONS_FLUSH_MS``, so the
@@ -158,13 +158,12 @@ def _attribute(engine: Engine, settings: Settings, target: int, done: Collected,
                     rows.append(dict(event_id=e.id, experiment=page.experiment, arm=page.arm, user_id=e.user_id,
                                      type=e.type, position=page.position + place, served_at=page.served_at))
             got = conn.execute(insert(Attribution).on_conflict_do_nothing().returning(
-                Attribution.event_id, Attribution.experiment, Attribution.arm, Attribution.type,
-                Attribution.served_at), rows).all() if rows else []
-            item_of = {e.id: e.item_id for e in events}
-            for event_id, experiment, arm, type_, _ in got:
+                Attribution.event_id, Attribution.experiment, Attribution.arm, Attribution.type), rows).all() \
+                if rows else []
+            when = {e.id: (e.item_id, item_days.day_of(e.ts)) for e in events}
+            for _, experiment, arm, type_ in got:
                 done.by_type[experiment, arm, type_] = done.by_type.get((experiment, arm, type_), 0) + 1
-            item_days.add(conn, insert, Counter((item_of[a.event_id], item_days.day_of(a.served_at), a.type)
-                                                for a in got))
+            item_days.add(conn, insert, Counter((*when[a.event_id], a.type) for a in got))
             done.attributed += len(got)
             mark = int(events[-1].id)
             _set_mark(conn, "attributed", mark)

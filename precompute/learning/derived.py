@@ -19,6 +19,8 @@ from __future__ import annotations
 import numpy as np
 from sqlalchemy import Engine
 
+from ..data import item_days
+from ..data.item_days import Daily
 from ..data.shown_pages import PER_USER, oldest_page, served
 from ..ranking.candidates import Candidates
 from ..ranking.methods import best_per_user
@@ -76,6 +78,14 @@ class StoredPages:
         since = oldest_page(engine)
         return None if since is None else cls(engine, keep, float(since))
 
+    def daily(self, feed_clock: np.ndarray, rows_of) -> Daily:
+        """Every user's stored pages per item and day, for steps whose feeds were computed at ``feed_clock``: the
+        window before the first step's day through the last step's (items as rows by ``rows_of``)."""
+        if not len(feed_clock):
+            return item_days.daily(self.engine, rows_of, 0, 0)
+        first, last = item_days.day_of(float(feed_clock.min())), item_days.day_of(float(feed_clock.max()))
+        return item_days.daily(self.engine, rows_of, first - item_days.WINDOW_DAYS, last)
+
     def covers(self, feed_clock: np.ndarray) -> np.ndarray:
         """Which steps (by their feed clock) the stored pages cover."""
         return feed_clock >= self.since
@@ -105,9 +115,10 @@ class StoredPages:
 
 
 def training_shown(pages: DerivedPages, stored: StoredPages | None, users: np.ndarray, index: np.ndarray,
-                   feed_clock: np.ndarray, rows_of, span: int) -> Shown:
+                   feed_clock: np.ndarray, rows_of, span: int, daily: Daily | None = None) -> Shown:
     """What each of a batch of training steps was shown: the stored pages where they cover the step, else the
-    stand-in's pages at the user's earlier steps (``pages``, already holding this batch's)."""
+    stand-in's pages at the user's earlier steps (``pages``, already holding this batch's); ``daily``: every user's
+    stored pages per item and day (``StoredPages.daily``)."""
     derived = pages.impressions(users, index)
     if stored is None:
         return aggregate(derived, span)
@@ -115,7 +126,7 @@ def training_shown(pages: DerivedPages, stored: StoredPages | None, users: np.nd
     real = stored.impressions(users, feed_clock, np.flatnonzero(covered), rows_of)
     keep = ~covered[derived.owner]
     both = [np.concatenate([getattr(derived, f)[keep], getattr(real, f)]) for f in ("owner", "rows", "ts", "position")]
-    return aggregate(Impressions(*both), span)
+    return aggregate(Impressions(*both), span, daily=daily)
 
 
 def stand_in_pages(cand: Candidates, index: SourceIndex) -> list[np.ndarray]:

@@ -216,6 +216,7 @@ def _step_batches(at: Period, events: EventLog, by_user: replayed.ByUser, found:
     span = len(at.items) + 1
     shown_on = at.items.layout.has("shown")
     pages = derived.DerivedPages()
+    daily = stored.daily(mine.feed_clock, at.items.rows) if shown_on and stored is not None else None
     for start in range(0, len(mine), 200):
         index = np.arange(start, min(start + 200, len(mine)))
         part = mine.take(index)
@@ -227,7 +228,8 @@ def _step_batches(at: Period, events: EventLog, by_user: replayed.ByUser, found:
         if shown_on:
             # Steps are in log order: a user's earlier steps are in this batch or an earlier one.
             pages.add(part.user, index, part.clock, derived.stand_in_pages(cand, at.index))
-            shown = derived.training_shown(pages, stored, part.user, index, part.feed_clock, at.items.rows, span)
+            shown = derived.training_shown(pages, stored, part.user, index, part.feed_clock, at.items.rows, span,
+                                           daily)
         yield start, part, hist, cand, live, rel, shown
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import redis
 from sqlalchemy import Engine
 
-from ..data import catalog, clock
+from ..data import catalog, clock, item_days
 from ..data.history import Histories, load_histories
 from ..data.shown_pages import load_pages
 from ..errors import BundleError
@@ -69,6 +69,7 @@ class Pipeline:
         self.arms = experiment_arms.Arms()      # the running experiments' arms (``arms.py``)
         self.loads = 0          # bundle + matrices loads in this process (a forked horse inherits the count)
         self._refused: int | None = None      # a bundle version that failed its checks
+        self._daily = item_days.Held(engine)    # every user's pages per item, for the "shown" columns
 
     # -- loading ----------------------------------------------------------------------------------------
     def load(self) -> None:
@@ -198,7 +199,8 @@ class Pipeline:
             return None
         pages = load_pages(self.engine, hist.user_ids, hist.clock - self.settings.impressions_keep)
         imp = shown_columns.Impressions(pages.owner, self.items.rows(pages.item_ids), pages.ts, pages.position)
-        return shown_columns.aggregate(imp, len(self.items) + 1, np.full(len(hist), float(hist.clock)))
+        return shown_columns.aggregate(imp, len(self.items) + 1, np.full(len(hist), float(hist.clock)),
+                                       self._daily.before(hist.clock, self.items))
 
     def rank(self, hist: Histories, seconds: dict[str, float], bundle: bundles.Bundle | None = None,
              index: SourceIndex | None = None,

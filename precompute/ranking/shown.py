@@ -7,8 +7,13 @@ the days since the last and the first of them, its best place, and whether the u
 shown; and per (batch row, the item's category, the one ``features.py``'s user × category group describes it by):
 how many times the user was shown items of that category (pages × items), and how many of those items the user acted
 on since they were last shown, so a category shown often and never taken is told from one the user takes when shown.
+Per item, over every user's pages (``data/item_days.py``, counted by the collector): its impressions and attributed
+events on the complete days of the last ``item_days.WINDOW_DAYS`` before the row's clock, and their rate smoothed
+towards every item's (an item no page showed has every item's rate; NaN when no page at all is known then).
 Where the pages come from is the caller's: live, the pages the collector stored (``data/shown_pages.py``); in
-training and ``evaluate``, the pages the replay derives (``learning/derived.py``). An item never shown to the user
+training and ``evaluate``, the pages the replay derives (``learning/derived.py``); the item columns come only from
+pages the product stored (training on a database that holds them), never from derived ones, which are the ranker's
+own and say nothing of other users. An item never shown to the user
 has 0 pages and NaN elsewhere, which CatBoost reads as "missing", never a made-up number.
 """
 
@@ -18,12 +23,15 @@ import dataclasses
 
 import numpy as np
 
+from ..data.item_days import smoothed
 from ..units import DAY
 from .arrays import lookup
 
-#: The "shown" group's columns, in the layout's order: per (user, item), then per (user, the item's category).
+#: The "shown" group's columns, in the layout's order: per (user, item), per (user, the item's category), then per
+#: item over every user's pages (``data/item_days.py``).
 COLUMNS = ("ux_shown_pages", "ux_days_since_shown", "ux_days_since_first_shown", "ux_shown_best_position",
-           "ux_acted_since_shown", "uc_shown_pages", "uc_shown_items_acted")
+           "ux_acted_since_shown", "uc_shown_pages", "uc_shown_items_acted", "item_shown_28d", "item_acted_28d",
+           "item_shown_rate_28d")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +61,8 @@ class Shown:
     first: np.ndarray
     last: np.ndarray
     best: np.ndarray
+    #: every user's pages per item and day (``item_days.Daily``, rows of the same item table); None: not known
+    daily: object | None = None
 
     def __len__(self) -> int:
         return len(self.code)
@@ -61,7 +71,7 @@ class Shown:
         """Batch rows ``a:b`` as a batch of their own (row ``a`` becomes 0), as ``Histories.slice``."""
         lo, hi = np.searchsorted(self.code, [a * self.span, b * self.span])
         return Shown(self.span, self.code[lo:hi] - a * self.span, self.pages[lo:hi], self.first[lo:hi],
-                     self.last[lo:hi], self.best[lo:hi])
+                     self.last[lo:hi], self.best[lo:hi], self.daily)
 
     def take(self, positions: np.ndarray) -> Shown:
         """Batch rows at ``positions`` (ascending) as a batch of their own, as ``Histories.take``."""
@@ -70,12 +80,13 @@ class Shown:
         new[positions] = np.arange(len(positions))
         keep = np.flatnonzero(new[owner] >= 0)
         return Shown(self.span, new[owner[keep]] * self.span + rows[keep], self.pages[keep], self.first[keep],
-                     self.last[keep], self.best[keep])
+                     self.last[keep], self.best[keep], self.daily)
 
 
-def aggregate(imp: Impressions, span: int, clock: np.ndarray | None = None) -> Shown:
+def aggregate(imp: Impressions, span: int, clock: np.ndarray | None = None, daily=None) -> Shown:
     """``imp`` per (row, item); items the table does not know are left out, and so are pages after their row's
-    ``clock`` (``(B,)``, when given: a page served after the feed's clock is not known to it)."""
+    ``clock`` (``(B,)``, when given: a page served after the feed's clock is not known to it). ``daily``: every
+    user's pages per item and day (``item_days.Daily``), for the item columns (None: none known)."""
     keep = imp.rows >= 0
     if clock is not None:
         keep &= imp.ts <= clock[imp.owner]
@@ -89,7 +100,7 @@ def aggregate(imp: Impressions, span: int, clock: np.ndarray | None = None) -> S
     np.maximum.at(last, inv, ts)
     np.minimum.at(best, inv, pos)
     return Shown(span=span, code=code, pages=np.bincount(inv, minlength=len(code)), first=first, last=last,
-                 best=best)
+                 best=best, daily=daily)
 
 
 def columns(shown: Shown | None, owner: np.ndarray, rows: np.ndarray, now: np.ndarray, hist_owner: np.ndarray,
@@ -104,7 +115,10 @@ def columns(shown: Shown | None, owner: np.ndarray, rows: np.ndarray, now: np.nd
     zeros, missing = (lambda: np.zeros(n, np.float32)), (lambda: np.full(n, np.nan, np.float32))
     out = {"ux_shown_pages": zeros(), "ux_days_since_shown": missing(), "ux_days_since_first_shown": missing(),
            "ux_shown_best_position": missing(), "ux_acted_since_shown": zeros(), "uc_shown_pages": zeros(),
-           "uc_shown_items_acted": zeros()}
+           "uc_shown_items_acted": zeros(), "item_shown_28d": zeros(), "item_acted_28d": zeros(),
+           "item_shown_rate_28d": missing()}
+    if shown is not None and shown.daily is not None and n:
+        _item_columns(shown.daily, rows, np.floor(now[owner] / DAY).astype(np.int64), out)
     if shown is None or not len(shown) or not n:
         return out
     acted_all = _acted_since(shown, hist_owner, hist_rows, hist_ts)
@@ -172,3 +186,13 @@ def _category_columns(shown: Shown, s_owner: np.ndarray, s_rows: np.ndarray, act
     inside = cell < size
     out["uc_shown_pages"][inside] = pages[cell[inside]]
     out["uc_shown_items_acted"][inside] = taken[cell[inside]]
+
+
+def _item_columns(daily, rows: np.ndarray, day: np.ndarray, out: dict) -> None:
+    """Per candidate: its item's impressions and attributed events on every user's pages over the complete days
+    before its row's (``item_days.WINDOW_DAYS``), and their rate smoothed towards every item's (NaN where no item
+    was shown in the window: nothing is known)."""
+    shown, acted, prior = daily.window(rows, day)
+    out["item_shown_28d"][:] = shown
+    out["item_acted_28d"][:] = acted
+    out["item_shown_rate_28d"][:] = smoothed(acted, shown, prior)
