@@ -153,7 +153,8 @@ def _run(quick: bool) -> dict:
         print()
         print(table(f"the shown columns (PREFEED_RANK_SHOWN): {shown_cost['pages_per_user']} stored pages of "
                     f"{shown_cost['page_items']} items per user, read and built in the same rounds as the columns "
-                    "without them (per user, ms)",
+                    f"without them (per user, ms); every item's days read once per worker and day in "
+                    f"{shown_cost['daily_read_ms']:.0f} ms",
                     ["pages read", "columns built, with / without", "added", "rebuild without", "with / without"],
                     [[shown_cost["read_ms"],
                       f"{shown_cost['features_on_ms']:.3f} / {shown_cost['features_off_ms']:.3f}",

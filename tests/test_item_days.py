@@ -87,9 +87,12 @@ def test_an_attributed_event_counts_for_its_item_on_its_own_day_once(api, short,
     rows = {shown_item: 0, other: 1}
     daily = item_days.daily(world.engine, lambda ids: np.array([rows.get(i, -1) for i in ids.tolist()]),
                             day + 1 - item_days.WINDOW_DAYS, day + 1)
-    shown_, acted, prior = daily.window(np.array([0, 1]), np.array([day + 1, day + 1]))
-    assert shown_.tolist() == seen.shown.tolist() and acted.tolist() == seen.acted.tolist()
-    assert prior.tolist() == pytest.approx([seen.prior] * 2)
+    for read in (daily, item_days.window_sums(world.engine, lambda ids: np.array([rows.get(i, -1) for i in
+                                                                                  ids.tolist()]), day + 1)):
+        # (a worker reads the window summed per item: the same numbers)
+        shown_, acted, prior = read.window(np.array([0, 1]), np.array([0, 0]), np.array([day + 1]))
+        assert shown_.tolist() == seen.shown.tolist() and acted.tolist() == seen.acted.tolist()
+        assert prior.tolist() == pytest.approx([seen.prior] * 2)
     # and the same window read from the next day on counts nothing of that day
     assert item_days.exposure(world.engine, [shown_item], day * 86_400).shown.tolist() == [0]
 

@@ -9,8 +9,9 @@ import time
 import numpy as np
 from sqlalchemy import delete, insert
 
+from precompute.data import item_days
 from precompute.data.history import load_histories
-from precompute.data.tables import ServedPage
+from precompute.data.tables import ItemDay, ServedPage
 from precompute.pipeline.pipeline import STAGES
 from precompute.ranking import features
 from precompute.ranking.layout import for_declaration
@@ -54,8 +55,9 @@ SHOWN_PAGES, SHOWN_PAGE_ITEMS = 20, 20
 
 
 def shown_cost(pipeline, batches: list[list[int]], repeats: int, rebuild_ms: float) -> dict:
-    """What ranking with the shown columns adds to a user's rebuild, with ``SHOWN_PAGES`` pages stored per user:
-    the worker's read of the pages (``Pipeline.shown``: one query per batch, then the aggregate, cut per chunk) and
+    """What ranking with the shown columns adds to a user's rebuild, with ``SHOWN_PAGES`` pages stored per user and
+    every item counted on each day of the item columns' window: the worker's read of the pages (``Pipeline.shown``:
+    one query per batch, then the aggregate, cut per chunk; the items' days read once, as a worker does per day) and
     the columns, timed against building the same candidates' columns without them, chunk by chunk of
     ``PREFEED_RANK_CHUNK_USERS`` users as ``Pipeline.build_feeds`` ranks them, in alternating order. (Built for a
     whole batch at once, the matrix is ~0.5 GB and the time is that of faulting its pages in, which varied 2x
@@ -72,10 +74,24 @@ def shown_cost(pipeline, batches: list[list[int]], repeats: int, rebuild_ms: flo
     rows = [dict(writer=writer, seq=k, user_id=u, experiment=0, arm=0, served_at=clock - (p + 1) * 3600.0,
                  position=0, items=rng.choice(items_off.ids, SHOWN_PAGE_ITEMS).astype("<i8").tobytes(),
                  request_id="bench") for k, (u, p) in enumerate((u, p) for u in users for p in range(SHOWN_PAGES))]
+    # Every item's counts on every user's pages, each day of the window before the clock's (the item columns' worst
+    # case: none is missing), as the collector keeps them.
+    today = item_days.day_of(clock)
+    days = [dict(item_id=int(i), day=today - d, kind=kind, count=int(n))
+            for i in items_off.ids.tolist() for d in range(1, item_days.WINDOW_DAYS + 1)
+            for kind, n in ((item_days.SHOWN, rng.integers(1, 200)), (1, rng.integers(0, 20)))]
     with engine.begin() as conn:
         conn.execute(insert(ServedPage), rows)
+        conn.execute(delete(ItemDay))
+        conn.execute(insert(ItemDay), days)
     read, on, off = [], [], []
     chunk, k = s.rank_chunk_users, 0
+    # The items' days are read once per day and item table, by a worker's parent before it forks (``Pipeline``):
+    # timed apart, then held for the rounds, as the work horses find them.
+    daily_s = timed(lambda: item_days.window_sums(engine, items_on.rows, today))
+    pipeline.items = items_on
+    pipeline.shown(load_histories(engine, batches[0][:1], items_off, s))
+    pipeline.items = items_off
     try:
         for _ in range(repeats):
             t_read = t_on = t_off = 0.0
@@ -105,9 +121,11 @@ def shown_cost(pipeline, batches: list[list[int]], repeats: int, rebuild_ms: flo
         pipeline.items = items_off
         with engine.begin() as conn:
             conn.execute(delete(ServedPage).where(ServedPage.writer == writer))
+            conn.execute(delete(ItemDay))
     ms = {k: 1000 * median(v) / len(users) for k, v in (("read", read), ("on", on), ("off", off))}
     added = ms["read"] + ms["on"] - ms["off"]
-    return dict(pages_per_user=SHOWN_PAGES, page_items=SHOWN_PAGE_ITEMS, read_ms=ms["read"], features_on_ms=ms["on"],
+    return dict(pages_per_user=SHOWN_PAGES, page_items=SHOWN_PAGE_ITEMS, read_ms=ms["read"], daily_read_ms=1000 * daily_s,
+                features_on_ms=ms["on"],
                 features_off_ms=ms["off"], added_ms=added, rebuild_ms=rebuild_ms,
                 ratio=(rebuild_ms + added) / rebuild_ms)
 

@@ -51,7 +51,10 @@ def precompute(res: dict) -> list[str]:
                 f"{shown['page_items']} items stored per user, the worker's read of them (once per batch) and the "
                 "columns built chunk by chunk as the worker ranks, timed in the same rounds as the same candidates' "
                 "columns without them; medians, ms per user. The model's cost does not change with them (an "
-                "oblivious tree costs its depth).", "",
+                "oblivious tree costs its depth)."
+                + (f" Every item counted on each day of the item columns' window: read once per worker and day "
+                   f"(before the work horses fork) in {shown['daily_read_ms']:.0f} ms."
+                   if "daily_read_ms" in shown else ""), "",
                 *table(["pages read", "columns with them", "columns without", "added", "rebuild without",
                         "with / without"],
                        [[figure(shown["read_ms"]), figure(shown["features_on_ms"]), figure(shown["features_off_ms"]),

@@ -130,25 +130,30 @@ class Daily:
     acted: np.ndarray
     all_shown: np.ndarray
     all_acted: np.ndarray
+    #: item row -> its place in ``rows`` (-1: no count), one past the largest row: a candidate's look-up is one
+    #: gather (a binary search per candidate, over a few thousand candidates per user, cost 10x more)
+    slot: np.ndarray = dataclasses.field(default_factory=lambda: np.full(1, -1, np.int64))
 
-    def window(self, rows: np.ndarray, day: np.ndarray,
+    def window(self, rows: np.ndarray, owner: np.ndarray, owner_day: np.ndarray,
                days: int = WINDOW_DAYS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per ``(rows[j], day[j])``: impressions and attributed events on the ``days`` days before ``day[j]``, and
-        every item's rate over them (NaN where no item was shown)."""
-        n_days = self.shown.shape[1] - 1
-        hi = np.clip(np.asarray(day, np.int64) - self.first, 0, n_days)
+        """Per ``rows[j]`` at its owner's day (``owner_day[owner[j]]``): impressions and attributed events on the
+        ``days`` days before it, and every item's rate over them (NaN where no item was shown). Each distinct day's
+        counts are taken once per item, then each candidate's by one gather."""
+        n_days, width = self.shown.shape[1] - 1, len(self.rows) + 1
+        uniq, inv = np.unique(np.asarray(owner_day, np.int64), return_inverse=True)
+        hi = np.clip(uniq - self.first, 0, n_days)
         lo = np.clip(hi - days, 0, n_days)
-        shown, acted = np.zeros(len(rows), np.int64), np.zeros(len(rows), np.int64)
-        if len(self.rows):
-            k = np.minimum(np.searchsorted(self.rows, rows), len(self.rows) - 1)
-            hit = np.flatnonzero(self.rows[k] == rows)
-            k, a, b = k[hit], lo[hit], hi[hit]
-            shown[hit] = self.shown[k, b] - self.shown[k, a]
-            acted[hit] = self.acted[k, b] - self.acted[k, a]
+        k = self.slot.take(rows, mode="clip")
+        k[k < 0] = len(self.rows)                          # an item without counts: the column of zeros
+        at = inv.ravel().take(owner) * width + k
+
+        def per_day(running: np.ndarray) -> np.ndarray:    # (distinct days × items + 1), flat
+            return np.vstack([running[:, hi] - running[:, lo], np.zeros((1, len(uniq)), np.int64)]).T.ravel()
+
         every = (self.all_shown[hi] - self.all_shown[lo]).astype(float)
         with np.errstate(invalid="ignore", divide="ignore"):
             prior = np.where(every > 0, (self.all_acted[hi] - self.all_acted[lo]) / every, np.nan)
-        return shown, acted, prior
+        return per_day(self.shown).take(at), per_day(self.acted).take(at), prior.take(inv.ravel()).take(owner)
 
 
 def daily(engine: Engine, rows_of, first: int, last: int) -> Daily:
@@ -177,12 +182,29 @@ def of_rows(rows: np.ndarray, day: np.ndarray, kind: np.ndarray, count: np.ndarr
     acted = np.zeros((len(present), n_days + 1), np.int64)
     np.add.at(shown, (k, d[known]), count[known] * is_shown[known])
     np.add.at(acted, (k, d[known]), count[known] * ~is_shown[known])
-    return Daily(first, present, np.cumsum(shown, axis=1), np.cumsum(acted, axis=1), all_shown, all_acted)
+    slot = np.full(int(present.max(initial=-1)) + 2, -1, np.int64)
+    slot[present] = np.arange(len(present))
+    return Daily(first, present, np.cumsum(shown, axis=1), np.cumsum(acted, axis=1), all_shown, all_acted, slot)
+
+
+def window_sums(engine: Engine, rows_of, day: int) -> Daily:
+    """The window before ``day`` summed per item, as a ``Daily`` of one bucket (what the columns read at ``day``
+    only): one row per item and kind read, not one per day, so a worker's read grows with the items shown, not with
+    the window's days."""
+    first = day - WINDOW_DAYS
+    with engine.connect() as conn:
+        found = conn.execute(select(ItemDay.item_id, ItemDay.kind == SHOWN, func.sum(ItemDay.count))
+                             .where(ItemDay.day >= first, ItemDay.day < day)
+                             .group_by(ItemDay.item_id, ItemDay.kind == SHOWN)).all()
+    ids, shown_kind, count = (np.array(column, dtype=np.int64) for column in zip(*found)) if found else \
+        (np.empty(0, np.int64),) * 3
+    kind = np.where(shown_kind.astype(bool), SHOWN, 0)
+    return of_rows(np.asarray(rows_of(ids), dtype=np.int64), np.full(len(ids), day - 1), kind, count, day - 1, day)
 
 
 class Held:
-    """One process's ``daily`` of the window before a clock's day, for one item table: read again when the day or
-    the table changes (a work horse forked from a parent that read it inherits it)."""
+    """One process's ``window_sums`` before a clock's day, for one item table: read again when the day or the table
+    changes (a work horse forked from a parent that read it inherits it)."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -193,5 +215,5 @@ class Held:
         day = day_of(clock)
         held = self._held
         if held is None or held[0] != day or held[1]() is not items:
-            held = self._held = day, weakref.ref(items), daily(self.engine, items.rows, day - WINDOW_DAYS, day)
+            held = self._held = day, weakref.ref(items), window_sums(self.engine, items.rows, day)
         return held[2]

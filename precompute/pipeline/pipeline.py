@@ -87,6 +87,9 @@ class Pipeline:
             scoring.score(new_bundle.cascade.model,
                           np.zeros((1, len(new_bundle.cascade.columns)), dtype=np.float32, order="F"))
         self.bundle, self.items, self.work = new_bundle, items, Workspace.for_items(len(items))
+        if items.layout.has("shown"):       # read once here, before the work horses fork
+            with self.engine.connect() as conn:
+                self._daily.before(clock.log_clock(conn, self.settings), items)
         self.arms = self._arms(*experiment_arms.Arms.read(self.engine))
         self.loads += 1
         self.store.publish_popular(items.ids[items.global_popular],

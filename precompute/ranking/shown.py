@@ -118,7 +118,7 @@ def columns(shown: Shown | None, owner: np.ndarray, rows: np.ndarray, now: np.nd
            "uc_shown_items_acted": zeros(), "item_shown_28d": zeros(), "item_acted_28d": zeros(),
            "item_shown_rate_28d": missing()}
     if shown is not None and shown.daily is not None and n:
-        _item_columns(shown.daily, rows, np.floor(now[owner] / DAY).astype(np.int64), out)
+        _item_columns(shown.daily, rows, owner, np.floor(now / DAY).astype(np.int64), out)
     if shown is None or not len(shown) or not n:
         return out
     acted_all = _acted_since(shown, hist_owner, hist_rows, hist_ts)
@@ -188,11 +188,11 @@ def _category_columns(shown: Shown, s_owner: np.ndarray, s_rows: np.ndarray, act
     out["uc_shown_items_acted"][inside] = taken[cell[inside]]
 
 
-def _item_columns(daily, rows: np.ndarray, day: np.ndarray, out: dict) -> None:
-    """Per candidate: its item's impressions and attributed events on every user's pages over the complete days
-    before its row's (``item_days.WINDOW_DAYS``), and their rate smoothed towards every item's (NaN where no item
+def _item_columns(daily, rows: np.ndarray, owner: np.ndarray, owner_day: np.ndarray, out: dict) -> None:
+    """Per candidate ``(owner, rows)``: its item's impressions and attributed events on every user's pages over the
+    complete days before its owner's day (``owner_day``; ``item_days.WINDOW_DAYS`` of them), and their rate smoothed towards every item's (NaN where no item
     was shown in the window: nothing is known)."""
-    shown, acted, prior = daily.window(rows, day)
+    shown, acted, prior = daily.window(rows, owner, owner_day)
     out["item_shown_28d"][:] = shown
     out["item_acted_28d"][:] = acted
     out["item_shown_rate_28d"][:] = smoothed(acted, shown, prior)
