@@ -108,3 +108,31 @@ def test_a_smoothed_rate_is_the_counts_with_the_priors_weight_added(pairs, prior
         if n == 0:
             assert got[k] == pytest.approx(prior)
         assert min(prior, x / n if n else prior) - 1e-12 <= got[k] <= max(prior, x / n if n else prior) + 1e-12
+
+
+def test_a_worker_reads_the_window_once_a_day_and_maps_it_to_each_new_item_table(settings, world):
+    from sqlalchemy import event
+
+    from precompute.data import engine as db
+
+    engine = db.make_engine(settings.database_url)
+    reads: list[str] = []
+    event.listen(engine, "before_cursor_execute", lambda conn, cursor, statement, *rest: reads.append(statement))
+
+    class Table:                     # what ``Held`` reads of an item table: ``rows``, ids -> rows
+        def __init__(self, place):
+            self.place = place
+
+        def rows(self, ids):
+            return np.array([self.place.get(i, -1) for i in ids.tolist()], dtype=np.int64)
+
+    held, day = item_days.Held(engine), 30_000
+    one, other = Table({}), Table({})
+    # given the window read for one table, then another table (reloaded) on the same day: one read
+    held.before(day * 86_400.0 + 5, one)
+    held.before(day * 86_400.0 + 50, other)
+    assert len(reads) == 1
+    # and the next day, a read again
+    held.before((day + 1) * 86_400.0, other)
+    assert len(reads) == 2
+    engine.dispose()

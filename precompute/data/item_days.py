@@ -191,29 +191,40 @@ def window_sums(engine: Engine, rows_of, day: int) -> Daily:
     """The window before ``day`` summed per item, as a ``Daily`` of one bucket (what the columns read at ``day``
     only): one row per item and kind read, not one per day, so a worker's read grows with the items shown, not with
     the window's days."""
-    first = day - WINDOW_DAYS
+    return _of_sums(_sums(engine, day), rows_of, day)
+
+
+def _sums(engine: Engine, day: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(item ids, kind, count)`` of the window before ``day`` summed per item and kind (``SHOWN`` or 0: events)."""
     with engine.connect() as conn:
         found = conn.execute(select(ItemDay.item_id, ItemDay.kind == SHOWN, func.sum(ItemDay.count))
-                             .where(ItemDay.day >= first, ItemDay.day < day)
+                             .where(ItemDay.day >= day - WINDOW_DAYS, ItemDay.day < day)
                              .group_by(ItemDay.item_id, ItemDay.kind == SHOWN)).all()
-    ids, shown_kind, count = (np.array(column, dtype=np.int64) for column in zip(*found)) if found else \
-        (np.empty(0, np.int64),) * 3
-    kind = np.where(shown_kind.astype(bool), SHOWN, 0)
+    if not found:
+        return (np.empty(0, np.int64),) * 3
+    ids, shown_kind, count = (np.array(column, dtype=np.int64) for column in zip(*found))
+    return ids, np.where(shown_kind.astype(bool), SHOWN, 0), count
+
+
+def _of_sums(sums: tuple[np.ndarray, np.ndarray, np.ndarray], rows_of, day: int) -> Daily:
+    ids, kind, count = sums
     return of_rows(np.asarray(rows_of(ids), dtype=np.int64), np.full(len(ids), day - 1), kind, count, day - 1, day)
 
 
 class Held:
-    """One process's ``window_sums`` before a clock's day, for one item table: read again when the day or the table
-    changes (a work horse forked from a parent that read it inherits it)."""
+    """One process's ``window_sums`` before a clock's day: read once per day (the window is of complete days),
+    mapped again to the rows of each new item table (a work horse forked from a parent that read it inherits it)."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self._held: tuple[int, weakref.ref, Daily] | None = None
+        self._sums: tuple[int, tuple] | None = None
+        self._held: tuple[weakref.ref, Daily] | None = None
 
     def before(self, clock: float, items) -> Daily:
         """The window before ``clock``'s day, items as rows of ``items`` (an item table: ``rows`` maps ids)."""
         day = day_of(clock)
-        held = self._held
-        if held is None or held[0] != day or held[1]() is not items:
-            held = self._held = day, weakref.ref(items), window_sums(self.engine, items.rows, day)
-        return held[2]
+        if self._sums is None or self._sums[0] != day:
+            self._sums, self._held = (day, _sums(self.engine, day)), None
+        if self._held is None or self._held[0]() is not items:
+            self._held = weakref.ref(items), _of_sums(self._sums[1], items.rows, day)
+        return self._held[1]
