@@ -212,8 +212,10 @@ def _of_sums(sums: tuple[np.ndarray, np.ndarray, np.ndarray], rows_of, day: int)
 
 
 class Held:
-    """One process's ``window_sums`` before a clock's day: read once per day (the window is of complete days),
-    mapped again to the rows of each new item table (a work horse forked from a parent that read it inherits it)."""
+    """One process's ``window_sums`` before a clock's day: read once per day (the window is of complete days; an
+    event of the day before attributed after the read, its collection settling a few seconds late, counts from the
+    next day's read), mapped again to the rows of each new item table (a work horse forked from a parent that read
+    it inherits it)."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
