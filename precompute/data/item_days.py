@@ -189,21 +189,21 @@ def of_rows(rows: np.ndarray, day: np.ndarray, kind: np.ndarray, count: np.ndarr
 
 def window_sums(engine: Engine, rows_of, day: int) -> Daily:
     """The window before ``day`` summed per item, as a ``Daily`` of one bucket (what the columns read at ``day``
-    only): one row per item and kind read, not one per day, so a worker's read grows with the items shown, not with
-    the window's days."""
+    only): one row per item and kind read, not one per day, so a worker's read grows with the items shown and the
+    types attributed, not with the window's days."""
     return _of_sums(_sums(engine, day), rows_of, day)
 
 
 def _sums(engine: Engine, day: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(item ids, kind, count)`` of the window before ``day`` summed per item and kind (``SHOWN`` or 0: events)."""
+    """``(item ids, kind, count)`` of the window before ``day`` summed per item and kind."""
     with engine.connect() as conn:
-        found = conn.execute(select(ItemDay.item_id, ItemDay.kind == SHOWN, func.sum(ItemDay.count))
+        found = conn.execute(select(ItemDay.item_id, ItemDay.kind, func.sum(ItemDay.count))
                              .where(ItemDay.day >= day - WINDOW_DAYS, ItemDay.day < day)
-                             .group_by(ItemDay.item_id, ItemDay.kind == SHOWN)).all()
+                             .group_by(ItemDay.item_id, ItemDay.kind)).all()
     if not found:
         return (np.empty(0, np.int64),) * 3
-    ids, shown_kind, count = (np.array(column, dtype=np.int64) for column in zip(*found))
-    return ids, np.where(shown_kind.astype(bool), SHOWN, 0), count
+    ids, kind, count = (np.array(column, dtype=np.int64) for column in zip(*found))
+    return ids, kind, count
 
 
 def _of_sums(sums: tuple[np.ndarray, np.ndarray, np.ndarray], rows_of, day: int) -> Daily:
