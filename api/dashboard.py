@@ -2,7 +2,8 @@
 ``templates/dashboard.html``): the status snapshot (``jobs.status``, as ``manage.py status`` prints it), a chart of
 feed age over time, the experiments' reports with a chart each (``experiments_panel``), and a user lookup
 (``?user=ID``): the page that user is served now, with scores, boosts, what the user's and every user's pages did
-with each item, the items the live rules dropped and why, the feed's stamps, and their newest events. GET /dashboard/status.json: the snapshot as JSON."""
+with each item, the items the live rules dropped and why, the feed's stamps, and their newest events.
+GET /dashboard/status.json: the snapshot as JSON."""
 
 from __future__ import annotations
 

@@ -124,8 +124,8 @@ def shown_cost(pipeline, batches: list[list[int]], repeats: int, rebuild_ms: flo
             conn.execute(delete(ItemDay))
     ms = {k: 1000 * median(v) / len(users) for k, v in (("read", read), ("on", on), ("off", off))}
     added = ms["read"] + ms["on"] - ms["off"]
-    return dict(pages_per_user=SHOWN_PAGES, page_items=SHOWN_PAGE_ITEMS, read_ms=ms["read"], daily_read_ms=1000 * daily_s,
-                features_on_ms=ms["on"],
+    return dict(pages_per_user=SHOWN_PAGES, page_items=SHOWN_PAGE_ITEMS, read_ms=ms["read"],
+                daily_read_ms=1000 * daily_s, features_on_ms=ms["on"],
                 features_off_ms=ms["off"], added_ms=added, rebuild_ms=rebuild_ms,
                 ratio=(rebuild_ms + added) / rebuild_ms)
 

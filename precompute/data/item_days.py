@@ -33,6 +33,8 @@ from .tables import ItemDay
 SHOWN = -1
 #: Days of counts kept, on the events' clock: the longest window read.
 KEEP_DAYS = 28
+#: Days an item's columns (and the dashboard) count: the complete days before the one holding the clock.
+WINDOW_DAYS = KEEP_DAYS
 #: How many impressions' worth the prior rate weighs in a smoothed rate.
 PRIOR_IMPRESSIONS = 100.0
 
@@ -88,7 +90,7 @@ def smoothed(acted: np.ndarray, shown: np.ndarray, prior: float, weight: float =
     return (np.asarray(acted, float) + weight * prior) / (np.asarray(shown, float) + weight)
 
 
-def exposure(engine: Engine, item_ids: Sequence[int], clock: float, days: int = KEEP_DAYS) -> Exposure:
+def exposure(engine: Engine, item_ids: Sequence[int], clock: float, days: int = WINDOW_DAYS) -> Exposure:
     """The counts of ``item_ids`` over the ``days`` complete days before the one holding ``clock`` (the events'
     clock): the window the ranker's item columns read (``Daily.window``)."""
     ids = np.asarray(item_ids, dtype=np.int64)
@@ -113,10 +115,6 @@ def exposure(engine: Engine, item_ids: Sequence[int], clock: float, days: int = 
     return Exposure(ids, shown, acted, by_type, int(all_acted) / int(all_shown) if all_shown else 0.0)
 
 
-#: Days an item's columns count: the complete days before the one holding the clock.
-WINDOW_DAYS = KEEP_DAYS
-
-
 @dataclasses.dataclass(frozen=True)
 class Daily:
     """Items' counts day by day from day ``first`` on, as running sums, for their columns at any later day (the
@@ -131,7 +129,7 @@ class Daily:
     all_shown: np.ndarray
     all_acted: np.ndarray
     #: item row -> its place in ``rows`` (-1: no count), one past the largest row: a candidate's look-up is one
-    #: gather (a binary search per candidate, over a few thousand candidates per user, cost 10x more)
+    #: gather (a binary search per candidate, over a few thousand candidates per user, cost several times more)
     slot: np.ndarray = dataclasses.field(default_factory=lambda: np.full(1, -1, np.int64))
 
     def window(self, rows: np.ndarray, owner: np.ndarray, owner_day: np.ndarray,
@@ -145,7 +143,8 @@ class Daily:
         lo = np.clip(hi - days, 0, n_days)
         k = self.slot.take(rows, mode="clip")
         k[k < 0] = len(self.rows)                          # an item without counts: the column of zeros
-        at = inv.ravel().take(owner) * width + k
+        day_of_candidate = inv.ravel().take(owner)         # each candidate's place in ``uniq``
+        at = day_of_candidate * width + k
 
         def per_day(running: np.ndarray) -> np.ndarray:    # (distinct days × items + 1), flat
             return np.vstack([running[:, hi] - running[:, lo], np.zeros((1, len(uniq)), np.int64)]).T.ravel()
@@ -153,7 +152,7 @@ class Daily:
         every = (self.all_shown[hi] - self.all_shown[lo]).astype(float)
         with np.errstate(invalid="ignore", divide="ignore"):
             prior = np.where(every > 0, (self.all_acted[hi] - self.all_acted[lo]) / every, np.nan)
-        return per_day(self.shown).take(at), per_day(self.acted).take(at), prior.take(inv.ravel()).take(owner)
+        return per_day(self.shown).take(at), per_day(self.acted).take(at), prior.take(day_of_candidate)
 
 
 def daily(engine: Engine, rows_of, first: int, last: int) -> Daily:
@@ -162,8 +161,7 @@ def daily(engine: Engine, rows_of, first: int, last: int) -> Daily:
     with engine.connect() as conn:
         found = conn.execute(select(ItemDay.item_id, ItemDay.day, ItemDay.kind, ItemDay.count)
                              .where(ItemDay.day >= first, ItemDay.day < last)).all()
-    ids, day, kind, count = (np.array(column, dtype=np.int64) for column in zip(*found)) if found else \
-        (np.empty(0, np.int64),) * 4
+    ids, day, kind, count = _arrays(found, 4)
     return of_rows(np.asarray(rows_of(ids), dtype=np.int64), day, kind, count, first, last)
 
 
@@ -200,10 +198,14 @@ def _sums(engine: Engine, day: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]
         found = conn.execute(select(ItemDay.item_id, ItemDay.kind, func.sum(ItemDay.count))
                              .where(ItemDay.day >= day - WINDOW_DAYS, ItemDay.day < day)
                              .group_by(ItemDay.item_id, ItemDay.kind)).all()
+    return _arrays(found, 3)
+
+
+def _arrays(found: list, n: int) -> tuple[np.ndarray, ...]:
+    """The ``n`` columns of query rows ``found`` as int64 arrays."""
     if not found:
-        return (np.empty(0, np.int64),) * 3
-    ids, kind, count = (np.array(column, dtype=np.int64) for column in zip(*found))
-    return ids, kind, count
+        return (np.empty(0, np.int64),) * n
+    return tuple(np.array(column, dtype=np.int64) for column in zip(*found))
 
 
 def _of_sums(sums: tuple[np.ndarray, np.ndarray, np.ndarray], rows_of, day: int) -> Daily:

@@ -83,7 +83,8 @@ def collect(engine: Engine, r: redis.Redis, settings: Settings, through: int | N
         now, newest = time.time(), newest_event_id(engine)
         done = Collected()
         try:
-            oldest = _horizon(engine, settings)
+            reached = _reached(engine)
+            oldest = float("-inf") if reached is None else reached - settings.impressions_keep
             if not move_pages(engine, r, keys, lock, oldest, done):
                 done.waiting = True             # the lock went to another collection: it carries on
                 return done
@@ -96,7 +97,7 @@ def collect(engine: Engine, r: redis.Redis, settings: Settings, through: int | N
                 done.waiting = True
                 return done
             done.waiting = newest > attributed_to
-            done.pruned = _prune(engine, oldest, settings)
+            done.pruned = _prune(engine, oldest, reached)
         except database_errors() as exc:
             raise as_prefeed_error(exc) from exc
         return done
@@ -225,25 +226,26 @@ def _newest_serving(pages, item_id: int, ts: float, window: float):
     return None
 
 
-def _horizon(engine: Engine, settings: Settings) -> float:
-    """Pages served before this are past keeping: ``PREFEED_IMPRESSIONS_KEEP`` before the events' clock, or before
-    the newest attributed event when attribution is behind (a log replayed faster than it happened moves the clock
-    days ahead between two collections; the events still waiting must find their pages)."""
+def _reached(engine: Engine) -> float | None:
+    """The clock what is kept is measured from (None: no event attributed yet): the events' clock, or the newest
+    attributed event's time when attribution is behind (a log replayed faster than it happened moves the clock days
+    ahead between two collections; the events still waiting must find their pages). Pages served more than
+    ``PREFEED_IMPRESSIONS_KEEP`` before it are past keeping."""
     mark = _mark(engine, "attributed")
     with engine.connect() as conn:
         clock = newest_event(conn)
         reached = conn.execute(select(Event.ts).where(Event.id == mark)).scalar() if mark else None
     if clock is None or reached is None:
-        return float("-inf")
-    return min(clock, float(reached)) - settings.impressions_keep
+        return None
+    return min(clock, float(reached))
 
 
-def _prune(engine: Engine, oldest: float, settings: Settings) -> int:
-    """Delete the pages served before ``oldest``, and the items' days past keeping (``item_days.KEEP_DAYS``);
-    returns the pages deleted."""
+def _prune(engine: Engine, oldest: float, reached: float | None) -> int:
+    """Delete the pages served before ``oldest``, and the items' days past keeping (``item_days.KEEP_DAYS`` before
+    ``reached``); returns the pages deleted."""
     with engine.begin() as conn:
-        if oldest > float("-inf"):
-            item_days.prune(conn, oldest + settings.impressions_keep)
+        if reached is not None:
+            item_days.prune(conn, reached)
         return conn.execute(delete(ServedPage).where(ServedPage.served_at < oldest)).rowcount or 0
 
 

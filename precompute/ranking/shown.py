@@ -190,8 +190,8 @@ def _category_columns(shown: Shown, s_owner: np.ndarray, s_rows: np.ndarray, act
 
 def _item_columns(daily, rows: np.ndarray, owner: np.ndarray, owner_day: np.ndarray, out: dict) -> None:
     """Per candidate ``(owner, rows)``: its item's impressions and attributed events on every user's pages over the
-    complete days before its owner's day (``owner_day``; ``item_days.WINDOW_DAYS`` of them), and their rate smoothed towards every item's (NaN where no item
-    was shown in the window: nothing is known)."""
+    complete days before its owner's day (``owner_day``; ``item_days.WINDOW_DAYS`` of them), and their rate smoothed
+    towards every item's (NaN where no item was shown in the window: nothing is known)."""
     shown, acted, prior = daily.window(rows, owner, owner_day)
     out["item_shown_28d"][:] = shown
     out["item_acted_28d"][:] = acted
