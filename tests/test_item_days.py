@@ -136,3 +136,24 @@ def test_a_worker_reads_the_window_once_a_day_and_maps_it_to_each_new_item_table
     held.before((day + 1) * 86_400.0, other)
     assert len(reads) == 2
     engine.dispose()
+
+
+def test_a_collection_deletes_the_days_past_keeping_and_keeps_the_window(api, short, world, r, user_id):
+    from collections import Counter
+
+    from precompute.experiments.intake import insert_for
+
+    client, svc = api
+    old, kept = next(_ids), next(_ids)
+    with world.engine.connect() as conn:
+        now = newest_event(conn) + 1
+    post(client, [{"user_id": user_id, "item_id": 1, "type": "click", "ts": now}])
+    take_in(svc, short, world.engine)
+    # given counts of the day past keeping, and of the oldest day kept, on the events' clock
+    day = item_days.day_of(now)
+    with world.engine.begin() as conn:
+        item_days.add(conn, insert_for(world.engine), Counter({(old, day - item_days.KEEP_DAYS - 1, item_days.SHOWN): 5,
+                                                               (kept, day - item_days.KEEP_DAYS, item_days.SHOWN): 5}))
+    # when a collection runs, then the first is deleted and the second kept
+    collector.collect(world.engine, r, short)
+    assert counts(world.engine, [old, kept]) == {(kept, day - item_days.KEEP_DAYS, item_days.SHOWN): 5}
